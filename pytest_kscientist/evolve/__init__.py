@@ -1,0 +1,1 @@
+"""The GPU Kernel Scientist loop: selector, experiment designer and kernel writer (``--evolve``)."""

@@ -1,0 +1,119 @@
+"""The three roles of the GPU Kernel Scientist as Protocols, and the records they exchange.
+
+A role is any object with the method below; ``conftest.py`` files supply their own through the
+``pytest_kscientist_make_selector/designer/writer`` hooks (see ``hookspecs.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+
+class TaskBrief(BaseModel):
+    """What every role is told about the task and the machine."""
+
+    name: str
+    description: str
+    reference_source: str
+    hardware: str
+    benchmark_ids: list[str]
+
+
+class CandidateSummary(BaseModel):
+    """One member of the population as the roles see it."""
+
+    id: str
+    generation: int
+    parents: list[str] = Field(default_factory=list)
+    source: str
+    status: str  # "passed" | "failed" | "pending"
+    geomean_us: float | None = None
+    bench_median_us: dict[str, float] = Field(default_factory=dict)
+    failure: str = ""
+    plan_title: str = ""
+    explanation: str = ""
+
+
+class Selection(BaseModel):
+    """Stage 1: the base to improve and a reference to learn from, with the reason."""
+
+    base_id: str
+    reference_id: str | None = None
+    reason: str
+
+
+class ExperimentPlan(BaseModel):
+    """One experiment: what to change, the expected gain range (percent) and how novel it is."""
+
+    title: str
+    changes: str
+    expected_gain_min_pct: float
+    expected_gain_max_pct: float
+    innovation: float = Field(ge=0, le=10)
+    knobs: dict[str, int | float | str | bool] = Field(default_factory=dict)
+
+
+class Design(BaseModel):
+    """Stage 2: ten avenues, five plans, three kept (most innovative, best max, best min gain)."""
+
+    avenues: list[str]
+    plans: list[ExperimentPlan]
+    kept: list[ExperimentPlan]
+    findings_update: str = ""
+
+
+class Draft(BaseModel):
+    """Stage 3: a complete candidate file implementing one plan."""
+
+    source: str
+    explanation: str
+
+
+@runtime_checkable
+class Selector(Protocol):
+    def select(
+        self, task: TaskBrief, population: list[CandidateSummary], findings: str
+    ) -> Selection: ...
+
+
+@runtime_checkable
+class Designer(Protocol):
+    def design(
+        self,
+        task: TaskBrief,
+        base: CandidateSummary,
+        reference: CandidateSummary | None,
+        population: list[CandidateSummary],
+        findings: str,
+        n_keep: int,
+    ) -> Design: ...
+
+
+@runtime_checkable
+class Writer(Protocol):
+    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft: ...
+
+
+def keep_three(plans: list[ExperimentPlan], n_keep: int = 3) -> list[ExperimentPlan]:
+    """The paper's rule: keep the most innovative, the highest max gain, the highest min gain.
+
+    Ties and duplicates fall through to the next-best plan by the same rule, so up to
+    ``n_keep`` distinct plans come back (fewer only when fewer plans exist).
+    """
+    rules = [
+        lambda p: p.innovation,
+        lambda p: p.expected_gain_max_pct,
+        lambda p: p.expected_gain_min_pct,
+    ]
+    kept: list[ExperimentPlan] = []
+    i = 0
+    while len(kept) < min(n_keep, len(plans)):
+        rule = rules[i % len(rules)]
+        for plan in sorted(plans, key=rule, reverse=True):
+            if all(plan is not k for k in kept):
+                kept.append(plan)
+                break
+        i += 1
+    return kept

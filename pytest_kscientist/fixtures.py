@@ -1,0 +1,60 @@
+"""Public fixtures for users' own tests against a task (documented in the README).
+
+- ``ks_load_task(path)`` -> ``Task``: load and validate a task folder.
+- ``ks_evaluate(task, candidate, kind, case)`` -> ``CaseResult``: run one candidate file on one
+  case in an isolated worker, judged exactly as the collected tests are (failures come back as
+  ``outcome == "failed"`` with the reason, never as exceptions).
+- ``ks_device``: the device the session evaluates on ("cpu" or "cuda:N").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.results import CaseResult
+from pytest_kscientist.session import KS_SESSION
+from pytest_kscientist.task import Case, Task, load_task
+from pytest_kscientist.worker import Worker, WorkerDied
+
+
+@pytest.fixture
+def ks_device(request: pytest.FixtureRequest) -> str:
+    """The device candidates run on in this session."""
+    return request.config.stash[KS_SESSION].device
+
+
+@pytest.fixture
+def ks_load_task() -> Callable[[str | Path], Task]:
+    """Load a task folder (raises TaskSpecError with the file and field on a bad spec)."""
+    return lambda path: load_task(Path(path))
+
+
+@pytest.fixture
+def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseResult]]:
+    """Evaluate a candidate file on one case, in a fresh isolated worker per call."""
+    ks = request.config.stash[KS_SESSION]
+
+    def evaluate(task: Task, candidate: str | Path, kind: str, case: Case) -> CaseResult:
+        evaluator = ks.evaluator(task)
+        worker = None
+        try:
+            worker = Worker(task.reference, ks.device, task.spec.output_index,
+                            ks.settings.timeout_s)
+            header, _ = worker.request("load", path=str(Path(candidate).resolve()))
+            if not header.get("ok"):
+                raise CandidateFailure(f"failed to load: {header.get('reason')}")
+            if kind == "check":
+                return evaluator.check(worker, case)
+            return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))
+        except (CandidateFailure, WorkerDied) as exc:
+            return CaseResult(kind=kind, case=case, case_id=task.case_id(case), outcome="failed",
+                              reason=exc.reason)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    yield evaluate

@@ -1,0 +1,113 @@
+"""pytest11 entry point of pytest-kscientist: options, hooks, wiring. Imports nothing heavy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kscientist import hookspecs
+from pytest_kscientist.options import add_options, resolve
+from pytest_kscientist.task import SPEC_NAME
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = add_options(parser)
+    for module in ("pytest_kscientist.evolve.cli", "pytest_kscientist.evolve.llm.cli"):
+        extension = _optional(module)
+        if extension is not None:
+            extension.add_options(parser, group)
+
+
+def _optional(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None
+        raise
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    from pytest_kscientist import fixtures
+    from pytest_kscientist.session import KS_SESSION, KsSession
+
+    config.addinivalue_line("markers", "kscientist: a pytest-kscientist task case")
+    config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device")
+    settings = resolve(config)
+    for module in ("pytest_kscientist.evolve.cli", "pytest_kscientist.evolve.llm.cli"):
+        extension = _optional(module)
+        if extension is not None and settings.evolve is not None:
+            extension.validate(config)
+    ks = KsSession(config, settings)
+    config.stash[KS_SESSION] = ks
+    config.pluginmanager.register(KsHooks(ks), "kscientist-session")
+    if not config.pluginmanager.has_plugin("kscientist-fixtures"):
+        config.pluginmanager.register(fixtures, "kscientist-fixtures")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
+    if file_path.name == SPEC_NAME:
+        from pytest_kscientist.collect import TaskFile
+
+        return TaskFile.from_parent(parent, path=file_path)
+    return None
+
+
+class KsHooks:
+    """Session hooks, registered at configure time with the run's state."""
+
+    def __init__(self, ks: Any) -> None:
+        self.ks = ks
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if self.ks.settings.evolve is None:
+            return None
+        if session.testsfailed:
+            raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+        from pytest_kscientist.evolve.loop import run_evolution
+
+        dirs = [Path(a) for a in session.config.args]
+        if len(dirs) != 1 or not (dirs[0] / SPEC_NAME).is_file():
+            raise pytest.UsageError(
+                f"--evolve expects exactly one task folder (holding {SPEC_NAME}), got "
+                f"'{' '.join(session.config.args) or 'none'}'; e.g. pytest --evolve 3 tasks/fp8_gemm"
+            )
+        if run_evolution(session.config, dirs[0].resolve()) != 0:
+            session.testsfailed += 1
+        return True
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from pytest_kscientist.results import CaseResult
+
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == "ks_case":
+                self.ks.record(value["task"], value["candidate"], value["path"],
+                               value["sha256"], CaseResult.model_validate(value["result"]))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        ks = self.ks
+        ks.finalize()
+        for per_task in ks.results.values():
+            for result in per_task.values():
+                session.config.hook.pytest_kscientist_candidate_result(
+                    config=session.config, result=result
+                )
+        if ks.settings.json_path is not None and ks.results:
+            ks.write_json(ks.settings.json_path)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_kscientist.report import write_summary
+
+        write_summary(terminalreporter, self.ks)

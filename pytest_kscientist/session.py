@@ -1,0 +1,129 @@
+"""Per-run state of the plugin, registered at configure time and reached via ``config.stash``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import sys
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+from pytest_kscientist.evaluate import Evaluator
+from pytest_kscientist.options import Settings
+from pytest_kscientist.results import (
+    CandidateResult,
+    CaseResult,
+    MachineInfo,
+    RunResults,
+)
+from pytest_kscientist.stats import geomean
+from pytest_kscientist.task import Task
+
+REFERENCE_NAME = "reference"
+
+
+class KsSession:
+    """What one pytest run knows: settings, device, evaluators and results."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.salt = settings.salt
+        self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self.evaluators: dict[Path, Evaluator] = {}
+        self.tasks: dict[str, Task] = {}
+        # task name -> candidate name -> result, filled from reports (so it works under xdist)
+        self.results: dict[str, dict[str, CandidateResult]] = {}
+        self.candidate_paths: dict[tuple[str, str], tuple[str, str]] = {}
+
+    @cached_property
+    def device(self) -> str:
+        wanted = self.settings.device
+        if wanted == "cpu":
+            return "cpu"
+        import torch
+
+        available = torch.cuda.is_available()
+        if wanted == "auto":
+            return "cuda:0" if available else "cpu"
+        if not available:
+            raise pytest.UsageError(
+                f"--ks-device {wanted}: no CUDA/ROCm device is visible to torch "
+                f"{torch.__version__}; use --ks-device cpu or auto"
+            )
+        return "cuda:0" if wanted == "cuda" else wanted
+
+    @cached_property
+    def device_name(self) -> str:
+        if self.device.startswith("cuda"):
+            import torch
+
+            return torch.cuda.get_device_name(self.device)
+        return platform.processor() or platform.machine() or "cpu"
+
+    @cached_property
+    def profile(self) -> str:
+        if self.settings.profile == "auto":
+            return "full" if self.device.startswith("cuda") else "cpu"
+        return self.settings.profile
+
+    def evaluator(self, task: Task) -> Evaluator:
+        if task.root not in self.evaluators:
+            self.evaluators[task.root] = Evaluator(task, self.device, self.salt)
+        return self.evaluators[task.root]
+
+    def bench_budget(self, task: Task) -> float:
+        return self.settings.bench_budget_s or task.spec.bench.budget_s
+
+    # -- results ----------------------------------------------------------------------------
+
+    def record(self, task: str, candidate: str, path: str, sha: str, case: CaseResult) -> None:
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha)
+        per_task[candidate].cases.append(case)
+
+    def finalize(self) -> None:
+        """Fill geomeans and speedups (only candidates whose every benchmark passed)."""
+        for per_task in self.results.values():
+            for cand in per_task.values():
+                bench = [c for c in cand.cases if c.kind == "bench"]
+                if bench and all(c.outcome == "passed" and c.stats for c in bench):
+                    cand.geomean_us = geomean([c.stats.median_us for c in bench if c.stats])
+            ref = per_task.get(REFERENCE_NAME)
+            for cand in per_task.values():
+                if ref and ref.geomean_us and cand.geomean_us:
+                    cand.speedup_over_reference = ref.geomean_us / cand.geomean_us
+
+    def machine(self) -> MachineInfo:
+        import torch
+
+        return MachineInfo(
+            hostname=socket.gethostname(), platform=platform.platform(),
+            python=sys.version.split()[0], torch=torch.__version__, device=self.device,
+            device_name=self.device_name,
+        )
+
+    def write_json(self, path: Path) -> None:
+        """Write one RunResults per task (a list when several tasks ran), atomically."""
+        runs = [
+            RunResults(
+                task=name, task_path=str(self.tasks[name].root), profile=self.profile,
+                salt=self.salt, started_at=self.started_at, machine=self.machine(),
+                candidates=list(per_task.values()),
+            ).model_dump(mode="json")
+            for name, per_task in self.results.items()
+        ]
+        body = runs[0] if len(runs) == 1 else runs
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(body, indent=2))
+        os.replace(tmp, path)
+
+
+KS_SESSION = pytest.StashKey[KsSession]()

@@ -1,0 +1,159 @@
+"""Task folders: the spec file (``task.toml``) validated by pydantic, and its profiles."""
+
+from __future__ import annotations
+
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pytest_kscientist.errors import TaskSpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SPEC_NAME = "task.toml"
+Case = dict[str, int]
+
+
+class CheckSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    atol: float = Field(1e-3, ge=0)
+    rtol: float = Field(2e-2, ge=0)
+
+
+class FloorSpec(BaseModel):
+    """Peak rates of a device family: no correct run can beat flops/peak or bytes/peak."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str
+    peak_tflops: float = Field(gt=0)
+    peak_tbps: float = Field(gt=0)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tests: list[Case] = Field(min_length=1)
+    benchmarks: list[Case] = Field(default_factory=list)
+
+
+class BenchSpec(BaseModel):
+    """How long and how often each benchmark case is timed."""
+
+    model_config = ConfigDict(extra="forbid")
+    warmup: int = Field(2, ge=0)
+    min_runs: int = Field(5, ge=1)
+    max_runs: int = Field(200, ge=1)
+    budget_s: float = Field(1.0, gt=0)
+    verify_samples: int = Field(3, ge=1)
+
+
+class TaskSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    reference: str = "reference.py"
+    seeds: str = "seeds"
+    case_keys: list[str] = Field(min_length=1)
+    output_index: int | None = 4
+    check: CheckSpec = Field(default_factory=CheckSpec)
+    bench: BenchSpec = Field(default_factory=BenchSpec)
+    floor: list[FloorSpec] = Field(default_factory=list)
+    profiles: dict[str, Profile]
+
+    @field_validator("profiles")
+    @classmethod
+    def _has_full(cls, profiles: dict[str, Profile]) -> dict[str, Profile]:
+        if "full" not in profiles:
+            raise ValueError("needs a [profiles.full] table (the GPU profile)")
+        return profiles
+
+    @model_validator(mode="after")
+    def _cases_match_keys(self) -> TaskSpec:
+        for pname, profile in self.profiles.items():
+            for kind in ("tests", "benchmarks"):
+                for i, case in enumerate(getattr(profile, kind)):
+                    if sorted(case) != sorted(self.case_keys):
+                        raise ValueError(
+                            f"profiles.{pname}.{kind}[{i}] has keys {sorted(case)}, "
+                            f"expected exactly case_keys {sorted(self.case_keys)}"
+                        )
+        return self
+
+
+class Task:
+    """A loaded task folder."""
+
+    def __init__(self, root: Path, spec: TaskSpec) -> None:
+        self.root = root
+        self.spec = spec
+        self.name = spec.name
+        self.reference = root / spec.reference
+        self.seeds_dir = root / spec.seeds
+
+    def seeds(self) -> list[Path]:
+        if not self.seeds_dir.is_dir():
+            return []
+        return sorted(p for p in self.seeds_dir.glob("*.py") if not p.name.startswith("_"))
+
+    def profile(self, name: str) -> Profile:
+        try:
+            return self.spec.profiles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.spec.profiles))
+            raise TaskSpecError(
+                f"task '{self.name}' has no profile '{name}' (it has: {known}); "
+                f"pick one of those with --ks-profile"
+            ) from None
+
+    def floor_for(self, device_name: str) -> FloorSpec | None:
+        for floor in self.spec.floor:
+            if floor.device == "*" or fnmatch(device_name.lower(), f"*{floor.device.lower()}*"):
+                return floor
+        return None
+
+    def case_id(self, case: Case) -> str:
+        return "-".join(f"{_short(k)}{case[k]}" for k in self.spec.case_keys)
+
+
+def _short(key: str) -> str:
+    return "s" if key == "seed" else key
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def load_task(root: Path) -> Task:
+    """Load and validate ``root/task.toml``; raise TaskSpecError naming the file and field."""
+    spec_path = root / SPEC_NAME
+    try:
+        raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskSpecError(f"{spec_path}: no task spec here; a task folder needs {SPEC_NAME}")
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskSpecError(f"{spec_path}: not valid TOML ({exc}); fix the syntax") from None
+    try:
+        spec = TaskSpec.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            found = "" if err["type"] == "missing" else f", found {err.get('input')!r}"
+            lines.append(f"  field '{_format_loc(err['loc'])}': {err['msg']}{found}")
+        raise TaskSpecError(
+            f"{spec_path}: invalid task spec ({len(lines)} error(s)):\n" + "\n".join(lines)
+        ) from None
+    task = Task(root, spec)
+    if not task.reference.is_file():
+        raise TaskSpecError(
+            f"{spec_path}: field 'reference' names {spec.reference!r}, which does not exist in "
+            f"{root}; add the file with generate_input(**case) and ref_kernel(data)"
+        )
+    return task
