@@ -1,0 +1,65 @@
+"""The LLM options of pytest-kscientist: flags with ini twins, validated once at configure time.
+
+``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
+``validate(config)`` from ``pytest_configure``; ``settings(config)`` gives the resolved
+``LLMSettings`` afterwards. Nothing here imports an LLM client.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_kscientist.evolve.llm.settings import (
+    DEFAULT_BUDGET_USD,
+    OPTION_NAMES,
+    LLMSettings,
+    SettingsError,
+    resolve_settings,
+)
+
+_HELP = {
+    "llm": "LLM provider of the --evolve scientist: auto (gemini when GEMINI_API_KEY or "
+    "GOOGLE_API_KEY is set, else offline), gemini, openai (any OpenAI-compatible chat server: "
+    "vLLM, Ollama), replay (re-run from a call log), offline.",
+    "model": "model name, e.g. gemini-2.5-pro (gemini's default) or the model a local server "
+    "serves (required with openai).",
+    "base_url": "endpoint of the provider: the OpenAI-compatible base URL (e.g. "
+    "http://127.0.0.1:8000/v1), or a Gemini API proxy.",
+    "replay": "call log of an earlier run (llm-calls.jsonl or its folder) to replay.",
+    "budget_usd": "hard cap on LLM spending per run in US dollars (default "
+    f"{DEFAULT_BUDGET_USD:g}); the run stops cleanly before a call that could exceed it.",
+    "prices": "prices as 'INPUT/OUTPUT' US dollars per 1M tokens (default: Gemini 2.5 Pro list "
+    "price for gemini, 0/0 for openai).",
+}
+
+
+def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """Register the ``--ks-llm*`` flags on ``group`` and their ini twins on ``parser``."""
+    for key, (flag, ini) in OPTION_NAMES.items():
+        group.addoption(flag, dest=ini, default=None, metavar=key.upper(), help=_HELP[key])
+        parser.addini(ini, help=_HELP[key], default=None)
+
+
+def _raw(config: pytest.Config) -> dict[str, str | None]:
+    raw: dict[str, str | None] = {}
+    for key, (_flag, ini) in OPTION_NAMES.items():
+        value = config.getoption(ini, default=None)
+        if value is None:
+            value = config.getini(ini) or None
+        raw[key] = None if value is None else str(value)
+    return raw
+
+
+def settings(config: pytest.Config) -> LLMSettings:
+    """The resolved LLM settings of this run (the flag wins over its ini twin)."""
+    try:
+        return resolve_settings(_raw(config), os.environ)
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def validate(config: pytest.Config) -> None:
+    """Check every LLM option once; raise ``pytest.UsageError`` naming the option and the fix."""
+    settings(config)

@@ -1,0 +1,127 @@
+"""Prompt templates (``evolve/prompts/*.md``, ``string.Template`` syntax) and the text blocks
+that fill them: population table, candidate cards with per-shape times, recent history.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from importlib import resources
+from string import Template
+
+from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan
+
+TEMPLATES = ("system", "selector", "designer", "writer", "repair", "retry_note")
+HISTORY_LIMIT = 16  # most recent candidates shown; older ones live on in the findings document
+FAILURE_CHARS = 600  # of a compile/runtime error: enough for the message and the failing line
+
+
+@cache
+def template(name: str) -> Template:
+    """The template ``prompts/<name>.md`` shipped with the package."""
+    text = resources.files("pytest_kscientist.evolve").joinpath("prompts", f"{name}.md")
+    return Template(text.read_text(encoding="utf-8"))
+
+
+def render(name: str, **values: object) -> str:
+    """Fill every placeholder of template ``name``; a missing value is a ``KeyError``."""
+    return template(name).substitute({k: str(v) for k, v in values.items()}).strip() + "\n"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.1f} us"
+
+
+def _ranked(population: list[CandidateSummary]) -> list[CandidateSummary]:
+    def key(c: CandidateSummary) -> tuple[int, float, int, str]:
+        timed = c.status == "passed" and c.geomean_us is not None
+        return (0 if timed else 1, c.geomean_us if timed else 0.0, -c.generation, c.id)  # type: ignore[return-value]
+
+    return sorted(population, key=key)
+
+
+def population_table(population: list[CandidateSummary]) -> str:
+    """One row per candidate, fastest passing first."""
+    rows = [
+        "| id | gen | status | geomean | parents | plan |",
+        "|----|-----|--------|---------|---------|------|",
+    ]
+    for c in _ranked(population):
+        parents = ", ".join(f"`{p}`" for p in c.parents) or "-"
+        plan = (c.plan_title or "seed").replace("|", "/")
+        rows.append(
+            f"| `{c.id}` | {c.generation} | {c.status} | {_us(c.geomean_us)} | {parents} | {plan} |"
+        )
+    return "\n".join(rows)
+
+
+def shape_times(candidate: CandidateSummary) -> str:
+    """Per-benchmark medians of one candidate as a small table."""
+    if not candidate.bench_median_us:
+        return "(no benchmark times)"
+    lines = ["| benchmark | median |", "|-----------|--------|"]
+    lines += [f"| {case} | {_us(t)} |" for case, t in candidate.bench_median_us.items()]
+    return "\n".join(lines)
+
+
+def _first(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + " [...]"
+
+
+def candidate_card(candidate: CandidateSummary | None, title: str) -> str:
+    """A candidate with its status, times, plan and complete source."""
+    if candidate is None:
+        return f"### {title}\n(none chosen)"
+    parts = [
+        f"### {title}: `{candidate.id}` (generation {candidate.generation}, "
+        f"{candidate.status}, geomean {_us(candidate.geomean_us)})",
+    ]
+    if candidate.plan_title:
+        parts.append(f"Plan it implemented: {candidate.plan_title}")
+    if candidate.explanation:
+        parts.append(f"Author's explanation: {_first(candidate.explanation, 1500)}")
+    if candidate.failure:
+        parts.append(f"Failure: {_first(candidate.failure, FAILURE_CHARS)}")
+    parts.append(shape_times(candidate))
+    parts.append(f"```python\n{candidate.source.rstrip()}\n```")
+    return "\n\n".join(parts)
+
+
+def history(population: list[CandidateSummary], limit: int = HISTORY_LIMIT) -> str:
+    """The most recent experiments: what was tried, the outcome, errors, change vs parent."""
+    by_id = {c.id: c for c in population}
+    recent = sorted(population, key=lambda c: (-c.generation, c.id))[:limit]
+    if not recent:
+        return "(nothing tried yet)"
+    lines = []
+    for c in recent:
+        what = c.plan_title or "seed"
+        outcome = c.status
+        if c.status == "passed" and c.geomean_us is not None:
+            outcome = f"passed, geomean {_us(c.geomean_us)}"
+            parent = by_id.get(c.parents[0]) if c.parents else None
+            if parent and parent.geomean_us:
+                change = 100.0 * (parent.geomean_us - c.geomean_us) / parent.geomean_us
+                outcome += f" ({change:+.1f}% faster than `{parent.id}`)"
+        elif c.failure:
+            outcome = f"{c.status}: {_first(c.failure, FAILURE_CHARS)}"
+        lines.append(f"- gen {c.generation} `{c.id}`: {what} -> {outcome}")
+    return "\n".join(lines)
+
+
+def plan_text(plan: ExperimentPlan) -> str:
+    """An experiment plan as the writer reads it."""
+    text = (
+        f"**{plan.title}**\n\n{plan.changes.strip()}\n\n"
+        f"Expected gain: {plan.expected_gain_min_pct:g}% to {plan.expected_gain_max_pct:g}%; "
+        f"innovation {plan.innovation:g}/10."
+    )
+    if plan.knobs:
+        text += "\nKnob settings: " + ", ".join(f"{k}={v!r}" for k, v in plan.knobs.items())
+    return text
+
+
+def findings_text(findings: str) -> str:
+    """The discovery document, or a note that it is still empty."""
+    return findings.strip() or "(empty: nothing learned yet)"

@@ -1,0 +1,82 @@
+"""The token and cost ledger and the hard cap: no call is made that could cross it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.fake_server import (
+    FakeReply,
+    fake_settings,
+    ks_fake_llm,  # noqa: F401 - fixture
+    sample_population,
+    sample_task,
+)
+from pytest_kscientist.evolve.llm.ledger import CostLedger, Usage, load_ledger
+from pytest_kscientist.evolve.llm.settings import Prices, RoleLimits
+from pytest_kscientist.evolve.llm.transcript import read_calls
+
+SELECTION = json.dumps({"base_id": "seed-torch", "reference_id": None, "reason": "r"})
+
+
+def test_usage_metadata_is_charged_at_the_configured_prices_thoughts_as_output(
+    ks_fake_llm, tmp_path
+):
+    ks_fake_llm.push(
+        FakeReply(
+            text=SELECTION, input_tokens=200_000, output_tokens=10_000, thoughts_tokens=30_000
+        )
+    )
+    roles = build_roles(
+        fake_settings(ks_fake_llm, prices=Prices(2.0, 10.0)), sample_task(), tmp_path
+    )
+    assert roles is not None
+    roles.selector.select(sample_task(), sample_population(), "")
+    expected = (200_000 * 2.0 + 40_000 * 10.0) / 1e6
+    assert roles.ledger.spent_usd == pytest.approx(expected)
+    on_disk = load_ledger(tmp_path / "llm-ledger.json")
+    assert on_disk.spent_usd == pytest.approx(expected)
+    assert on_disk.roles["selector"].thoughts_tokens == 30_000
+    assert on_disk.task == "fp8_gemm" and on_disk.provider == "gemini"
+    [record] = read_calls(tmp_path / "llm-calls.jsonl")
+    assert record.cost_usd == pytest.approx(expected) and record.usage.input_tokens == 200_000
+
+
+def test_the_cap_stops_before_a_call_that_could_cross_it(ks_fake_llm, tmp_path):
+    # Worst case of a selector call: 1000 output tokens at $10/M = 1 ct (input is free here);
+    # the first answer costs 0.5 ct, so a second call could reach 1.5 ct > the 1.2 ct cap.
+    settings = fake_settings(
+        ks_fake_llm, budget_usd=0.012, prices=Prices(0.0, 10.0), limits=RoleLimits(selector=1000)
+    )
+    ks_fake_llm.push(FakeReply(text=SELECTION, output_tokens=500), SELECTION)
+    roles = build_roles(settings, sample_task(), tmp_path)
+    assert roles is not None
+    roles.selector.select(sample_task(), sample_population(), "")
+    with pytest.raises(BudgetExhausted, match="--ks-llm-budget-usd: the next call") as info:
+        roles.selector.select(sample_task(), sample_population(), "")
+    assert len(ks_fake_llm.requests) == 1  # the second call was never sent
+    assert info.value.spent_usd == pytest.approx(0.005) and info.value.cap_usd == 0.012
+    assert [r.outcome for r in read_calls(tmp_path / "llm-calls.jsonl")] == ["answer", "budget"]
+
+
+def test_budget_exhaustion_is_not_retried_as_malformed_output(ks_fake_llm, tmp_path):
+    settings = fake_settings(ks_fake_llm, budget_usd=0.001, prices=Prices(1.0, 10.0))
+    roles = build_roles(settings, sample_task(), tmp_path)
+    assert roles is not None
+    with pytest.raises(BudgetExhausted):
+        roles.selector.select(sample_task(), sample_population(), "")
+    assert ks_fake_llm.requests == []
+
+
+def test_the_ledger_adds_up_across_threads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    ledger = CostLedger(Prices(1.0, 1.0), 100.0, tmp_path / "ledger.json")
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: ledger.charge("writer", Usage(input_tokens=1000)), range(200)))
+    totals = load_ledger(tmp_path / "ledger.json")
+    assert totals.roles["writer"].calls == 200
+    assert totals.spent_usd == pytest.approx(200 * 1000 / 1e6)

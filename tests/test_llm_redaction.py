@@ -1,0 +1,74 @@
+"""API keys never reach logs, ledgers, prompts or error messages, even when a server echoes them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
+from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.fake_server import (
+    FAKE_KEY,
+    FakeReply,
+    fake_settings,
+    ks_fake_llm,  # noqa: F401 - fixture
+    sample_population,
+    sample_task,
+)
+from pytest_kscientist.evolve.llm.transcript import REDACTED
+from pytest_kscientist.evolve.roles import ExperimentPlan
+
+PLAN = ExperimentPlan(
+    title="p", changes="c", expected_gain_min_pct=0, expected_gain_max_pct=1, innovation=1
+)
+
+
+@pytest.mark.parametrize("provider", ["gemini", "openai"])
+def test_a_key_echoed_by_the_server_is_redacted_everywhere(ks_fake_llm, tmp_path, provider):
+    echo = f"API key {FAKE_KEY} not valid"
+    ks_fake_llm.push(
+        FakeReply.error(400, echo),  # selector: provider error quoting the key
+        FakeReply(text=f"base {FAKE_KEY}"),
+        FakeReply(text=echo),
+        FakeReply(text="{}"),
+        FakeReply(text=echo),
+        FakeReply(text=echo),  # writer + repair: prose quoting the key
+    )
+    roles = build_roles(fake_settings(ks_fake_llm, provider), sample_task(), tmp_path)
+    assert roles is not None
+    population = sample_population()
+    errors: list[Exception] = []
+    for call in (
+        lambda: roles.selector.select(sample_task(), population, ""),
+        lambda: roles.selector.select(sample_task(), population, ""),
+        lambda: roles.writer.write(sample_task(), population[0], PLAN),
+    ):
+        with pytest.raises((ProviderError, MalformedOutput, DraftRejected)) as info:
+            call()
+        errors.append(info.value)
+    sent_key = [
+        r.headers.get("x-goog-api-key") or r.headers.get("authorization", "")
+        for r in ks_fake_llm.requests
+    ]
+    assert all(FAKE_KEY in h for h in sent_key)  # the key did travel, in a header only
+    assert not any(FAKE_KEY in r.prompt or FAKE_KEY in r.system for r in ks_fake_llm.requests)
+    for exc in errors:
+        assert FAKE_KEY not in str(exc) and FAKE_KEY not in repr(exc.__dict__)
+    assert REDACTED in str(errors[0])
+    logs = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+    assert FAKE_KEY not in logs and REDACTED in logs
+    assert "AIzaFAKE" not in repr(fake_settings(ks_fake_llm, provider))
+
+
+def test_every_environment_key_is_redacted_not_only_the_one_in_use(ks_fake_llm, tmp_path):
+    other = "sk-other-provider-key-987654321"
+    settings = fake_settings(ks_fake_llm, secrets=(FAKE_KEY, other))
+    ks_fake_llm.push(FakeReply.error(400, f"bad {other}"))
+    roles = build_roles(settings, sample_task(), tmp_path)
+    assert roles is not None
+    with pytest.raises(ProviderError) as info:
+        roles.selector.select(sample_task(), sample_population(), "")
+    assert other not in str(info.value)
+    assert other not in (tmp_path / "llm-calls.jsonl").read_text()
+    assert json.loads((tmp_path / "llm-calls.jsonl").read_text())["error"].count(REDACTED) == 1

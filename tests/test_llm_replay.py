@@ -1,0 +1,112 @@
+"""``--ks-replay``: a logged run replays to the same role outputs with no service at all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_kscientist.evolve.llm.errors import BudgetExhausted, ProviderError, ReplayMiss
+from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.fake_server import (
+    FakeLLMServer,
+    FakeReply,
+    ScientistResponder,
+    fake_settings,
+    sample_population,
+    sample_task,
+)
+from pytest_kscientist.evolve.llm.settings import LLMSettings, Prices, RoleLimits
+from pytest_kscientist.evolve.llm.transcript import read_calls
+from pytest_kscientist.evolve.roles import CandidateSummary
+
+
+def one_generation(roles, population: list[CandidateSummary]) -> list[str]:
+    """Select, design, write every kept plan; the outputs (or failures) as JSON lines."""
+    task, out = sample_task(), []
+    try:
+        selection = roles.selector.select(task, population, "")
+        out.append(selection.model_dump_json())
+        by_id = {c.id: c for c in population}
+        base, ref = by_id[selection.base_id], by_id.get(selection.reference_id or "")
+        design = roles.designer.design(task, base, ref, population, "", 3)
+        out.append(design.model_dump_json())
+        for plan in design.kept:
+            try:
+                out.append(roles.writer.write(task, base, plan).model_dump_json())
+            except ProviderError as exc:
+                out.append(f"failed: {exc}")
+    except BudgetExhausted as exc:
+        out.append(f"stopped: {exc.role}")
+    return out
+
+
+def replay_settings(path) -> LLMSettings:
+    return LLMSettings(provider="replay", model="replay", replay_path=path)
+
+
+def test_a_replayed_run_reproduces_every_output_without_a_server(tmp_path):
+    population = sample_population()
+    with FakeLLMServer(ScientistResponder()) as server:
+        server.push(FakeReply.error(429), "not json")  # a client retry and a format retry
+        live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")
+        first = one_generation(live, population)
+    assert len(first) == 5 and not any(line.startswith("failed") for line in first)
+    replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
+    assert replay is not None
+    assert one_generation(replay, population) == first
+    assert replay.ledger.spent_usd == pytest.approx(live.ledger.spent_usd)
+    twice = build_roles(replay_settings(tmp_path / "again"), sample_task(), tmp_path / "third")
+    assert one_generation(twice, population) == first  # a replay log replays too
+
+
+def test_logged_failures_and_budget_stops_replay_as_the_same_errors(tmp_path):
+    population = sample_population()
+    with FakeLLMServer(ScientistResponder()) as server:
+        server.push(
+            '{"base_id": "seed-torch", "reason": "r"}',
+            json.dumps(json.loads(ScientistResponder()._designer("", 1))),
+            FakeReply.error(500),
+            FakeReply.error(500),
+            FakeReply.error(500),
+        )
+        # Output-only prices: every answer costs 0.5 ct, a writer call's worst case is 2 ct. After
+        # selector, designer, a failed writer (free) and a writer (1.5 ct spent) the next
+        # writer call could reach 3.5 ct > the 3.2 ct cap.
+        settings = fake_settings(
+            server,
+            budget_usd=0.032,
+            prices=Prices(0.0, 10.0),
+            limits=RoleLimits(selector=500, designer=500, writer=2000),
+        )
+        live = build_roles(settings, sample_task(), tmp_path / "live")
+        first = one_generation(live, population)
+    assert first[2].startswith("failed: writer: Gemini answered HTTP 500")
+    assert first[-1] == "stopped: writer"
+    outcomes = [r.outcome for r in read_calls(tmp_path / "live" / "llm-calls.jsonl")]
+    assert outcomes == ["answer", "answer", "error", "answer", "budget"]
+    replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
+    again = one_generation(replay, population)
+    assert again[:2] == first[:2] and again[-1] == "stopped: writer"
+    assert again[2] == first[2].replace("writer: ", "writer: (replayed) ", 1)
+
+
+def test_a_diverging_run_is_a_replay_miss_naming_the_log(tmp_path):
+    with FakeLLMServer(ScientistResponder()) as server:
+        live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")
+        live.selector.select(sample_task(), sample_population(), "")
+    replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
+    with pytest.raises(ReplayMiss, match="diverged from the log") as info:
+        replay.selector.select(sample_task(), sample_population(), "- a new finding")
+    assert str(tmp_path / "live") in str(info.value)
+
+
+def test_replaying_into_the_same_folder_does_not_append_to_the_log_read(tmp_path):
+    with FakeLLMServer(ScientistResponder()) as server:
+        live = build_roles(fake_settings(server), sample_task(), tmp_path)
+        live.selector.select(sample_task(), sample_population(), "")
+    before = (tmp_path / "llm-calls.jsonl").read_text()
+    replay = build_roles(replay_settings(tmp_path), sample_task(), tmp_path)
+    replay.selector.select(sample_task(), sample_population(), "")
+    assert (tmp_path / "llm-calls.jsonl").read_text() == before
+    assert len(read_calls(tmp_path / "llm-calls.replay.jsonl")) == 1
