@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.fake_server import (
     FakeReply,
     fake_settings,
-    ks_fake_llm,  # noqa: F401 - fixture
     sample_population,
     sample_task,
 )
@@ -19,12 +19,16 @@ from pytest_kscientist.evolve.llm.ledger import CostLedger, Usage, load_ledger
 from pytest_kscientist.evolve.llm.settings import Prices, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import read_calls
 
+ks_fake_llm = fake_server.ks_fake_llm  # the fixture, shared with other suites
+
+
 SELECTION = json.dumps({"base_id": "seed-torch", "reference_id": None, "reason": "r"})
 
 
 def test_usage_metadata_is_charged_at_the_configured_prices_thoughts_as_output(
     ks_fake_llm, tmp_path
 ):
+
     ks_fake_llm.push(
         FakeReply(
             text=SELECTION, input_tokens=200_000, output_tokens=10_000, thoughts_tokens=30_000

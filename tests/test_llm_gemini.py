@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import LLMRoles, build_roles
 from pytest_kscientist.evolve.llm.fake_server import (
@@ -13,12 +14,14 @@ from pytest_kscientist.evolve.llm.fake_server import (
     FakeLLMServer,
     FakeReply,
     fake_settings,
-    ks_fake_llm,  # noqa: F401 - fixture
     sample_population,
     sample_task,
 )
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
+
+ks_fake_llm = fake_server.ks_fake_llm  # the fixture, shared with other suites
+
 
 SELECTION = {"base_id": "g1-kgroup4", "reference_id": "seed-torch", "reason": "fastest, 120 us"}
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.fake_server import (
@@ -14,12 +15,14 @@ from pytest_kscientist.evolve.llm.fake_server import (
     FakeReply,
     ScientistResponder,
     fake_settings,
-    ks_fake_llm,  # noqa: F401 - fixture
     sample_population,
     sample_task,
 )
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
+
+ks_fake_llm = fake_server.ks_fake_llm  # the fixture, shared with other suites
+
 
 SELECTION = json.dumps({"base_id": "g1-kgroup4", "reference_id": None, "reason": "fastest"})
 
@@ -101,8 +104,11 @@ def test_a_refused_connection_is_a_provider_error(tmp_path, ks_fake_llm):
 
 
 def test_malformed_bodies_and_empty_answers_end_in_malformed_output(ks_fake_llm, tmp_path):
-    ks_fake_llm.push(FakeReply(body="<html>bad gateway</html>"), FakeReply(body='{"choices": []}'),
-                     FakeReply(text=None))
+    ks_fake_llm.push(
+        FakeReply(body="<html>bad gateway</html>"),
+        FakeReply(body='{"choices": []}'),
+        FakeReply(text=None),
+    )
     roles = roles_for(ks_fake_llm, tmp_path)
     with pytest.raises(MalformedOutput, match="the answer was empty"):
         roles.selector.select(sample_task(), sample_population(), "")

@@ -6,18 +6,21 @@ import json
 
 import pytest
 
+from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.fake_server import (
     FAKE_KEY,
     FakeReply,
     fake_settings,
-    ks_fake_llm,  # noqa: F401 - fixture
     sample_population,
     sample_task,
 )
 from pytest_kscientist.evolve.llm.transcript import REDACTED
 from pytest_kscientist.evolve.roles import ExperimentPlan
+
+ks_fake_llm = fake_server.ks_fake_llm  # the fixture, shared with other suites
+
 
 PLAN = ExperimentPlan(
     title="p", changes="c", expected_gain_min_pct=0, expected_gain_max_pct=1, innovation=1

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kscientist.evolve.llm import draft
+from pytest_kscientist.evolve.llm import draft, fake_server
 from pytest_kscientist.evolve.llm.errors import DraftRejected
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.fake_server import (
     SEED_SOURCE,
     FakeReply,
     fake_settings,
-    ks_fake_llm,  # noqa: F401 - fixture
     sample_population,
     sample_task,
 )
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
+
+ks_fake_llm = fake_server.ks_fake_llm  # the fixture, shared with other suites
+
 
 PLAN = ExperimentPlan(
     title="bigger K groups",

@@ -35,11 +35,21 @@ _HELP = {
 }
 
 
+_METAVAR = {
+    "llm": "PROVIDER",
+    "model": "NAME",
+    "base_url": "URL",
+    "replay": "PATH",
+    "budget_usd": "USD",
+    "prices": "IN/OUT",
+}
+
+
 def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
     """Register the ``--ks-llm*`` flags on ``group`` and their ini twins on ``parser``."""
     for key, (flag, ini) in OPTION_NAMES.items():
-        group.addoption(flag, dest=ini, default=None, metavar=key.upper(), help=_HELP[key])
-        parser.addini(ini, help=_HELP[key], default=None)
+        group.addoption(flag, dest=ini, default=None, metavar=_METAVAR[key], help=_HELP[key])
+        parser.addini(ini, help=f"default for {flag}", default=None)
 
 
 def _raw(config: pytest.Config) -> dict[str, str | None]:
