@@ -141,6 +141,10 @@ class CaseItem(pytest.Item):
             cand.drop_worker()
             failure = exc if isinstance(exc, CandidateFailure) else CandidateFailure(
                 exc.reason, exc.log_tail)
+            if isinstance(exc, WorkerDied) and exc.hung:
+                # Each further case would wait out the whole timeout again: fail them at once.
+                cand.load_failure = CandidateFailure(
+                    f"not run: the candidate hung on {self.kind} {case_id} and was killed")
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
                           reason=failure.reason, detail=failure.detail[-4000:])
             raise failure from None

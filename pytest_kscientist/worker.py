@@ -32,10 +32,11 @@ SECRET_NAME = re.compile(
 class WorkerDied(Exception):
     """The worker did not answer: it exited, crashed, hung or sent something not authentic."""
 
-    def __init__(self, reason: str, log_tail: str = "") -> None:
+    def __init__(self, reason: str, log_tail: str = "", hung: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.log_tail = log_tail
+        self.hung = hung
 
 
 def clean_environment(device: str) -> dict[str, str]:
@@ -106,6 +107,7 @@ class Worker:
                 f"no answer to '{op}' within {timeout:.0f} s (hang?); worker killed; "
                 "raise --ks-timeout if the kernel is legitimately slow",
                 self.log_tail(),
+                hung=True,
             ) from None
         except EOFError:
             code = self.kill()

@@ -1,0 +1,3 @@
+def custom_kernel(data):
+    x, y, out = data
+    return y[:]

@@ -1,0 +1,2 @@
+def kernel(data):
+    return data[2]

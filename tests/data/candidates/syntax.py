@@ -1,0 +1,2 @@
+def custom_kernel(data)
+    return data[2]

@@ -1,0 +1,82 @@
+"""Collection: ids name the candidate and the case, -k picks either, seeds are the default."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import AXPY, CANDIDATES
+
+
+def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(AXPY), "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "*axpy/task.toml::reference::bench[[]n4096-s3[]]",
+        "*axpy/task.toml::good::check[[]n1000-s1[]]",
+        "*axpy/task.toml::good::check[[]n33-s2[]]",
+        "*axpy/task.toml::good::bench[[]n4096-s3[]]",
+        "4 tests collected*",
+    ])
+
+
+def test_kernel_option_replaces_the_seeds(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        str(AXPY), "--collect-only", "-q", "--kernel", str(CANDIDATES / "wrong.py"),
+        "--kernel", str(CANDIDATES / "raises.py"),
+    )
+    text = result.stdout.str()
+    assert "::wrong::check[n33-s2]" in text and "::raises::bench[n4096-s3]" in text
+    assert "::good::" not in text
+
+
+@pytest.mark.parametrize(
+    ("expr", "count"), [("good", 3), ("n33", 1), ("bench", 2), ("check and n1000", 1)]
+)
+def test_k_selects_by_candidate_kind_or_case(pytester: pytest.Pytester, expr: str, count: int):
+    result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "-k", expr)
+    result.stdout.fnmatch_lines([f"{count}/4 tests collected*"])
+
+
+def test_population_is_not_collected(pytester: pytest.Pytester) -> None:
+    import shutil
+
+    shutil.copytree(AXPY, pytester.path / "population" / "axpy")
+    pytester.makeconftest("collect_ignore = ['population']\n")
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "--junitxml=junit.xml", "-v"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "*::good::check[[]n1000-s1[]] PASSED*",
+        "*kscientist summary*",
+        "*candidate*passed*failed*geomean_us*speedup_vs_ref*",
+        "*good*3*0*",
+        "*benchmark (median us)*reference*good*floor_us*",
+        "*seed salt * (secret, drawn for this run); reproduce with --ks-salt *",
+    ])
+    assert 'tests="4"' in (pytester.path / "junit.xml").read_text()
+
+
+def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "-x", "--kernel", str(CANDIDATES / "wrong.py"),
+        "-k", "not reference",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*wrong check n1000-s1: wrong result: 1000 of 1000 elements*"])
+
+
+def test_salt_is_reproducible(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "--ks-salt", "1234", "-k", "good and check",
+        "--ks-json", "r.json",
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*seed salt 1234 (given with --ks-salt)*"])
+    import json
+
+    assert json.loads((pytester.path / "r.json").read_text())["salt"] == 1234

@@ -1,0 +1,88 @@
+"""Every failure kind of a candidate becomes its own one-line verdict; honest code passes.
+
+One pytest session evaluates the whole corpus in ``tests/data/candidates`` against the tiny
+axpy task, so the worker replacement after each failure is exercised too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import AXPY, CANDIDATES, case_reasons, run_pytest
+from pytest_kscientist.results import RunResults
+
+EXPECTED = {
+    "wrong": "wrong result: 33 of 33 elements outside",
+    "raises": "RuntimeError: boom from the kernel",
+    "exits": "worker exited with code 0 before answering 'check'",
+    "sysexit": "SystemExit: 0",
+    "hangs": "no answer to 'check' within 4 s (hang?); worker killed",
+    "syntax": "failed to load: SyntaxError",
+    "noentry": "failed to load: defines no callable custom_kernel(data)",
+    "mutates": "modified input 1 in place",
+    "aliases": "returned a tensor sharing memory with input 1",
+    "untouched": "NaN where the reference is not: unwritten output?",
+    "forges": "failed authentication (forged or out of order)",
+    "subclass": "returned _ks_candidate.AlwaysClose, expected a plain torch.Tensor",
+    "expanded": "returned an expanded tensor (stride 0",
+    "skips": "Skipped: nothing to see here",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus_run(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("corpus")
+    kernels = [f"--kernel={p}" for p in sorted(CANDIDATES.glob("*.py"))]
+    kernels.append(f"--kernel={AXPY / 'seeds' / 'good.py'}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MY_SERVICE_API_KEY", "must-not-reach-candidates")
+        return run_pytest([str(AXPY), "-k", "n33 or bench", "--ks-timeout", "4", *kernels], tmp)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_failure_kind_has_its_reason(corpus_run, name: str) -> None:
+    _, _, data = corpus_run
+    outcome, reason = case_reasons(data)[(name, "n33-s2")]
+    assert outcome == "failed"
+    assert EXPECTED[name] in reason
+
+
+def test_hang_fails_the_rest_of_the_candidate_at_once(corpus_run) -> None:
+    _, _, data = corpus_run
+    outcome, reason = case_reasons(data)[("hangs", "n4096-s3")]
+    assert (outcome, reason) == ("failed", "not run: the candidate hung on check n33-s2 and was killed")
+
+
+def test_honest_controls_pass_after_failing_workers(corpus_run) -> None:
+    code, output, data = corpus_run
+    reasons = case_reasons(data)
+    for name in ("good", "secrets_probe"):  # secrets_probe raises if any *KEY* variable leaks
+        assert reasons[(name, "n33-s2")] == ("passed", "")
+        assert reasons[(name, "n4096-s3")] == ("passed", "")
+    assert code == 1
+    assert "reproduce with --ks-salt" in output
+
+
+def test_bench_failures_name_the_timed_call(corpus_run) -> None:
+    _, _, data = corpus_run
+    outcome, reason = case_reasons(data)[("wrong", "n4096-s3")]
+    assert outcome == "failed"
+    assert reason.startswith("timed call ") and "wrong result" in reason
+
+
+def test_json_follows_the_schema(corpus_run) -> None:
+    _, _, data = corpus_run
+    run = RunResults.model_validate(data)
+    assert run.schema_version == 1 and run.task == "axpy" and run.profile == "cpu"
+    good = next(c for c in run.candidates if c.name == "good")
+    assert good.sha256 and Path(good.path).name == "good.py"
+    bench = next(c for c in good.cases if c.kind == "bench")
+    assert bench.stats is not None and bench.stats.runs >= 5
+    assert bench.stats.clock == "perf_counter_ns"
+    assert bench.stats.min_us <= bench.stats.median_us <= bench.stats.max_us
+    assert bench.stats.verified_runs == 2
+    assert good.geomean_us == pytest.approx(bench.stats.median_us)
+    assert good.speedup_over_reference is not None
+    assert {c.name for c in run.candidates if c.geomean_us is None} >= set(EXPECTED)
