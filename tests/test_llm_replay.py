@@ -55,6 +55,8 @@ def test_a_replayed_run_reproduces_every_output_without_a_server(tmp_path):
     replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
     assert replay is not None
     assert one_generation(replay, population) == first
+    records = read_calls(tmp_path / "again" / "llm-calls.jsonl")
+    assert {r.replay_match for r in records} == {"exact"}
     assert replay.ledger.spent_usd == pytest.approx(live.ledger.spent_usd)
     twice = build_roles(replay_settings(tmp_path / "again"), sample_task(), tmp_path / "third")
     assert one_generation(twice, population) == first  # a replay log replays too
@@ -91,14 +93,35 @@ def test_logged_failures_and_budget_stops_replay_as_the_same_errors(tmp_path):
     assert again[2] == first[2].replace("writer: ", "writer: (replayed) ", 1)
 
 
-def test_a_diverging_run_is_a_replay_miss_naming_the_log(tmp_path):
+def test_a_changed_prompt_takes_the_roles_next_logged_answer_and_is_marked(tmp_path):
+    population = sample_population()
+    with FakeLLMServer(ScientistResponder()) as server:
+        live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")
+        first = one_generation(live, population)
+    # Re-measured times change every prompt, as they do when a run is replayed for real.
+    remeasured = [
+        c.model_copy(update={"geomean_us": (c.geomean_us or 0) * 1.01 or None}) for c in population
+    ]
+    replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
+    assert one_generation(replay, remeasured) == first
+    records = read_calls(tmp_path / "again" / "llm-calls.jsonl")
+    matches = [r.replay_match for r in records]
+    assert matches[:3] == ["sequence"] * 3  # selector, designer, writer prompts carry times
+    assert replay.session.provider.mismatches == matches.count("sequence")
+
+
+def test_asking_for_more_than_the_log_holds_is_a_replay_miss_naming_the_log(tmp_path):
     with FakeLLMServer(ScientistResponder()) as server:
         live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")
         live.selector.select(sample_task(), sample_population(), "")
     replay = build_roles(replay_settings(tmp_path / "live"), sample_task(), tmp_path / "again")
-    with pytest.raises(ReplayMiss, match="diverged from the log") as info:
-        replay.selector.select(sample_task(), sample_population(), "- a new finding")
+    replay.selector.select(sample_task(), sample_population(), "")
+    with pytest.raises(ReplayMiss, match="all 1 logged selector answers are used") as info:
+        replay.selector.select(sample_task(), sample_population(), "")
     assert str(tmp_path / "live") in str(info.value)
+    with pytest.raises(ReplayMiss, match="all 0 logged designer answers"):
+        population = sample_population()
+        replay.designer.design(sample_task(), population[0], None, population, "", 3)
 
 
 def test_replaying_into_the_same_folder_does_not_append_to_the_log_read(tmp_path):

@@ -1,11 +1,16 @@
 """The replay provider: answers every request from an earlier run's call log, no network.
 
-A request is matched by (role, request sha256, occurrence). Logged failures replay as the same
-``ProviderError``, and each answer is charged its logged cost, so budget stops reproduce too.
+A request takes the logged answer with the same (role, request sha256, occurrence) when there is
+one. Measured times differ between runs, so a re-run's prompts rarely match byte for byte: then
+it takes the role's next unused answer in log order, and the new log marks the call
+``replay_match="sequence"``. Logged failures replay as the same errors, and each answer is
+charged its logged cost, so budget stops reproduce too. ``ReplayMiss`` means the role has no
+logged answers left.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from pytest_kscientist.evolve.llm.errors import (
@@ -19,31 +24,55 @@ from pytest_kscientist.evolve.llm.transcript import CALLS_FILE, CallRecord, read
 
 
 class ReplayProvider:
-    """Serves logged answers keyed by role, prompt hash and occurrence."""
+    """Serves logged answers: exact match first, else the role's next one in log order."""
 
     name = "replay"
 
     def __init__(self, path: Path, model: str = "replay") -> None:
         self.path = path / CALLS_FILE if path.is_dir() else path
         self.model = model
-        self._calls: dict[tuple[str, str, int], CallRecord] = {}
-        for record in read_calls(self.path):
-            self._calls.setdefault((record.role, record.prompt_sha256, record.occurrence), record)
+        self.mismatches = 0  # calls answered by sequence, not by an exact prompt match
+        self._records = read_calls(self.path)
+        self._exact: dict[tuple[str, str, int], int] = {}
+        for i, record in enumerate(self._records):
+            self._exact.setdefault((record.role, record.prompt_sha256, record.occurrence), i)
+        self._used: set[int] = set()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._calls)
+        return len(self._records)
+
+    def _take(self, request: LLMRequest) -> tuple[CallRecord, str]:
+        with self._lock:
+            key = (request.role, request.prompt_sha256, request.occurrence)
+            index = self._exact.get(key)
+            match = "exact"
+            if index is None or index in self._used:
+                match = "sequence"
+                index = next(
+                    (
+                        i
+                        for i, r in enumerate(self._records)
+                        if i not in self._used and r.role == request.role
+                    ),
+                    None,
+                )
+            if index is None:
+                logged = sum(r.role == request.role for r in self._records)
+                raise ReplayMiss(
+                    request.role,
+                    f"--ks-replay {self.path}: all {logged} logged {request.role} answers are "
+                    "used; this run asks for more than the logged one did (another generation "
+                    "count or population?)",
+                )
+            self._used.add(index)
+            if match == "sequence":
+                self.mismatches += 1
+            return self._records[index], match
 
     def generate(self, request: LLMRequest) -> LLMReply:
-        """The logged answer to this request, or ``ReplayMiss`` if the run has diverged."""
-        key = (request.role, request.prompt_sha256, request.occurrence)
-        record = self._calls.get(key)
-        if record is None:
-            raise ReplayMiss(
-                request.role,
-                f"--ks-replay {self.path}: no logged answer to this prompt (sha256 "
-                f"{request.prompt_sha256[:12]}, occurrence {request.occurrence}); the run "
-                "diverged from the log: replay needs the same task, population, seeds and options",
-            )
+        """The logged answer (or failure) for this request."""
+        record, match = self._take(request)
         if record.outcome == "budget":
             raise BudgetExhausted(request.role, f"(replayed) {record.error}", 0.0, 0.0)
         if record.outcome == "malformed":
@@ -55,4 +84,5 @@ class ReplayProvider:
             finish_reason=record.finish_reason,
             usage=record.usage,
             cost_usd=record.cost_usd,
+            replay_match=match,
         )

@@ -115,6 +115,7 @@ class Session:
                     "finish_reason": reply.finish_reason,
                     "usage": reply.usage,
                     "cost_usd": cost,
+                    "replay_match": reply.replay_match,
                     "elapsed_s": time.monotonic() - started,
                 }
             )
