@@ -1,0 +1,96 @@
+"""Who plays the three roles of a run, and what they are told about the task (the brief).
+
+Each role comes from the first ``pytest_kscientist_make_<role>`` hook that returns one (a
+``conftest.py`` can replace any role); roles left open go to the LLM scientist when one is
+configured, else to the offline scientist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kscientist.evolve.loop import Roles
+from pytest_kscientist.evolve.population import Member
+from pytest_kscientist.evolve.roles import Designer, Selector, TaskBrief, Writer
+from pytest_kscientist.task import Task
+
+PROTOCOLS = {"selector": Selector, "designer": Designer, "writer": Writer}
+
+
+class RoleError(Exception):
+    """A hook returned something that cannot play the role."""
+
+
+def task_brief(task: Task, members: Sequence[Member]) -> TaskBrief:
+    """The brief: description, reference source, hardware and benchmark ids as last measured."""
+    evaluated = [m.evaluation for m in members if m.evaluation is not None]
+    latest = max(evaluated, key=lambda e: e.evaluated_at, default=None)
+    hardware, bench_ids = "not measured yet", []
+    if latest is not None and latest.machine is not None:
+        mi = latest.machine
+        hardware = f"{mi.device_name} ({mi.device}), torch {mi.torch}, {mi.platform}"
+    if latest is not None and latest.profile in task.spec.profiles:
+        hardware += f"; case profile '{latest.profile}'"
+        bench_ids = [task.case_id(c) for c in task.spec.profiles[latest.profile].benchmarks]
+    return TaskBrief(
+        name=task.name,
+        description=task.spec.description.strip(),
+        reference_source=task.reference.read_text(encoding="utf-8"),
+        hardware=hardware,
+        benchmark_ids=bench_ids,
+    )
+
+
+def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[Any, list[str]]:
+    try:
+        from pytest_kscientist.evolve.llm.factory import llm_notice, make_llm_roles
+    except ImportError:
+        return None, []
+    roles = make_llm_roles(config, brief, log_dir)
+    notes = [n for n in [llm_notice(config)] if n]
+    if roles is not None and hasattr(roles, "describe"):
+        notes.append(roles.describe())
+    return roles, notes
+
+
+def make_roles_factory(
+    config: pytest.Config, task: Task, root: Path
+) -> Callable[[Sequence[Member]], tuple[Roles, TaskBrief]]:
+    """A callable building the run's roles once the seeds are measured (the brief needs them)."""
+
+    def make(members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
+        brief = task_brief(task, members)
+        chosen = {
+            "selector": config.hook.pytest_kscientist_make_selector(config=config, task=brief),
+            "designer": config.hook.pytest_kscientist_make_designer(config=config, task=brief),
+            "writer": config.hook.pytest_kscientist_make_writer(config=config, task=brief),
+        }
+        notes: list[str] = []
+        if any(v is None for v in chosen.values()):
+            llm, notes = _llm_roles(config, brief, root / "llm")
+            if llm is None:
+                from pytest_kscientist.evolve.offline import (
+                    OfflineDesigner,
+                    OfflineSelector,
+                    OfflineWriter,
+                )
+
+                llm = (OfflineSelector(), OfflineDesigner(), OfflineWriter())
+            for (role, value), fallback in zip(chosen.items(), llm, strict=True):
+                if value is None:
+                    chosen[role] = fallback
+        for role, value in chosen.items():
+            if not isinstance(value, PROTOCOLS[role]):
+                method = {"selector": "select", "designer": "design", "writer": "write"}[role]
+                raise RoleError(
+                    f"pytest_kscientist_make_{role} returned {type(value).__name__}, which has "
+                    f"no {method}() method; return an object implementing the {role.title()} "
+                    "protocol of pytest_kscientist.evolve.roles, or None"
+                )
+        return Roles(notes=tuple(notes), **chosen), brief
+
+    return make

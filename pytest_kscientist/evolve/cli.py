@@ -1,0 +1,110 @@
+"""Options of ``--evolve`` runs (flags with ini twins), resolved once into ``EvolveSettings``.
+
+``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
+``validate(config)`` from ``pytest_configure`` when ``--evolve`` is given. The flag wins over its
+ini twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DEFAULT_CANDIDATES = 3
+
+
+@dataclass(frozen=True)
+class EvolveSettings:
+    """Budgets and places of an evolution run."""
+
+    candidates: int
+    time_limit_s: float | None
+    population_root: Path
+
+
+def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """Register ``--ks-candidates``, ``--ks-time-limit``, ``--ks-population`` and ini twins."""
+    group.addoption(
+        "--ks-candidates",
+        dest="ks_candidates",
+        metavar="N",
+        default=None,
+        help="new candidates per --evolve generation (ini: ks_candidates; default "
+        f"{DEFAULT_CANDIDATES})",
+    )
+    group.addoption(
+        "--ks-time-limit",
+        dest="ks_time_limit",
+        metavar="SECONDS",
+        default=None,
+        help="stop --evolve cleanly after SECONDS of wall-clock time; rerun to continue "
+        "(ini: ks_time_limit; default: no limit)",
+    )
+    group.addoption(
+        "--ks-population",
+        dest="ks_population",
+        metavar="DIR",
+        default=None,
+        help="folder holding the populations of --evolve, one subfolder per task "
+        "(ini: ks_population; default: <rootdir>/population)",
+    )
+    parser.addini("ks_candidates", "default for --ks-candidates", default=str(DEFAULT_CANDIDATES))
+    parser.addini("ks_time_limit", "default for --ks-time-limit (seconds)", default="")
+    parser.addini(
+        "ks_population", "default for --ks-population (relative to the ini file)", default=""
+    )
+
+
+def _raw(config: pytest.Config, dest: str) -> tuple[str, str]:
+    """The raw value and the name to quote in errors (the flag, or the ini key)."""
+    flag = config.getoption(dest, default=None)
+    if flag is not None:
+        return str(flag), "--" + dest.replace("_", "-")
+    return str(config.getini(dest) or "").strip(), f"{dest} (ini)"
+
+
+def resolve(config: pytest.Config) -> EvolveSettings:
+    """Validate and resolve the options; raise ``pytest.UsageError`` naming the option and fix."""
+    raw, name = _raw(config, "ks_candidates")
+    try:
+        candidates = int(raw)
+    except ValueError:
+        candidates = 0
+    if candidates <= 0:
+        raise pytest.UsageError(
+            f"{name} expects a positive integer (new candidates per generation), got '{raw}'; "
+            f"e.g. {DEFAULT_CANDIDATES}"
+        )
+    raw, name = _raw(config, "ks_time_limit")
+    time_limit = None
+    if raw:
+        try:
+            time_limit = float(raw)
+        except ValueError:
+            time_limit = 0.0
+        if not time_limit > 0 or time_limit == float("inf"):
+            raise pytest.UsageError(
+                f"{name} expects a positive number of seconds, got '{raw}'; e.g. 3600, or leave "
+                "it out for no limit"
+            )
+    flag = config.getoption("ks_population", default=None)
+    if flag:
+        root = config.invocation_params.dir / Path(flag).expanduser()
+        name = "--ks-population"
+    elif raw_ini := str(config.getini("ks_population") or "").strip():
+        base = config.inipath.parent if config.inipath else config.rootpath
+        root, name = base / Path(raw_ini).expanduser(), "ks_population (ini)"
+    else:
+        root, name = config.rootpath / "population", "the default population folder"
+    if root.exists() and not root.is_dir():
+        raise pytest.UsageError(
+            f"{name} expects a directory, found a file at {root}; point it at a folder"
+        )
+    return EvolveSettings(candidates, time_limit, root.resolve())
+
+
+def validate(config: pytest.Config) -> None:
+    """Check the ``--evolve`` options once, at configure time."""
+    resolve(config)

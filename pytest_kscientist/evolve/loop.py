@@ -1,0 +1,405 @@
+"""The ``--evolve`` driver: select, design, write, then evaluate in a child pytest session.
+
+Every step leaves a record in the population before the next starts, so a run stopped anywhere
+(Ctrl-C, ``kill -9``, time limit) resumes from what was persisted: candidates written but never
+evaluated are evaluated first, a generation whose design was logged writes its remaining plans,
+and the count of generations comes from the ``generation_done`` events.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kscientist.evolve import findings as findings_doc
+from pytest_kscientist.evolve import report
+from pytest_kscientist.evolve.evaluate import (
+    EVALUATOR_KEY,
+    ChildSession,
+    EvaluationError,
+    Evaluator,
+    to_record,
+)
+from pytest_kscientist.evolve.population import Event, Member, Population
+from pytest_kscientist.evolve.roles import (
+    Designer,
+    ExperimentPlan,
+    Selection,
+    Selector,
+    TaskBrief,
+    Writer,
+)
+
+FINDINGS = "findings.md"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The three roles of one run."""
+
+    selector: Selector
+    designer: Designer
+    writer: Writer
+    notes: tuple[str, ...] = ()
+
+    def names(self) -> dict[str, str]:
+        return {
+            role: type(getattr(self, role)).__name__ for role in ("selector", "designer", "writer")
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much one run may do."""
+
+    generations: int
+    candidates: int = 3
+    time_limit_s: float | None = None
+
+
+class Stop(Exception):
+    """Ends the run early, with the reason to show and the exit code to return."""
+
+    def __init__(self, reason: str, code: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class Evolution:
+    """One run of the loop over one task's population."""
+
+    def __init__(
+        self,
+        *,
+        task: str,
+        seeds: list[Path],
+        population: Population,
+        evaluator: Evaluator,
+        make_roles: Any,
+        budget: Budget,
+        terminal: report.Terminal,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.task = task
+        self.seeds = seeds
+        self.pop = population
+        self.evaluator = evaluator
+        self._make_roles = make_roles  # callable(members) -> (Roles, TaskBrief), called lazily
+        self.budget = budget
+        self.term = terminal
+        self.clock = clock
+        self.start = clock()
+        self.roles: Roles | None = None
+        self.brief: TaskBrief | None = None
+        self.generation = 0
+
+    # -- driver -------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until the generation budget, the time limit or an interruption; return exit code."""
+        self.pop.log("run_start", budget=self.budget.__dict__)
+        code, reason = 0, f"{self.budget.generations} generation(s) done"
+        try:
+            self._evaluate_pending(resumed=True)
+            if 0 not in self._done():
+                self._seed()
+            while (done := max(self._done())) < self.budget.generations:
+                self._generation(done + 1)
+        except Stop as stop:
+            code, reason = stop.code, stop.reason
+        except KeyboardInterrupt:
+            code, reason = int(pytest.ExitCode.INTERRUPTED), "interrupted (Ctrl-C)"
+        self.pop.log("run_end", reason=reason, code=code)
+        self._finish(reason)
+        return code
+
+    def _done(self) -> set[int]:
+        done = {e.generation for e in self.pop.events() if e.kind == "generation_done"}
+        return {g for g in done if g is not None} or {-1}
+
+    def _remaining(self) -> float | None:
+        if self.budget.time_limit_s is None:
+            return None
+        left = self.budget.time_limit_s - (self.clock() - self.start)
+        if left <= 0:
+            raise Stop(f"time limit of {self.budget.time_limit_s:g} s reached; rerun to continue")
+        return left
+
+    def _stage(self, stage: str, text: str) -> None:
+        g = f"gen {self.generation}/{self.budget.generations}"
+        self.term.line(f"kscientist evolve {self.task} | {g} | {stage:<8} | {text}")
+
+    # -- generation 0 -------------------------------------------------------------------------
+    def _seed(self) -> None:
+        self.generation = 0
+        if not self.seeds:
+            raise Stop(f"task '{self.task}' has no seeds to start from; add kernels to seeds/", 1)
+        added = []
+        for path in self.seeds:
+            result = self.pop.add(
+                path.read_text(encoding="utf-8"), generation=0, origin="seed", seed_file=path.name
+            )
+            if not result.duplicate:
+                added.append(result.id)
+        self._stage("seed", f"{len(added)} new of {len(self.seeds)} seed(s): {' '.join(added)}")
+        self._evaluate_pending()
+        self._close_generation(0)
+
+    # -- generations 1.. ----------------------------------------------------------------------
+    def _generation(self, g: int) -> None:
+        self.generation = g
+        members = self.pop.members()
+        if not any(m.geomean_us is not None for m in members):
+            raise Stop("no candidate passes its checks; fix a seed so there is a base to evolve", 1)
+        roles, brief = self._roles(members)
+        design = self._design_event(g) or self._select_and_design(g, roles, brief, members)
+        base_id = design.data["selection"]["base_id"]
+        plans = [ExperimentPlan.model_validate(p) for p in design.data["kept"]]
+        done = {
+            e.data["plan_index"]
+            for e in self.pop.events()
+            if e.kind == "plan_done" and e.data.get("design_id") == design.data["design_id"]
+        }
+        base = next(m for m in self.pop.members() if m.id == base_id)
+        for i, plan in enumerate(plans):
+            if i not in done:
+                self._remaining()
+                self._write(g, i, plan, base, design, roles, brief)
+        self._evaluate_pending()
+        self._close_generation(g)
+        if not plans:
+            raise Stop("the designer proposed no new experiment; the search space is exhausted")
+
+    def _roles(self, members: list[Member]) -> tuple[Roles, TaskBrief]:
+        if self.roles is None or self.brief is None:
+            try:
+                self.roles, self.brief = self._make_roles(members)
+            except (KeyboardInterrupt, Stop):
+                raise
+            except Exception as exc:  # hooks and LLM set-up are user code: report, do not crash
+                self.pop.log("role_failed", self.generation, role="setup", error=repr(exc))
+                raise Stop(
+                    f"the roles could not be set up: {type(exc).__name__}: {exc}", 3
+                ) from None
+            self._stage("roles", ", ".join(f"{k}={v}" for k, v in self.roles.names().items()))
+            for note in self.roles.notes:
+                self._stage("roles", note)
+        return self.roles, self.brief
+
+    def _design_event(self, g: int) -> Event | None:
+        designs = [e for e in self.pop.events() if e.kind == "design" and e.generation == g]
+        mine = [e for e in designs if e.run_id == self.pop.run_id]
+        if not designs:
+            return None
+        event = (mine or designs)[-1]
+        if not mine:
+            self._stage("resume", f"continuing the design logged at {event.at}")
+        return event
+
+    def _select_and_design(
+        self, g: int, roles: Roles, brief: TaskBrief, members: list[Member]
+    ) -> Event:
+        summaries = [m.summary() for m in members]
+        notes = self.pop.read_text(FINDINGS)
+        self._remaining()
+        selection = self._call("selector", roles.selector.select, brief, summaries, notes)
+        if not isinstance(selection, Selection):
+            raise Stop(f"the selector returned {type(selection).__name__}, not a Selection", 3)
+        by_id = {s.id: s for s in summaries}
+        if selection.base_id not in by_id or (
+            selection.reference_id is not None and selection.reference_id not in by_id
+        ):
+            raise Stop(
+                f"the selector chose base '{selection.base_id}' / reference "
+                f"'{selection.reference_id}', which are not in the population",
+                3,
+            )
+        self._stage("select", selection.reason)
+        base, ref = by_id[selection.base_id], by_id.get(selection.reference_id or "")
+        self._remaining()
+        design = self._call(
+            "designer",
+            roles.designer.design,
+            brief,
+            base,
+            ref,
+            summaries,
+            notes,
+            self.budget.candidates,
+        )
+        kept = list(design.kept)[: self.budget.candidates]
+        self._stage(
+            "design",
+            f"{len(design.avenues)} avenues, {len(design.plans)} plans, kept {len(kept)}: "
+            + "; ".join(p.title for p in kept),
+        )
+        return self.pop.log(
+            "design",
+            generation=g,
+            design_id=uuid.uuid4().hex[:12],
+            selection=selection.model_dump(),
+            avenues=list(design.avenues),
+            plans=[p.model_dump() for p in design.plans],
+            kept=[p.model_dump() for p in kept],
+            findings_update=design.findings_update,
+        )
+
+    def _write(
+        self,
+        g: int,
+        i: int,
+        plan: ExperimentPlan,
+        base: Member,
+        design: Event,
+        roles: Roles,
+        brief: TaskBrief,
+    ) -> None:
+        design_id = design.data["design_id"]
+        try:
+            draft = self._call("writer", roles.writer.write, brief, base.summary(), plan)
+        except Stop as stop:
+            if stop.code == 0:
+                raise
+            self._stage("write", f"plan {i + 1} '{plan.title}' skipped: {stop.reason}")
+            self.pop.log(
+                "plan_done",
+                g,
+                design_id=design_id,
+                plan_index=i,
+                outcome="write_failed",
+                error=stop.reason,
+            )
+            return
+        selection = Selection.model_validate(design.data["selection"])
+        parents = [base.id] + [r for r in [selection.reference_id] if r and r != base.id]
+        added = self.pop.add(
+            draft.source,
+            generation=g,
+            origin="writer",
+            parents=parents,
+            selection=selection,
+            plan=plan,
+            plan_index=i,
+            explanation=draft.explanation,
+            roles=roles.names(),
+        )
+        outcome = "duplicate" if added.duplicate else "added"
+        note = f"identical to {added.id}, not evaluated again" if added.duplicate else "written"
+        self._stage("write", f"{added.id if not added.duplicate else '-'} '{plan.title}': {note}")
+        self.pop.log(
+            "plan_done", g, design_id=design_id, plan_index=i, outcome=outcome, candidate=added.id
+        )
+
+    def _call(self, role: str, method: Any, *args: Any) -> Any:
+        """Call a role; a role's failure stops the run (code 3) with its traceback logged."""
+        try:
+            return method(*args)
+        except (KeyboardInterrupt, Stop):
+            raise
+        except Exception as exc:  # a role is user or LLM code: an isolation boundary
+            detail = traceback.format_exc()
+            self.pop.log(
+                "role_failed", self.generation, role=role, error=repr(exc), traceback=detail
+            )
+            if _is_budget_exhausted(exc):
+                raise Stop(f"LLM budget exhausted in the {role}: {exc}") from None
+            raise Stop(f"the {role} failed: {type(exc).__name__}: {exc}", 3) from None
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def _evaluate_pending(self, resumed: bool = False) -> None:
+        pending = [m for m in self.pop.members() if m.evaluation is None]
+        if not pending:
+            return
+        ids = " ".join(m.id for m in pending)
+        if resumed:
+            self._stage("resume", f"{len(pending)} candidate(s) written but never evaluated: {ids}")
+        self._stage("evaluate", f"{ids} in a child pytest session")
+        began = self.clock()
+        paths = [self.pop.source_path(m.id) for m in pending]
+        try:
+            run = self.evaluator.evaluate(paths, self._remaining())
+        except EvaluationError as exc:
+            self.pop.log(
+                "evaluation_failed",
+                self.generation,
+                candidates=[m.id for m in pending],
+                error=str(exc),
+            )
+            raise Stop(str(exc), exc.code) from None
+        results = {c.name: c for c in run.candidates}
+        verdicts = []
+        for m in pending:
+            record = to_record(m.id, results.get(m.id), run, self.pop.run_id)
+            self.pop.record(record)
+            verdicts.append(f"{m.id} {record.status}")
+        self.pop.log(
+            "evaluated",
+            self.generation,
+            candidates=[m.id for m in pending],
+            profile=run.profile,
+            salt=run.salt,
+        )
+        self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
+
+    def _close_generation(self, g: int) -> None:
+        members = self.pop.members()
+        notes = ""
+        design = self._design_event(g) if g > 0 else None
+        if design is not None:
+            notes = design.data.get("findings_update", "")
+        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, notes, g))
+        self.pop.log("generation_done", g)
+        self.term.sep(f"kscientist {self.task}: generation {g}")
+        for line in report.generation_table(members, g):
+            self.term.line(line)
+
+    def _finish(self, reason: str) -> None:
+        members = self.pop.members()
+        self.term.sep(f"kscientist evolution of {self.task}")
+        for line in report.summary(members, reason, self.clock() - self.start):
+            self.term.line(line)
+        for message in self.pop.skipped:
+            self.term.line(f"warning: {message}", yellow=True)
+        if members:
+            self.pop.write_text(report.LINEAGE, report.lineage_markdown(self.task, members))
+            note = report.write_plot(members, self.pop.root / report.PLOT, self.task)
+            self.term.line(note)
+        self.term.line(f"population: {self.pop.root} (findings.md, lineage.md, events.jsonl)")
+
+
+def _is_budget_exhausted(exc: BaseException) -> bool:
+    try:
+        from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+    except ImportError:
+        return False
+    return isinstance(exc, BudgetExhausted)
+
+
+def run_evolution(config: pytest.Config, task_dir: Path) -> int:
+    """Run ``--evolve N`` on ``task_dir`` for this pytest run; return a pytest exit code."""
+    from pytest_kscientist.evolve import cli
+    from pytest_kscientist.evolve.assemble import make_roles_factory
+    from pytest_kscientist.task import load_task
+
+    settings = cli.resolve(config)
+    task = load_task(task_dir)
+    population = Population(settings.population_root / task.name, task.name)
+    evaluator = config.stash.get(EVALUATOR_KEY, None) or ChildSession.for_config(
+        config, task_dir, population.root / "sessions"
+    )
+    evolution = Evolution(
+        task=task.name,
+        seeds=task.seeds(),
+        population=population,
+        evaluator=evaluator,
+        make_roles=make_roles_factory(config, task, population.root),
+        budget=Budget(int(config.option.evolve), settings.candidates, settings.time_limit_s),
+        terminal=report.Terminal.for_config(config),
+    )
+    return evolution.run()

@@ -1,0 +1,398 @@
+"""The offline scientist: selector, designer and writer that tune ``TUNABLES`` knobs without an LLM.
+
+The designer learns an additive model of log(geomean) over knob values from every evaluated
+member of the base's family (kernels whose code differs only in knob values), extrapolates one
+step along observed trends, and proposes unexplored single, paired and cross-over moves. Gains are
+speed-ups in percent: +100 means twice as fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pytest_kscientist.evolve.knobs import (
+    Knob,
+    KnobError,
+    moves,
+    paired_moves,
+    read_space,
+    read_tunables,
+    rewrite_tunables,
+    skeleton_sha,
+)
+from pytest_kscientist.evolve.roles import (
+    CandidateSummary,
+    Design,
+    Draft,
+    ExperimentPlan,
+    Selection,
+    TaskBrief,
+    keep_three,
+)
+
+N_AVENUES = 10
+N_PLANS = 5
+RIDGE = 0.5  # pulls effects seen in few kernels towards "no effect" (log units)
+UNSEEN_SPREAD = 0.35  # +-42% speed-up range for a value no kernel of the family has used
+SEEN_ONCE_SPREAD = 0.12
+MIN_SPREAD = 0.03  # CPU timings on 2 shared cores vary by a few percent between sessions
+MAX_GLOBAL_SPACE = 4096
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A candidate whose knobs the offline roles can read."""
+
+    summary: CandidateSummary
+    values: dict[str, Knob]
+    space: dict[str, list[Knob]]
+    family: str
+
+    def config(self) -> tuple[tuple[str, Knob], ...]:
+        return tuple(sorted(self.values.items()))
+
+
+def tuned(candidate: CandidateSummary) -> Tuned | None:
+    """The candidate's knobs and knob space, or None if it declares none or does not parse."""
+    try:
+        values, space = read_tunables(candidate.source), read_space(candidate.source)
+        family = skeleton_sha(candidate.source)
+    except KnobError:
+        return None
+    if not values or not any(k in values for k in space):
+        return None
+    return Tuned(candidate, values, space, family)
+
+
+def _family(base: Tuned, population: list[CandidateSummary]) -> list[Tuned]:
+    out = []
+    for c in population:
+        t = tuned(c)
+        if t is not None and t.family == base.family and set(t.values) == set(base.values):
+            out.append(t)
+    return out
+
+
+def _lineage_root(cid: str, by_id: Mapping[str, CandidateSummary]) -> str:
+    seen = set()
+    while cid in by_id and by_id[cid].parents and cid not in seen:
+        seen.add(cid)
+        cid = by_id[cid].parents[0]
+    return cid
+
+
+def _has_untried(base: Tuned, family: list[Tuned]) -> bool:
+    tried = {t.config() for t in family}
+    size = math.prod(len(v) for v in base.space.values())
+    if size <= MAX_GLOBAL_SPACE:
+        in_space = {
+            c for c in tried if all(dict(c).get(k) in opts for k, opts in base.space.items())
+        }
+        return len(in_space) < size
+    near = itertools.chain(moves(base.values, base.space, 2), paired_moves(base.values, base.space))
+    return any(tuple(sorted((base.values | c).items())) not in tried for c in near)
+
+
+class OfflineSelector:
+    """Base = fastest passing kernel with knobs left to try; reference = its strongest rival.
+
+    When the best kernel has not been beaten for ``stall`` generations, the base moves to the
+    best kernel of another family (different code) that still has untried knobs.
+    """
+
+    def __init__(self, stall: int = 3) -> None:
+        self.stall = stall
+
+    def select(
+        self, task: TaskBrief, population: list[CandidateSummary], findings: str
+    ) -> Selection:
+        passed = sorted(
+            (c for c in population if c.status == "passed" and c.geomean_us),
+            key=lambda c: c.geomean_us or math.inf,
+        )
+        if not passed:
+            raise ValueError("no candidate has passed its checks; there is no base to improve")
+        best = passed[0]
+        open_ = [c for c in passed if (t := tuned(c)) and _has_untried(t, _family(t, population))]
+        base, note = (open_[0] if open_ else best), ""
+        if base is not best:
+            note = f" (the fastest, {best.id}, has every knob configuration tried)"
+        latest = max(c.generation for c in population)
+        if open_ and latest - best.generation >= self.stall:
+            family = tb.family if (tb := tuned(base)) else ""
+            other = [c for c in open_ if (t := tuned(c)) and t.family != family]
+            if other:
+                base = other[0]
+                note = (
+                    f" (the fastest, {best.id}, is unbeaten for {latest - best.generation} "
+                    "generations: exploring another family)"
+                )
+        rank = passed.index(base) + 1
+        reason = (
+            f"base {base.id}: {base.geomean_us:.1f} us geomean, rank {rank} of "
+            f"{len(passed)} passing{note}"
+        )
+        reference, why = self._reference(base, passed, population)
+        if reference is not None:
+            reason += f"; reference {reference.id}: {why}"
+        return Selection(
+            base_id=base.id, reference_id=reference.id if reference else None, reason=reason
+        )
+
+    @staticmethod
+    def _reference(
+        base: CandidateSummary, passed: list[CandidateSummary], population: list[CandidateSummary]
+    ) -> tuple[CandidateSummary | None, str]:
+        wins: Counter[str] = Counter()
+        for bench in base.bench_median_us:
+            timed = [c for c in passed if bench in c.bench_median_us]
+            winner = min(timed, key=lambda c: c.bench_median_us[bench])
+            if winner.id != base.id:
+                wins[winner.id] += 1
+        if wins:
+            rank = {c.id: i for i, c in enumerate(passed)}
+            cid, n = min(wins.items(), key=lambda kv: (-kv[1], rank[kv[0]]))
+            ref = next(c for c in passed if c.id == cid)
+            return ref, f"fastest on {n} of {len(base.bench_median_us)} benchmarks"
+        by_id = {c.id: c for c in population}
+        root = _lineage_root(base.id, by_id)
+        for c in passed:
+            if _lineage_root(c.id, by_id) != root:
+                return c, f"best of another lineage (rooted at {_lineage_root(c.id, by_id)})"
+        return None, ""
+
+
+@dataclass
+class KnobModel:
+    """log(geomean) = intercept + sum of per-knob value effects, fitted by ridge backfitting."""
+
+    space: dict[str, list[Knob]]
+    intercept: float = 0.0
+    effects: dict[str, dict[Knob, float]] = field(default_factory=dict)
+    counts: dict[str, Counter[Knob]] = field(default_factory=dict)
+    failures: dict[str, Counter[Knob]] = field(default_factory=dict)
+    spread: float = MIN_SPREAD
+
+    @classmethod
+    def fit(cls, family: list[Tuned], space: dict[str, list[Knob]]) -> KnobModel:
+        model = cls(space)
+        knobs = list(space)
+        model.counts = {k: Counter() for k in knobs}
+        model.failures = {k: Counter() for k in knobs}
+        rows = []
+        for t in family:
+            for k in knobs:
+                model.counts[k][t.values.get(k)] += 1
+                if t.summary.status == "failed":
+                    model.failures[k][t.values.get(k)] += 1
+            if t.summary.status == "passed" and t.summary.geomean_us:
+                rows.append((t.values, math.log(t.summary.geomean_us)))
+        model.effects = {k: {} for k in knobs}
+        if not rows:
+            return model
+        model.intercept = sum(y for _, y in rows) / len(rows)
+        for _ in range(50):
+            for k in knobs:
+                sums: dict[Knob, float] = defaultdict(float)
+                n: Counter[Knob] = Counter()
+                for values, y in rows:
+                    others = sum(model.effects[j].get(values.get(j), 0.0) for j in knobs if j != k)
+                    sums[values.get(k)] += y - model.intercept - others
+                    n[values.get(k)] += 1
+                model.effects[k] = {v: sums[v] / (n[v] + RIDGE) for v in n}
+        residuals = [y - model.predict(values)[0] for values, y in rows]
+        if len(rows) > 2:
+            variance = sum(r * r for r in residuals) / (len(rows) - 1)
+            model.spread = max(MIN_SPREAD, math.sqrt(variance))
+        return model
+
+    def effect(self, knob: str, value: Knob) -> tuple[float, float]:
+        """(effect, uncertainty) of a knob value; unseen values continue the neighbours' trend."""
+        seen = self.effects.get(knob, {})
+        if value in seen:
+            return seen[value], SEEN_ONCE_SPREAD if self.counts[knob][value] < 2 else 0.0
+        options = self.space.get(knob, [])
+        if value not in options or not seen:
+            return 0.0, UNSEEN_SPREAD
+        at = options.index(value)
+        known = sorted(options.index(v) for v in seen if v in options)
+        left = [i for i in known if i < at]
+        right = [i for i in known if i > at]
+        eff = lambda i: seen[options[i]]  # noqa: E731
+        if left and right:
+            i, j = left[-1], right[0]
+            return eff(i) + (eff(j) - eff(i)) * (at - i) / (j - i), UNSEEN_SPREAD / 2
+        near = left[-1] if left else right[0]
+        inner = left[-2:-1] if left else right[1:2]
+        trend = (eff(near) - eff(inner[0])) / 2 if inner else 0.0
+        return eff(near) + trend, UNSEEN_SPREAD
+
+    def predict(self, values: Mapping[str, Knob]) -> tuple[float, float]:
+        """(predicted log geomean, uncertainty in log units) of a knob configuration."""
+        total, unc = self.intercept, 0.0
+        for k in self.space:
+            e, u = self.effect(k, values.get(k))
+            total, unc = total + e, unc + u
+        return total, unc
+
+    def risky(self, change: Mapping[str, Knob]) -> bool:
+        """Whether a changed value has only ever been seen in failing kernels."""
+        return any(0 < self.failures[k][v] == self.counts[k][v] for k, v in change.items())
+
+
+def _pct(log_ratio: float) -> float:
+    return (math.exp(log_ratio) - 1.0) * 100.0
+
+
+def _title(base: Mapping[str, Knob], change: Mapping[str, Knob]) -> str:
+    return ", ".join(f"{k} {base[k]!r} -> {v!r}" for k, v in sorted(change.items()))
+
+
+class OfflineDesigner:
+    """Ranks untried knob moves around the base by the gain the history predicts."""
+
+    def design(
+        self,
+        task: TaskBrief,
+        base: CandidateSummary,
+        reference: CandidateSummary | None,
+        population: list[CandidateSummary],
+        findings: str,
+        n_keep: int,
+    ) -> Design:
+        t = tuned(base)
+        if t is None:
+            note = (
+                f"{base.id} declares no TUNABLES/TUNABLE_SPACE; "
+                "the offline scientist cannot vary it"
+            )
+            return Design(avenues=[note], plans=[], kept=[], findings_update=note)
+        family = _family(t, population)
+        model = KnobModel.fit(family, t.space)
+        changes = self._changes(t, family, reference)
+        base_pred, _ = model.predict(t.values)
+        plans = [self._plan(t, model, base_pred, c, origin, len(family)) for c, origin in changes]
+        ranked = sorted(
+            plans, key=lambda p: p.expected_gain_min_pct + p.expected_gain_max_pct, reverse=True
+        )
+        avenues = [f"{p.title}: {p.changes}" for p in ranked[:N_AVENUES]]
+        chosen = self._choose(ranked, max(N_PLANS, n_keep))
+        return Design(
+            avenues=avenues or [f"every knob configuration near {base.id} has been tried"],
+            plans=chosen,
+            kept=keep_three(chosen, n_keep),
+            findings_update=self._learned(t, model),
+        )
+
+    @staticmethod
+    def _changes(
+        t: Tuned, family: list[Tuned], reference: CandidateSummary | None
+    ) -> list[tuple[dict[str, Knob], str]]:
+        tried = {f.config() for f in family}
+        out: list[tuple[dict[str, Knob], str]] = []
+
+        def add(change: dict[str, Knob], origin: str) -> None:
+            config = tuple(sorted((t.values | change).items()))
+            if change and config not in tried:
+                tried.add(config)
+                out.append((change, origin))
+
+        ref = tuned(reference) if reference is not None else None
+        if ref is not None and ref.family == t.family:
+            diff = {k: v for k, v in ref.values.items() if t.values.get(k) != v}
+            for k, v in diff.items():
+                add({k: v}, f"taken from reference {reference.id}")  # type: ignore[union-attr]
+            add(diff, f"cross-over with reference {reference.id}")  # type: ignore[union-attr]
+        for change in moves(t.values, t.space, steps=1):
+            add(change, "neighbouring value")
+        for change in paired_moves(t.values, t.space):
+            add(change, "paired neighbouring values")
+        for change in moves(t.values, t.space, steps=2):
+            add(change, "two steps away")
+        if len(out) < N_PLANS and math.prod(len(v) for v in t.space.values()) <= MAX_GLOBAL_SPACE:
+            knobs = list(t.space)
+            for combo in itertools.product(*(t.space[k] for k in knobs)):
+                config = dict(zip(knobs, combo, strict=True))
+                add({k: v for k, v in config.items() if t.values.get(k) != v}, "far jump")
+        return out
+
+    @staticmethod
+    def _plan(
+        t: Tuned,
+        model: KnobModel,
+        base_pred: float,
+        change: dict[str, Knob],
+        origin: str,
+        n_family: int,
+    ) -> ExperimentPlan:
+        pred, _ = model.predict(t.values | change)
+        unc = model.spread + sum(model.effect(k, v)[1] for k, v in change.items())
+        gain = base_pred - pred
+        low, high = _pct(gain - unc), _pct(gain + unc)
+        if model.risky(change):
+            low = -100.0
+        novelty = [1.0 / (1 + model.counts[k][v]) for k, v in change.items()]
+        innovation = min(10.0, 10.0 * sum(novelty) / len(novelty) + (len(change) - 1) * 0.5)
+        seen = ", ".join(f"{k}={v!r} in {model.counts[k][v]} kernel(s)" for k, v in change.items())
+        return ExperimentPlan(
+            title=_title(t.values, change),
+            changes=(
+                f"{origin}; predicted {_pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%) "
+                f"by a model of {n_family} related kernel(s); seen {seen}"
+            ),
+            expected_gain_min_pct=round(low, 2),
+            expected_gain_max_pct=round(high, 2),
+            innovation=round(innovation, 2),
+            knobs=change,
+        )
+
+    @staticmethod
+    def _choose(ranked: list[ExperimentPlan], n: int) -> list[ExperimentPlan]:
+        """Best by each criterion in turn, preferring plans that try values not yet picked."""
+        picks: list[ExperimentPlan] = []
+        orders = [
+            ranked,
+            sorted(ranked, key=lambda p: p.expected_gain_max_pct, reverse=True),
+            sorted(ranked, key=lambda p: p.expected_gain_min_pct, reverse=True),
+            sorted(ranked, key=lambda p: p.innovation, reverse=True),
+        ]
+        for order in itertools.cycle(orders):
+            if len(picks) >= min(n, len(ranked)):
+                break
+            used = {item for p in picks for item in p.knobs.items()}
+            fresh = [p for p in order if all(p is not q for q in picks)]
+            new = [p for p in fresh if used.isdisjoint(p.knobs.items())]
+            picks.append((new or fresh)[0])
+        return picks
+
+    @staticmethod
+    def _learned(t: Tuned, model: KnobModel) -> str:
+        lines = []
+        for k, effects in model.effects.items():
+            if len(effects) < 2:
+                continue
+            ref = effects.get(t.values.get(k), 0.0)
+            ordered = sorted(effects.items(), key=lambda kv: kv[1])
+            parts = [f"{v!r} {_pct(ref - e):+.0f}%" for v, e in ordered]
+            lines.append(f"- `{k}` vs {t.values.get(k)!r} (speed-up, fitted): " + ", ".join(parts))
+        return "\n".join(lines)
+
+
+class OfflineWriter:
+    """Writes a plan's knob values into the base's TUNABLES via the ast; nothing else changes."""
+
+    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft:
+        if not plan.knobs:
+            raise KnobError(
+                f"plan '{plan.title}' names no knob values; "
+                "the offline writer only rewrites TUNABLES"
+            )
+        source = rewrite_tunables(base.source, plan.knobs)
+        return Draft(
+            source=source,
+            explanation=f"{base.id} with {plan.title}. {plan.changes}.",
+        )

@@ -1,0 +1,189 @@
+"""What an evolution run shows: progress lines, generation table, summary, plot and lineage.
+
+Terminal output goes through pytest's terminal reporter; matplotlib is imported only to draw.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_kscientist.evolve.findings import best, label, lineage
+from pytest_kscientist.evolve.population import Member
+
+PLOT = "progress.png"
+LINEAGE = "lineage.md"
+
+
+class Terminal:
+    """Writes lines through pytest's terminal reporter (or a plain stream outside pytest)."""
+
+    def __init__(self, reporter: Any = None, stream: Any = None) -> None:
+        self._reporter = reporter
+        self._stream = stream
+
+    @classmethod
+    def for_config(cls, config: Any) -> Terminal:
+        """The terminal of a pytest run."""
+        return cls(config.pluginmanager.get_plugin("terminalreporter"), sys.stdout)
+
+    def line(self, text: str, **markup: bool) -> None:
+        if self._reporter is not None:
+            self._reporter.write_line(text, **markup)
+        elif self._stream is not None:
+            self._stream.write(text + "\n")
+            self._stream.flush()
+
+    def sep(self, title: str) -> None:
+        if self._reporter is not None:
+            self._reporter.write_sep("-", title)
+        else:
+            self.line(f"---- {title} ----")
+
+
+def _fmt_us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+
+
+def generation_table(members: Sequence[Member], generation: int) -> list[str]:
+    """One row per candidate of ``generation`` plus the best-so-far line."""
+    by_id = {m.id: m for m in members}
+    rows = []
+    for m in members:
+        if m.meta.generation != generation:
+            continue
+        parent = by_id.get(m.meta.parents[0]) if m.meta.parents else None
+        vs = "-"
+        if parent is not None and parent.geomean_us and m.geomean_us:
+            vs = f"{parent.geomean_us / m.geomean_us:.2f}x"
+        verdict = m.status if m.status != "failed" else f"failed: {m.evaluation.failure[:60]}"  # type: ignore[union-attr]
+        rows.append(
+            [m.id, parent.id if parent else "-", label(m)[:48], verdict, _fmt_us(m.geomean_us), vs]
+        )
+    lines = _table(["id", "parent", "change", "verdict", "geomean_us", "vs parent"], rows)
+    if not rows:
+        lines = ["(no new candidates)"]
+    return lines + [best_line(members)]
+
+
+def best_line(members: Sequence[Member]) -> str:
+    """Best so far and its speed-up over the best seed."""
+    top, seed = best(members), best(members, seeds_only=True)
+    if top is None:
+        return "best so far: none passed"
+    line = f"best so far: {top.id} (gen {top.meta.generation}) {top.geomean_us:.1f} us"
+    if seed is not None and seed.geomean_us and top.geomean_us:
+        speedup = seed.geomean_us / top.geomean_us
+        line += f", {speedup:.2f}x over the best seed {seed.id} ({seed.meta.seed_file})"
+    return line
+
+
+def best_per_generation(members: Sequence[Member]) -> list[tuple[int, float | None]]:
+    """(generation, best geomean among candidates up to that generation) for every generation."""
+    if not members:
+        return []
+    out = []
+    running: float | None = None
+    for g in range(max(m.meta.generation for m in members) + 1):
+        for m in members:
+            if m.meta.generation == g and m.geomean_us is not None:
+                running = m.geomean_us if running is None else min(running, m.geomean_us)
+        out.append((g, running))
+    return out
+
+
+def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> list[str]:
+    """The closing lines of a run."""
+    counts = {s: sum(m.status == s for m in members) for s in ("passed", "failed", "pending")}
+    gens = best_per_generation(members)
+    lines = [
+        f"stopped: {stop_reason} after {elapsed_s:.0f} s",
+        f"population: {len(members)} candidates in {len(gens)} generations ({counts['passed']} "
+        f"passed, {counts['failed']} failed, {counts['pending']} pending)",
+        best_line(members),
+    ]
+    top = best(members)
+    if top is not None:
+        lines.append(
+            f"lineage of the best: {' -> '.join(lineage(top, {m.id: m for m in members}))}"
+        )
+    trail = ", ".join(f"g{g}: {_fmt_us(t)}" for g, t in gens)
+    if trail:
+        lines.append(f"best geomean_us per generation: {trail}")
+    return lines
+
+
+def write_plot(members: Sequence[Member], path: Path, task: str) -> str:
+    """Draw best geomean per generation into ``path``; return a one-line note of what happened."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plot skipped: matplotlib is not installed (pip install matplotlib)"
+    points = [(m.meta.generation, m.geomean_us) for m in members if m.geomean_us is not None]
+    curve = [(g, t) for g, t in best_per_generation(members) if t is not None]
+    if not curve:
+        return "plot skipped: no candidate has passed yet"
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    try:
+        ax.scatter(
+            [g for g, _ in points], [t for _, t in points], s=14, alpha=0.5, label="candidates"
+        )
+        ax.step(
+            [g for g, _ in curve],
+            [t for _, t in curve],
+            where="post",
+            color="C3",
+            label="best so far",
+        )
+        ax.set_yscale("log")
+        ax.set_xlabel("generation")
+        ax.set_ylabel("geomean of benchmark medians (us)")
+        ax.set_title(f"{task}: best geomean per generation")
+        ax.legend()
+        fig.tight_layout()
+        tmp = path.with_name(f".{path.name}.tmp.png")
+        fig.savefig(tmp)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+    return f"plot: {path}"
+
+
+def lineage_markdown(task: str, members: Sequence[Member]) -> str:
+    """The population as a markdown tree (children indented under their first parent)."""
+    ids = {m.id for m in members}
+    children: dict[str | None, list[Member]] = {}
+    for m in members:
+        parent = m.meta.parents[0] if m.meta.parents and m.meta.parents[0] in ids else None
+        children.setdefault(parent, []).append(m)
+    top = best(members)
+    out = [
+        f"# Lineage: {task}",
+        "",
+        "`id` gen, verdict, geomean_us, change (best marked **best**)",
+        "",
+    ]
+
+    def walk(parent: str | None, depth: int) -> None:
+        for m in children.get(parent, []):
+            star = " **best**" if top is not None and m.id == top.id else ""
+            verdict = m.status if m.status != "failed" else f"failed ({m.evaluation.failure[:80]})"  # type: ignore[union-attr]
+            out.append(
+                f"{'  ' * depth}- `{m.id}` g{m.meta.generation}, {verdict}, "
+                f"{_fmt_us(m.geomean_us)} us, {label(m)}{star}"
+            )
+            walk(m.id, depth + 1)
+
+    walk(None, 0)
+    return "\n".join(out) + "\n"
