@@ -52,7 +52,7 @@ class ExperimentPlan(BaseModel):
     expected_gain_min_pct: float
     expected_gain_max_pct: float
     innovation: float = Field(ge=0, le=10)
-    knobs: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    knobs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
 
 
 class Design(BaseModel):
