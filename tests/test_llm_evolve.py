@@ -1,0 +1,117 @@
+"""End to end: ``pytest --evolve`` with the Gemini scientist against the fake server, then the
+same evolution replayed from its call log with no server at all."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, ScientistResponder
+from pytest_kscientist.evolve.llm.transcript import read_calls
+
+REPO = Path(__file__).parent.parent
+AXPY = REPO / "tests" / "data" / "axpy"
+KEY = "AIzaFAKE-evolve-key-55555"
+
+
+@pytest.fixture
+def scientist(monkeypatch):
+    """The fake Gemini service playing all roles, with a key only the fake accepts."""
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    with FakeLLMServer(ScientistResponder()) as server:
+        yield server
+
+
+def sources(population: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(population.rglob("c*.py"))}
+
+
+def all_text(folder: Path) -> str:
+    return "".join(
+        p.read_text(errors="replace")
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix in {".py", ".json", ".jsonl", ".md", ".txt", ".log"}
+    )
+
+
+@pytest.mark.slow  # four child pytest sessions: about 50 s on 2 CPU cores
+def test_evolve_with_gemini_then_replay_without_it(pytester, scientist):
+    shutil.copytree(AXPY, pytester.path / "axpy")
+    live = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "1",
+        "axpy",
+        "--ks-llm",
+        "gemini",
+        "--ks-llm-base-url",
+        scientist.url,
+        "--ks-candidates",
+        "2",
+        "--ks-population",
+        "live",
+    )
+    assert live.ret == 0, live.stdout.str()
+    live.stdout.fnmatch_lines(
+        [
+            "*LLM scientist gemini:gemini-2.5-pro, budget $5.00, calls logged in *llm-calls.jsonl",
+            "*generation 1*",
+        ]
+    )
+    roles = [r.prompt.splitlines()[0] for r in scientist.requests]
+    assert roles == ["# Stage 2: design experiments"] + ["# Stage 3: write the kernel"] * 2
+    assert all(r.headers["x-goog-api-key"] == KEY for r in scientist.requests)
+    log = pytester.path / "live" / "axpy" / "llm"
+    assert [r.role for r in read_calls(log / "llm-calls.jsonl")] == ["designer", "writer", "writer"]
+    assert json.loads((log / "llm-ledger.json").read_text())["spent_usd"] > 0
+    assert KEY not in all_text(pytester.path / "live") + live.stdout.str() + live.stderr.str()
+
+    replay = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "1",
+        "axpy",
+        "--ks-llm",
+        "replay",
+        "--ks-replay",
+        str(log),
+        "--ks-candidates",
+        "2",
+        "--ks-population",
+        "again",
+    )
+    assert replay.ret == 0, replay.stdout.str()
+    assert len(scientist.requests) == 3  # nothing new reached the service
+    assert sources(pytester.path / "again") == sources(pytester.path / "live")
+    assert len(sources(pytester.path / "live")) == 3  # the seed and two written candidates
+
+
+@pytest.mark.slow  # about 75 s on 2 CPU cores
+def test_evolve_two_generations_of_fp8_gemm_with_gemini(pytester, scientist):
+    """The CI run: ``pytest --evolve 2 tasks/fp8_gemm --ks-llm gemini`` on the fake service."""
+    shutil.copytree(REPO / "tasks" / "fp8_gemm", pytester.path / "fp8_gemm")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "2",
+        "fp8_gemm",
+        "--ks-llm",
+        "gemini",
+        "--ks-llm-base-url",
+        scientist.url,
+        "--ks-candidates",
+        "1",
+        timeout=600,
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*generation 2*", "*stopped: 2 generation(s) done*"])
+    log = pytester.path / "population" / "fp8_gemm" / "llm" / "llm-calls.jsonl"
+    assert {r.role for r in read_calls(log)} >= {"selector", "designer", "writer"}
+    assert KEY not in all_text(pytester.path / "population")
