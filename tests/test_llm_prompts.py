@@ -30,8 +30,8 @@ def test_the_population_table_lists_the_fastest_passing_first_and_failures_last(
 def test_history_shows_outcomes_changes_against_the_parent_and_errors():
     text = prompts.history(sample_population())
     assert (
-        "- gen 1 `g1-kgroup4`: group 4 K blocks -> passed, geomean 120.0 us "
-        "(+20.0% faster than `seed-torch`)" in text
+        "- gen 1 `g1-kgroup4`: group 4 K blocks -> passed, geomean 120.0 us, "
+        "1.25x the speed of `seed-torch`" in text
     )
     assert "- gen 1 `g1-broken`: fused triton kernel -> failed: SyntaxError" in text
     assert text.index("g1-") < text.index("gen 0")  # newest first

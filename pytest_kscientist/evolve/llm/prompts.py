@@ -101,9 +101,9 @@ def history(population: list[CandidateSummary], limit: int = HISTORY_LIMIT) -> s
         if c.status == "passed" and c.geomean_us is not None:
             outcome = f"passed, geomean {_us(c.geomean_us)}"
             parent = by_id.get(c.parents[0]) if c.parents else None
-            if parent and parent.geomean_us:
-                change = 100.0 * (parent.geomean_us - c.geomean_us) / parent.geomean_us
-                outcome += f" ({change:+.1f}% faster than `{parent.id}`)"
+            if parent and parent.geomean_us and c.geomean_us > 0:
+                speedup = parent.geomean_us / c.geomean_us
+                outcome += f", {speedup:.2f}x the speed of `{parent.id}`"
         elif c.failure:
             outcome = f"{c.status}: {_first(c.failure, FAILURE_CHARS)}"
         lines.append(f"- gen {c.generation} `{c.id}`: {what} -> {outcome}")
