@@ -313,7 +313,7 @@ class OfflineDesigner:
             add(change, "paired neighbouring values")
         for change in moves(t.values, t.space, steps=2):
             add(change, "two steps away")
-        if len(out) < N_PLANS and math.prod(len(v) for v in t.space.values()) <= MAX_GLOBAL_SPACE:
+        if len(out) < N_AVENUES and math.prod(len(v) for v in t.space.values()) <= MAX_GLOBAL_SPACE:
             knobs = list(t.space)
             for combo in itertools.product(*(t.space[k] for k in knobs)):
                 config = dict(zip(knobs, combo, strict=True))

@@ -1,0 +1,278 @@
+"""The --evolve driver with injected roles and a synthetic evaluator: stages, resume, budgets."""
+
+from __future__ import annotations
+
+import io
+import itertools
+from pathlib import Path
+
+import pytest
+from evolve_fakes import (
+    SEED,
+    FakeEvaluator,
+    ScriptedDesigner,
+    ScriptedSelector,
+    ScriptedWriter,
+)
+
+from pytest_kscientist.evolve.evaluate import EvaluationError, _plugin_args, to_record
+from pytest_kscientist.evolve.loop import Budget, Evolution, Roles
+from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.population import Population, PopulationWarning
+from pytest_kscientist.evolve.report import Terminal
+from pytest_kscientist.evolve.roles import TaskBrief
+from pytest_kscientist.results import CandidateResult, CaseResult, MachineInfo, RunResults
+
+BRIEF = TaskBrief(name="toy", description="", reference_source="", hardware="", benchmark_ids=[])
+
+
+def offline() -> Roles:
+    return Roles(OfflineSelector(), OfflineDesigner(), OfflineWriter())
+
+
+class Run:
+    """Builds an Evolution over ``tmp_path`` and keeps what it printed."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.seeds = tmp_path / "seeds"
+        self.seeds.mkdir(exist_ok=True)
+        (self.seeds / "tunable.py").write_text(SEED)
+        self.root = tmp_path / "population" / "toy"
+        self.out = io.StringIO()
+
+    def __call__(
+        self,
+        generations: int,
+        roles: Roles | None = None,
+        evaluator: object | None = None,
+        candidates: int = 3,
+        time_limit_s: float | None = None,
+        clock: object = None,
+    ) -> int:
+        self.pop = Population(self.root, "toy")
+        self.evaluator = evaluator or FakeEvaluator()
+        chosen = roles or offline()
+        kwargs = {"clock": clock} if clock is not None else {}
+        evo = Evolution(
+            task="toy",
+            seeds=sorted(self.seeds.glob("*.py")),
+            population=self.pop,
+            evaluator=self.evaluator,  # type: ignore[arg-type]
+            make_roles=lambda members: (chosen, BRIEF),
+            budget=Budget(generations, candidates, time_limit_s),
+            terminal=Terminal(stream=self.out),
+            **kwargs,
+        )
+        return evo.run()
+
+    def done(self) -> list[int]:
+        return sorted(e.generation for e in self.pop.events() if e.kind == "generation_done")
+
+    def ids(self) -> list[str]:
+        return [m.id for m in self.pop.members()]
+
+
+def test_each_generation_selects_designs_writes_and_evaluates(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    assert run(3) == 0
+    members = run.pop.members()
+    assert run.done() == [0, 1, 2, 3]
+    assert [m.meta.generation for m in members] == [0] + [1] * 3 + [2] * 3 + [3] * 3
+    evaluated = list(itertools.chain.from_iterable(run.evaluator.calls))
+    assert evaluated == run.ids()  # each candidate evaluated exactly once, in order
+    assert all(m.status == "passed" for m in members)
+    child = members[1]
+    assert child.meta.parents[0] == "c0001" and child.meta.plan and child.meta.selection
+    assert child.meta.roles["writer"] == "OfflineWriter" and child.meta.explanation
+    best = min(m.geomean_us or 1e9 for m in members)
+    assert (members[0].geomean_us or 0) / best > 1.2
+    text = run.out.getvalue()
+    for stage in ("seed", "select", "design", "write", "evaluate"):
+        assert f"| {stage}" in text
+    assert "gen 3/3" in text and "x over the best seed c0001" in text
+    assert "stopped: 3 generation(s) done" in text
+    findings = (run.root / "findings.md").read_text()
+    assert "## What helped" in findings and "## Designer notes" in findings
+    assert "`c0001`" in (run.root / "lineage.md").read_text()
+    assert (run.root / "progress.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rerun_continues_from_completed_generations_without_renumbering(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run(1)
+    assert run.ids() == ["c0001", "c0002", "c0003", "c0004"]
+    assert run(1) == 0
+    assert run.evaluator.calls == []  # nothing left to do: nothing evaluated again
+    run(2)
+    assert run.done() == [0, 1, 2]
+    assert run.ids() == [f"c{i:04d}" for i in range(1, 8)]
+    assert run.evaluator.calls == [["c0005", "c0006", "c0007"]]
+
+
+def test_interrupted_generation_resumes_from_its_logged_design(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    first = Roles(ScriptedSelector(), ScriptedDesigner(), ScriptedWriter(interrupt_at=2))
+    assert run(1, first) == int(pytest.ExitCode.INTERRUPTED)
+    assert [m.status for m in run.pop.members()] == ["passed", "pending"]
+    assert run.done() == [0]
+    again = Roles(ScriptedSelector(), ScriptedDesigner(), ScriptedWriter())
+    assert run(1, again) == 0
+    assert run.evaluator.calls == [["c0002"], ["c0003", "c0004"]]  # pending first
+    assert again.selector.seen == [] and again.designer.calls == 0  # the design was reused
+    assert run.ids() == ["c0001", "c0002", "c0003", "c0004"] and run.done() == [0, 1]
+    plans = [m.meta.plan_index for m in run.pop.members()[1:]]
+    assert plans == [0, 1, 2]
+    assert "resume" in run.out.getvalue()
+
+
+def test_ctrl_c_during_evaluation_leaves_candidates_pending_then_evaluates_them(
+    tmp_path: Path,
+) -> None:
+    class Interrupting(FakeEvaluator):
+        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
+            if len(self.calls) == 1:
+                self.calls.append([p.stem for p in kernels])
+                raise KeyboardInterrupt
+            return super().evaluate(kernels, timeout_s)
+
+    run = Run(tmp_path)
+    assert run(2, evaluator=Interrupting()) == 2
+    assert [m.status for m in run.pop.members()] == ["passed"] + ["pending"] * 3
+    assert "interrupted" in run.out.getvalue()
+    assert run(2) == 0
+    assert run.evaluator.calls[0] == ["c0002", "c0003", "c0004"]
+    assert run.done() == [0, 1, 2] and len(run.ids()) == 7
+
+
+def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path: Path) -> None:
+    ticks = itertools.count(0, 10.0)
+    run = Run(tmp_path)
+    assert run(5, time_limit_s=100, clock=lambda: next(ticks)) == 0
+    assert "time limit of 100 s reached" in run.out.getvalue()
+    stopped_at = run.done()
+    assert 0 in stopped_at and stopped_at[-1] < 5
+    assert run(5) == 0
+    assert run.done() == [0, 1, 2, 3, 4, 5]
+    ids = run.ids()
+    assert ids == [f"c{i:04d}" for i in range(1, len(ids) + 1)]
+    assert all(m.status == "passed" for m in run.pop.members())
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_candidates_per_generation_follow_the_budget(tmp_path: Path, n: int) -> None:
+    run = Run(tmp_path)
+    run(2, candidates=n)
+    gens = [m.meta.generation for m in run.pop.members()]
+    assert gens.count(1) == n and gens.count(2) == n
+
+
+def test_identical_drafts_are_stored_and_evaluated_once(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    roles = Roles(ScriptedSelector(), ScriptedDesigner(), ScriptedWriter(same_source=True))
+    assert run(1, roles) == 0
+    assert run.ids() == ["c0001", "c0002"]
+    assert run.evaluator.calls == [["c0001"], ["c0002"]]
+    assert run.out.getvalue().count("identical to c0002, not evaluated again") == 2
+
+
+def test_a_failing_designer_stops_the_run_with_its_error(tmp_path: Path) -> None:
+    class Broken(ScriptedDesigner):
+        def design(self, *args):  # type: ignore[no-untyped-def]
+            raise RuntimeError("model returned nonsense")
+
+    run = Run(tmp_path)
+    assert run(2, Roles(ScriptedSelector(), Broken(), ScriptedWriter())) == 3
+    assert "the designer failed: RuntimeError: model returned nonsense" in run.out.getvalue()
+    failure = [e for e in run.pop.events() if e.kind == "role_failed"]
+    assert "Traceback" in failure[0].data["traceback"] and run.done() == [0]
+
+
+def test_a_failing_writer_skips_only_that_plan(tmp_path: Path) -> None:
+    class Flaky(ScriptedWriter):
+        def write(self, task, base, plan):  # type: ignore[no-untyped-def]
+            if self.calls == 0:
+                self.calls += 1
+                raise ValueError("draft did not compile")
+            return super().write(task, base, plan)
+
+    run = Run(tmp_path)
+    assert run(1, Roles(ScriptedSelector(), ScriptedDesigner(), Flaky())) == 0
+    assert len(run.ids()) == 3
+    assert "skipped: the writer failed: ValueError: draft did not compile" in run.out.getvalue()
+
+
+def test_a_selector_choosing_an_unknown_base_is_reported(tmp_path: Path) -> None:
+    class Lost(ScriptedSelector):
+        def select(self, task, population, findings):  # type: ignore[no-untyped-def]
+            sel = super().select(task, population, findings)
+            return sel.model_copy(update={"base_id": "c9999"})
+
+    run = Run(tmp_path)
+    assert run(1, Roles(Lost(), ScriptedDesigner(), ScriptedWriter())) == 3
+    assert "chose base 'c9999'" in run.out.getvalue()
+
+
+def test_no_passing_seed_means_nothing_to_evolve(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    assert run(2, evaluator=FakeEvaluator(fail={(("tile", 16), ("unroll", 1))})) == 1
+    assert "no candidate passes its checks" in run.out.getvalue()
+    assert "mismatch at [3]" in (run.root / "findings.md").read_text()
+
+
+def test_a_child_session_error_stops_and_keeps_candidates_pending(tmp_path: Path) -> None:
+    class Crashing(FakeEvaluator):
+        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
+            raise EvaluationError("child pytest session exited with code 4 without results")
+
+    run = Run(tmp_path)
+    assert run(1, evaluator=Crashing()) == 3
+    assert [m.status for m in run.pop.members()] == ["pending"]
+    assert "exited with code 4" in run.out.getvalue()
+
+
+def test_a_corrupt_record_warns_and_the_run_goes_on(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run(1)
+    (run.root / "c0003" / "meta.json").write_text("{")
+    with pytest.warns(PopulationWarning, match="c0003"):
+        assert run(2) == 0
+    assert "warning: population record" in run.out.getvalue()
+    assert run.done() == [0, 1, 2]
+
+
+def test_plugin_args_are_passed_on_to_the_child() -> None:
+    args = ["-p", "myplug", "-pother", "-p", "no:cacheprovider", "-q", "x"]
+    assert _plugin_args(args) == ["-p", "myplug", "-p", "other"]
+
+
+def test_results_become_records_with_first_failure_and_bench_medians() -> None:
+    run = RunResults(
+        task="toy",
+        task_path="t",
+        profile="cpu",
+        salt=1,
+        started_at="s",
+        machine=MachineInfo(
+            hostname="h", platform="p", python="3", torch="t", device="cpu", device_name="x"
+        ),
+    )
+    bad = CandidateResult(
+        name="c0002",
+        path="p",
+        sha256="s",
+        cases=[
+            CaseResult(kind="check", case={}, case_id="n1", outcome="failed", reason="nan"),
+            CaseResult(kind="check", case={}, case_id="n2", outcome="failed", reason="nan"),
+        ],
+    )
+    record = to_record("c0002", bad, run, "r")
+    assert record.status == "failed"
+    assert record.failure == "check n1: nan (and 1 more failed case(s))"
+    skipped = CandidateResult(
+        name="c0003",
+        path="p",
+        sha256="s",
+        cases=[CaseResult(kind="bench", case={}, case_id="b", outcome="skipped", reason="no gpu")],
+    )
+    assert "skipped: no gpu" in to_record("c0003", skipped, run, "r").failure
+    assert "reported no result" in to_record("c0004", None, run, "r").failure
