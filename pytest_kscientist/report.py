@@ -33,7 +33,8 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 continue
             if case.case_id not in cases:
                 cases.append(case.case_id)
-            floors[case.case_id] = _us(case.floor_us)
+            if case.floor_us is not None or case.case_id not in floors:
+                floors[case.case_id] = _us(case.floor_us)
             cells[(case.case_id, c.name)] = (
                 _us(case.stats.median_us) if case.stats and case.outcome == "passed" else "FAIL"
             )

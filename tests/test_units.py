@@ -1,0 +1,120 @@
+"""Pure modules: statistics, the element-wise check, the authenticated channel, seed mixing."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_kscientist import channel
+from pytest_kscientist.correctness import compare
+from pytest_kscientist.errors import ChannelError
+from pytest_kscientist.evaluate import derive_seed
+from pytest_kscientist.stats import geomean, summarize
+
+times = st.lists(st.floats(0.01, 1e6, allow_nan=False), min_size=1, max_size=200)
+
+
+@given(times)
+def test_summary_statistics(values: list[float]) -> None:
+    s = summarize(values)
+    assert s.runs == len(values)
+    assert s.min_us <= s.median_us <= s.max_us
+    assert s.min_us <= s.mean_us * (1 + 1e-12) and s.mean_us <= s.max_us * (1 + 1e-12)
+    if len(values) > 1:
+        assert s.stderr_us == pytest.approx(statistics.stdev(values) / math.sqrt(len(values)))
+
+
+@given(st.lists(st.floats(1e-3, 1e6), min_size=1, max_size=30))
+def test_geomean_lies_between_min_and_max(values: list[float]) -> None:
+    g = geomean(values)
+    assert min(values) * (1 - 1e-9) <= g <= max(values) * (1 + 1e-9)
+
+
+def test_geomean_and_summary_refuse_bad_input() -> None:
+    with pytest.raises(ValueError, match="positive values"):
+        geomean([1.0, 0.0])
+    with pytest.raises(ValueError, match="at least one timed call"):
+        summarize([])
+
+
+def test_compare_tolerance_and_specials() -> None:
+    ref = torch.tensor([1.0, 100.0, float("nan"), float("inf")]).bfloat16()
+    assert compare(ref.clone(), ref, 1e-3, 2e-2) is None
+    near = torch.tensor([1.0, 101.5, float("nan"), float("inf")]).bfloat16()
+    assert compare(near, ref, 1e-3, 2e-2) is None
+    off = torch.tensor([1.0, 103.0, 0.0, float("inf")]).bfloat16()
+    message = compare(off, ref, 1e-3, 2e-2)
+    assert message is not None and message.startswith("2 of 4 elements outside")
+    assert "(1,): got 103, expected 100" in message
+
+
+def test_compare_reports_poison_shape_and_dtype() -> None:
+    ref = torch.ones(2, 3, dtype=torch.bfloat16)
+    poisoned = ref.clone()
+    poisoned[1, 2] = float("nan")
+    assert "1 are NaN where the reference is not: unwritten output?" in compare(poisoned, ref, 0, 0)
+    assert compare(ref.T, ref, 0, 0) == "output shape (3, 2), expected (2, 3)"
+    assert compare(ref.float(), ref, 0, 0) == "output dtype torch.float32, expected torch.bfloat16"
+
+
+def test_channel_round_trip_and_tampering() -> None:
+    key = os.urandom(32)
+    r, w = os.pipe()
+    try:
+        channel.write_all(w, channel.encode(key, 0, {"op": "x", "v": [1, 2]}, b"payload"))
+        assert channel.read_frame(r, key, 0, deadline=None) == ({"op": "x", "v": [1, 2]}, b"payload")
+        channel.write_all(w, channel.encode(key, 0, {"op": "replayed"}))
+        with pytest.raises(ChannelError, match="frame 1 failed authentication"):
+            channel.read_frame(r, key, 1)
+        channel.write_all(w, channel.encode(os.urandom(32), 2, {"op": "forged"}))
+        with pytest.raises(ChannelError, match="failed authentication"):
+            channel.read_frame(r, key, 2)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_channel_eof_and_timeout() -> None:
+    import time
+
+    r, w = os.pipe()
+    with pytest.raises(TimeoutError):
+        channel.read_frame(r, b"", 0, deadline=time.monotonic() + 0.05)
+    os.close(w)
+    with pytest.raises(EOFError):
+        channel.read_frame(r, b"", 0, deadline=time.monotonic() + 5)
+    os.close(r)
+
+
+@given(st.integers(0, 2**31), st.integers(0, 2**32), st.integers(-5, 500))
+def test_derived_seeds_are_stable_and_salted(seed: int, salt: int, index: int) -> None:
+    s = derive_seed(seed, salt, index)
+    assert s == derive_seed(seed, salt, index) and 0 <= s < 2**56
+    assert s != derive_seed(seed, salt + 1, index)
+
+
+def test_fp8_gemm_reference_matches_blockwise_definition() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "tasks" / "fp8_gemm" / "reference.py"
+    spec = importlib.util.spec_from_file_location("fp8_ref", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    a, b, sa, sb, c = ref.generate_input(m=40, n=200, k=384, seed=7)
+    assert a.stride() == (1, 40) and b.stride() == (1, 200) and c.stride() == (200, 1)
+    assert sa.shape == (40, 3) and sb.shape == (2, 3) and sa.stride() == (1, 40)
+    expected = torch.zeros(40, 200, dtype=torch.float64)
+    for kb in range(3):
+        block = slice(kb * 128, (kb + 1) * 128)
+        part = a[:, block].double() @ b[:, block].double().T
+        expected += part * sa[:, kb : kb + 1].double() * sb[torch.arange(200) // 128, kb].double()
+    out = ref.ref_kernel((a, b, sa, sb, c))
+    assert out.dtype == torch.bfloat16
+    assert compare(out, expected.bfloat16(), 1e-3, 2e-2) is None
