@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, ScientistResponder
+from pytest_kscientist.evolve.llm.fake_scientist import ScientistResponder
+from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer
 from pytest_kscientist.evolve.llm.transcript import read_calls
 
 REPO = Path(__file__).parent.parent

@@ -9,14 +9,14 @@ import pytest
 from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import LLMRoles, build_roles
-from pytest_kscientist.evolve.llm.fake_server import (
+from pytest_kscientist.evolve.llm.fake_scientist import (
     FAKE_KEY,
-    FakeLLMServer,
-    FakeReply,
     fake_settings,
     sample_population,
     sample_task,
 )
+from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, FakeReply
+from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
 
@@ -113,13 +113,8 @@ def test_transient_http_errors_are_retried_by_the_client(ks_fake_llm, tmp_path, 
 
 def test_a_slow_answer_times_out_and_the_retry_succeeds(ks_fake_llm, tmp_path):
     ks_fake_llm.push(FakeReply.slow(5.0, json.dumps(SELECTION)), json.dumps(SELECTION))
-    roles = roles_for(
-        ks_fake_llm,
-        tmp_path,
-        retry=fake_settings(ks_fake_llm).retry.__class__(
-            attempts=2, initial_delay_s=0.01, max_delay_s=0.01, timeout_s=0.3
-        ),
-    )
+    fast = RetryPolicy(attempts=2, initial_delay_s=0.01, max_delay_s=0.01, timeout_s=0.3)
+    roles = roles_for(ks_fake_llm, tmp_path, retry=fast)
     assert roles.selector.select(sample_task(), sample_population(), "").base_id == "g1-kgroup4"
     assert len(ks_fake_llm.requests) == 2
 

@@ -9,15 +9,15 @@ import pytest
 from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_server import (
+from pytest_kscientist.evolve.llm.fake_scientist import (
     FAKE_KEY,
     SEED_SOURCE,
-    FakeReply,
     ScientistResponder,
     fake_settings,
     sample_population,
     sample_task,
 )
+from pytest_kscientist.evolve.llm.fake_server import FakeReply
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kscientist.evolve.llm import prompts
-from pytest_kscientist.evolve.llm.fake_server import sample_population
+from pytest_kscientist.evolve.llm.fake_scientist import sample_population
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan
 
 

@@ -9,13 +9,13 @@ import pytest
 from pytest_kscientist.evolve.llm import fake_server
 from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_server import (
+from pytest_kscientist.evolve.llm.fake_scientist import (
     FAKE_KEY,
-    FakeReply,
     fake_settings,
     sample_population,
     sample_task,
 )
+from pytest_kscientist.evolve.llm.fake_server import FakeReply
 from pytest_kscientist.evolve.llm.transcript import REDACTED
 from pytest_kscientist.evolve.roles import ExperimentPlan
 

@@ -8,13 +8,13 @@ import pytest
 from pytest_kscientist.evolve.llm import draft, fake_server
 from pytest_kscientist.evolve.llm.errors import DraftRejected
 from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_server import (
+from pytest_kscientist.evolve.llm.fake_scientist import (
     SEED_SOURCE,
-    FakeReply,
     fake_settings,
     sample_population,
     sample_task,
 )
+from pytest_kscientist.evolve.llm.fake_server import FakeReply
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
 
