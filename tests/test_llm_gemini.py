@@ -16,7 +16,7 @@ from pytest_kscientist.evolve.llm.fake_scientist import (
     sample_task,
 )
 from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, FakeReply
-from pytest_kscientist.evolve.llm.settings import RetryPolicy
+from pytest_kscientist.evolve.llm.settings import LLMSettings, RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
 
@@ -206,3 +206,24 @@ def test_the_environment_base_url_is_honoured(ks_fake_llm, tmp_path, monkeypatch
     ks_fake_llm.push(json.dumps(SELECTION))
     roles = roles_for(ks_fake_llm, tmp_path, base_url=None)
     assert roles.selector.select(sample_task(), sample_population(), "").base_id == "g1-kgroup4"
+
+
+def test_an_unexpected_provider_exception_is_a_recorded_provider_error(tmp_path):
+    (tmp_path / "llm-calls.jsonl").write_text("")
+
+    class Broken:
+        name, model = "broken", "m"
+
+        def generate(self, request):
+            raise RuntimeError("a bug in the provider")
+
+    roles = build_roles(
+        LLMSettings(provider="replay", replay_path=tmp_path), sample_task(), tmp_path / "log"
+    )
+    assert roles is not None
+    roles.session.provider = Broken()
+    with pytest.raises(ProviderError, match="broken provider raised RuntimeError: a bug") as info:
+        roles.selector.select(sample_task(), sample_population(), "")
+    assert "Traceback" in info.value.detail
+    [record] = read_calls(tmp_path / "log" / "llm-calls.jsonl")
+    assert record.outcome == "error" and "RuntimeError: a bug in the provider" in record.error

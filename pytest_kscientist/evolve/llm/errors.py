@@ -33,6 +33,7 @@ class ProviderError(LLMError):
     def __init__(self, role: str, reason: str, status: int | None = None) -> None:
         super().__init__(role, reason)
         self.status = status
+        self.detail = ""  # the traceback, when the provider itself raised something unexpected
 
 
 class MalformedOutput(LLMError):

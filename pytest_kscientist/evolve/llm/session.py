@@ -105,7 +105,8 @@ class Session:
                     f"({where.filename}:{where.lineno})"
                 ),
             )
-            self._log_failure(base, "error", failure.reason, None, started)
+            failure.detail = self.redact(traceback.format_exc())
+            self._log_failure(base, "error", failure.detail, None, started)
             raise failure from None
         cost = self.ledger.charge(role, reply.usage, reply.cost_usd)
         self.log.append(
