@@ -318,6 +318,7 @@ class Evolution:
             return
         ids = " ".join(m.id for m in pending)
         if resumed:
+            self.generation = max(m.meta.generation for m in pending)
             self._stage("resume", f"{len(pending)} candidate(s) written but never evaluated: {ids}")
         self._stage("evaluate", f"{ids} in a child pytest session")
         began = self.clock()

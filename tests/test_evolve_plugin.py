@@ -1,0 +1,312 @@
+"""``pytest --evolve N`` end to end: conftest roles, options, output, kill -9 resume, real harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from evolve_fakes import REFERENCE, SEED, TASK_TOML
+
+TESTS = Path(__file__).parent
+
+CONFTEST = f"""
+import json, os, sys
+sys.path.insert(0, {str(TESTS)!r})
+from evolve_fakes import FakeEvaluator, ScriptedDesigner, ScriptedSelector, ScriptedWriter
+from pytest_kscientist.evolve.evaluate import EVALUATOR_KEY
+
+
+def pytest_configure(config):
+    if os.environ.get("KS_FAKE_EVALUATOR"):
+        block = os.environ.get("KS_FAKE_BLOCK_AT")
+        config.stash[EVALUATOR_KEY] = FakeEvaluator(block_at_call=int(block) if block else None)
+
+
+def _record(role, task):
+    log = os.environ.get("KS_ROLE_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({{"role": role, "task": task.model_dump()}}) + "\\n")
+
+
+class LoggedSelector(ScriptedSelector):
+    def select(self, task, population, findings):
+        with open(os.environ["KS_ROLE_LOG"], "a") as f:
+            f.write(json.dumps({{"role": "select", "ids": [c.id for c in population],
+                                 "findings": findings}}) + "\\n")
+        return super().select(task, population, findings)
+
+
+def pytest_kscientist_make_selector(config, task):
+    if os.environ.get("KS_SCRIPTED_ROLES"):
+        _record("selector", task)
+        return LoggedSelector()
+
+
+def pytest_kscientist_make_designer(config, task):
+    if os.environ.get("KS_SCRIPTED_ROLES"):
+        return ScriptedDesigner()
+
+
+def pytest_kscientist_make_writer(config, task):
+    if os.environ.get("KS_SCRIPTED_ROLES"):
+        return ScriptedWriter()
+"""
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester folder holding the toy task, the fake-role conftest and an ini file."""
+    for var in (
+        "KS_FAKE_EVALUATOR",
+        "KS_FAKE_BLOCK_AT",
+        "KS_SCRIPTED_ROLES",
+        "KS_ROLE_LOG",
+        "PYTEST_ADDOPTS",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    task = pytester.mkdir("toy")
+    (task / "task.toml").write_text(TASK_TOML)
+    (task / "reference.py").write_text(REFERENCE)
+    (task / "seeds").mkdir()
+    (task / "seeds" / "tunable.py").write_text(SEED)
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\n")
+    return pytester
+
+
+def events(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "events.jsonl").read_text().splitlines()]
+
+
+def test_conftest_roles_drive_the_generations(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = toy.path / "roles.jsonl"
+    monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
+    monkeypatch.setenv("KS_SCRIPTED_ROLES", "1")
+    monkeypatch.setenv("KS_ROLE_LOG", str(log))
+    result = toy.runpytest("--evolve", "2", "toy", "--ks-candidates", "2")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*toy | gen 0/2 | seed     | 1 new of 1 seed(s): c0001",
+            "*toy | gen 1/2 | roles    | selector=LoggedSelector, designer=ScriptedDesigner, "
+            "writer=ScriptedWriter",
+            "*toy | gen 1/2 | select   | scripted: best is c0001",
+            "*toy | gen 1/2 | design   | 10 avenues, 5 plans, kept 2: *",
+            "*toy | gen 1/2 | write    | c0002 *: written",
+            "*toy | gen 1/2 | evaluate | c0002 c0003 in a child pytest session",
+            "*kscientist toy: generation 1*",
+            "id*parent*change*verdict*geomean_us*vs parent",
+            "c0002*c0001*passed*",
+            "best so far: *x over the best seed c0001 (tunable.py)",
+            "*stopped: 2 generation(s) done*",
+            "population: 5 candidates in 3 generations (5 passed, 0 failed, 0 pending)",
+        ]
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[0]["role"] == "selector"
+    assert calls[0]["task"]["name"] == "toy"
+    assert calls[0]["task"]["benchmark_ids"] == ["n1024-s3", "n4096-s4"]
+    assert "out = 2*x" not in calls[0]["task"]["reference_source"]  # the toy reference
+    assert [c["ids"] for c in calls if c["role"] == "select"] == [
+        ["c0001"],
+        ["c0001", "c0002", "c0003"],
+    ]
+    assert "# Findings: toy" in calls[2]["findings"]  # the findings reach the next generation
+    root = toy.path / "population" / "toy"
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("c")) == [
+        "c0001",
+        "c0002",
+        "c0003",
+        "c0004",
+        "c0005",
+    ]
+    for name in ("findings.md", "lineage.md", "progress.png", "events.jsonl"):
+        assert (root / name).is_file()
+
+
+def test_offline_scientist_is_the_default_without_hooks_or_llm(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
+    result = toy.runpytest("--evolve", "1", "toy", "--ks-llm", "offline")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["*roles    | selector=OfflineSelector, designer=OfflineDesigner, writer=OfflineWriter"]
+    )
+    meta = json.loads((toy.path / "population" / "toy" / "c0002" / "meta.json").read_text())
+    assert meta["plan"]["knobs"] and meta["selection"]["base_id"] == "c0001"
+    assert meta["roles"] == {
+        "selector": "OfflineSelector",
+        "designer": "OfflineDesigner",
+        "writer": "OfflineWriter",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (
+            ["--ks-candidates", "0"],
+            "",
+            "--ks-candidates expects a positive integer (new candidates per generation), got '0'*",
+        ),
+        (["--ks-candidates", "two"], "", "--ks-candidates expects a positive integer*got 'two'*"),
+        ([], "ks_candidates = -2", "ks_candidates (ini) expects a positive integer*got '-2'*"),
+        (
+            ["--ks-time-limit", "soon"],
+            "",
+            "--ks-time-limit expects a positive number of seconds, got 'soon'*",
+        ),
+        ([], "ks_time_limit = 0", "ks_time_limit (ini) expects a positive number of seconds*"),
+        (["--ks-population", "afile"], "", "--ks-population expects a directory, found a file*"),
+    ],
+)
+def test_bad_options_are_usage_errors(
+    toy: pytest.Pytester, args: list[str], ini: str, message: str
+) -> None:
+    toy.makeini(f"[pytest]\n{ini}\n")
+    (toy.path / "afile").write_text("")
+    result = toy.runpytest("--evolve", "1", "toy", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
+
+
+def test_population_folder_from_ini_and_flag(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
+    toy.makeini("[pytest]\nks_population = pops\nks_candidates = 1\n")
+    assert toy.runpytest("--evolve", "1", "toy", "--ks-llm", "offline").ret == 0
+    assert len(list((toy.path / "pops" / "toy").glob("c0*"))) == 2  # seed + 1 (ini twin)
+    assert toy.runpytest("--evolve", "1", "toy", "--ks-population", "flagpop").ret == 0
+    assert (toy.path / "flagpop" / "toy" / "c0002" / "c0002.py").is_file()
+
+
+def test_kill_9_mid_generation_then_resume(toy: pytest.Pytester) -> None:
+    """A run killed while evaluating generation 2 resumes there: no renumbering, no duplicates."""
+    calls = toy.path / "calls.jsonl"
+    read_fd, write_fd = os.pipe()
+    env = dict(
+        os.environ,
+        KS_FAKE_EVALUATOR="1",
+        KS_FAKE_BLOCK_AT="3",
+        KS_FAKE_READY_FD=str(write_fd),
+        KS_FAKE_CALL_LOG=str(calls),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "3",
+        "toy",
+        "--ks-llm",
+        "offline",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=toy.path,
+        env=env,
+        pass_fds=(write_fd,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_fd)
+    try:
+        ready, _, _ = select.select([read_fd], [], [], 120)
+        assert ready and os.read(read_fd, 6) == b"READY\n", "the run never reached generation 2"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        os.close(read_fd)
+    root = toy.path / "population" / "toy"
+    before = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert before == [["c0001"], ["c0002", "c0003", "c0004"], ["c0005", "c0006", "c0007"]]
+    assert [e["generation"] for e in events(root) if e["kind"] == "generation_done"] == [0, 1]
+    assert not (root / "c0005" / "results.json").exists()
+
+    env.pop("KS_FAKE_BLOCK_AT")
+    done = subprocess.run(cmd, cwd=toy.path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gen 2/3 | resume   | 3 candidate(s) written but never evaluated: c0005 c0006 c0007" in (
+        done.stdout
+    )
+    after = [json.loads(line) for line in calls.read_text().splitlines()][len(before) :]
+    assert after == [["c0005", "c0006", "c0007"], ["c0008", "c0009", "c0010"]]
+    gens = [e["generation"] for e in events(root) if e["kind"] == "generation_done"]
+    assert gens == [0, 1, 2, 3]
+    ids = sorted(p.name for p in root.glob("c0*"))
+    assert ids == [f"c{i:04d}" for i in range(1, 11)]
+    metas = [json.loads((root / i / "meta.json").read_text()) for i in ids]
+    assert len({m["sha256"] for m in metas}) == 10
+    assert all((root / i / "results.json").is_file() for i in ids)
+
+
+FAST_SEED = '''"""A real, tunable toy kernel: out = 2*x + y in chunks of ``chunk`` elements (0 = all)."""
+
+import torch
+
+TUNABLES = {"chunk": 64}
+TUNABLE_SPACE = {"chunk": [16, 64, 256, 1024, 0]}
+
+
+def custom_kernel(data):
+    x, y, out = data
+    step = TUNABLES["chunk"] or x.numel()
+    for i in range(0, x.numel(), step):
+        torch.add(y[i:i + step], x[i:i + step], alpha=2, out=out[i:i + step])
+    return out
+'''
+
+
+@pytest.mark.slow
+def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> None:
+    """Generations evaluated by the real harness in child pytest sessions on the CPU."""
+    task = pytester.mkdir("axpy")
+    axpy = TESTS / "data" / "axpy"
+    (task / "task.toml").write_text((axpy / "task.toml").read_text())
+    (task / "reference.py").write_text((axpy / "reference.py").read_text())
+    (task / "seeds").mkdir()
+    (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "2",
+        "axpy",
+        "--ks-candidates",
+        "2",
+        "--ks-llm",
+        "offline",
+        "--ks-profile",
+        "cpu",
+        "--ks-salt",
+        "5",
+        timeout=600,
+    )
+    assert result.ret == 0, result.stdout.str()
+    root = pytester.path / "population" / "axpy"
+    records = {
+        p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("c0*/results.json"))
+    }
+    assert list(records) == ["c0001", "c0002", "c0003", "c0004", "c0005"]
+    assert all(r["status"] == "passed" and r["salt"] == 5 for r in records.values())
+    assert all(r["profile"] == "cpu" and r["bench_median_us"] for r in records.values())
+    seed = records["c0001"]["geomean_us"]
+    best = min(r["geomean_us"] for r in records.values())
+    assert best < seed  # chunk=64 over 4096 elements is 64 launches; bigger chunks are faster
+    logs = sorted((root / "sessions").glob("*.log"))
+    assert len(logs) == 3 and "--ks-salt 5" in logs[0].read_text()
