@@ -103,6 +103,7 @@ def test_rerun_continues_from_completed_generations_without_renumbering(tmp_path
     assert run.ids() == ["c0001", "c0002", "c0003", "c0004"]
     assert run(1) == 0
     assert run.evaluator.calls == []  # nothing left to do: nothing evaluated again
+    assert "already has 1 generation(s), as many as --evolve 1 asks" in run.out.getvalue()
     run(2)
     assert run.done() == [0, 1, 2]
     assert run.ids() == [f"c{i:04d}" for i in range(1, 8)]

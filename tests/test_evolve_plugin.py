@@ -1,4 +1,4 @@
-"""``pytest --evolve N`` end to end: conftest roles, options, output, kill -9 resume, real harness."""
+"""``pytest --evolve N`` end to end: conftest roles, options, kill -9 resume, real harness."""
 
 from __future__ import annotations
 
@@ -255,7 +255,41 @@ def test_kill_9_mid_generation_then_resume(toy: pytest.Pytester) -> None:
     assert all((root / i / "results.json").is_file() for i in ids)
 
 
-FAST_SEED = '''"""A real, tunable toy kernel: out = 2*x + y in chunks of ``chunk`` elements (0 = all)."""
+def test_two_concurrent_runs_share_one_population_safely(toy: pytest.Pytester) -> None:
+    env = dict(os.environ, KS_FAKE_EVALUATOR="1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "3",
+        "toy",
+        "--ks-llm",
+        "offline",
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=toy.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert not any("warning: population record" in out for out in outs)
+    root = toy.path / "population" / "toy"
+    ids = sorted(p.name for p in root.glob("c0*"))
+    assert ids == [f"c{i:04d}" for i in range(1, len(ids) + 1)] and len(ids) >= 10
+    metas = [json.loads((root / i / "meta.json").read_text()) for i in ids]
+    results = [json.loads((root / i / "results.json").read_text()) for i in ids]
+    assert len({m["sha256"] for m in metas}) == len(ids)
+    assert [r["id"] for r in results] == ids and all(r["status"] == "passed" for r in results)
+    runs = {e["run_id"] for e in events(root) if e["kind"] == "run_end"}
+    assert len(runs) == 2
+
+
+FAST_SEED = '''"""A real, tunable toy kernel: out = 2*x + y in chunks of ``chunk`` elements."""
 
 import torch
 

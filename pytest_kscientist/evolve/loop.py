@@ -105,6 +105,11 @@ class Evolution:
         """Run until the generation budget, the time limit or an interruption; return exit code."""
         self.pop.log("run_start", budget=self.budget.__dict__)
         code, reason = 0, f"{self.budget.generations} generation(s) done"
+        if (already := max(self._done())) >= self.budget.generations:
+            reason = (
+                f"the population already has {already} generation(s), as many as --evolve "
+                f"{self.budget.generations} asks; raise --evolve to go further"
+            )
         try:
             self._evaluate_pending(resumed=True)
             if 0 not in self._done():
@@ -313,7 +318,12 @@ class Evolution:
 
     # -- evaluation ---------------------------------------------------------------------------
     def _evaluate_pending(self, resumed: bool = False) -> None:
-        pending = [m for m in self.pop.members() if m.evaluation is None]
+        """Evaluate this run's unevaluated candidates; on resume, everyone's (a killed run's)."""
+        pending = [
+            m
+            for m in self.pop.members()
+            if m.evaluation is None and (resumed or m.meta.run_id == self.pop.run_id)
+        ]
         if not pending:
             return
         ids = " ".join(m.id for m in pending)
