@@ -15,8 +15,9 @@ from evolve_fakes import (
     ScriptedWriter,
 )
 
+from pytest_kscientist.evolve.assemble import Roles
 from pytest_kscientist.evolve.evaluate import EvaluationError, _plugin_args, to_record
-from pytest_kscientist.evolve.loop import Budget, Evolution, Roles
+from pytest_kscientist.evolve.loop import Budget, Evolution
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
 from pytest_kscientist.evolve.population import Population, PopulationWarning
 from pytest_kscientist.evolve.report import Terminal
@@ -277,3 +278,16 @@ def test_results_become_records_with_first_failure_and_bench_medians() -> None:
     )
     assert "skipped: no gpu" in to_record("c0003", skipped, run, "r").failure
     assert "reported no result" in to_record("c0004", None, run, "r").failure
+
+
+def test_a_session_on_another_case_profile_is_flagged(tmp_path: Path) -> None:
+    class SwitchesProfile(FakeEvaluator):
+        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
+            run = super().evaluate(kernels, timeout_s)
+            return run.model_copy(update={"profile": "full" if len(self.calls) > 1 else "cpu"})
+
+    run = Run(tmp_path)
+    run(1, evaluator=SwitchesProfile())
+    assert "used case profile 'full' but the population was measured with ['cpu']" in (
+        run.out.getvalue()
+    )

@@ -8,17 +8,41 @@ configured, else to the offline scientist.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_kscientist.evolve.loop import Roles
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.evolve.roles import Designer, Selector, TaskBrief, Writer
 from pytest_kscientist.task import Task
 
 PROTOCOLS = {"selector": Selector, "designer": Designer, "writer": Writer}
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The three roles of one run."""
+
+    selector: Selector
+    designer: Designer
+    writer: Writer
+    notes: tuple[str, ...] = ()
+
+    def names(self) -> dict[str, str]:
+        return {
+            role: type(getattr(self, role)).__name__ for role in ("selector", "designer", "writer")
+        }
+
+
+def is_budget_exhausted(exc: BaseException) -> bool:
+    """Whether a role's error is the LLM budget running out (a clean stop, not a failure)."""
+    try:
+        from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+    except ImportError:
+        return False
+    return isinstance(exc, BudgetExhausted)
 
 
 class RoleError(Exception):

@@ -19,6 +19,7 @@ import pytest
 
 from pytest_kscientist.evolve import findings as findings_doc
 from pytest_kscientist.evolve import report
+from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted
 from pytest_kscientist.evolve.evaluate import (
     EVALUATOR_KEY,
     ChildSession,
@@ -27,31 +28,9 @@ from pytest_kscientist.evolve.evaluate import (
     to_record,
 )
 from pytest_kscientist.evolve.population import Event, Member, Population
-from pytest_kscientist.evolve.roles import (
-    Designer,
-    ExperimentPlan,
-    Selection,
-    Selector,
-    TaskBrief,
-    Writer,
-)
+from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 
 FINDINGS = "findings.md"
-
-
-@dataclass(frozen=True)
-class Roles:
-    """The three roles of one run."""
-
-    selector: Selector
-    designer: Designer
-    writer: Writer
-    notes: tuple[str, ...] = ()
-
-    def names(self) -> dict[str, str]:
-        return {
-            role: type(getattr(self, role)).__name__ for role in ("selector", "designer", "writer")
-        }
 
 
 @dataclass(frozen=True)
@@ -171,7 +150,9 @@ class Evolution:
             for e in self.pop.events()
             if e.kind == "plan_done" and e.data.get("design_id") == design.data["design_id"]
         }
-        base = next(m for m in self.pop.members() if m.id == base_id)
+        base = next((m for m in self.pop.members() if m.id == base_id), None)
+        if base is None:
+            raise Stop(f"the base {base_id} of generation {g} is no longer readable", 3)
         for i, plan in enumerate(plans):
             if i not in done:
                 self._remaining()
@@ -197,13 +178,13 @@ class Evolution:
                 self._stage("roles", note)
         return self.roles, self.brief
 
-    def _design_event(self, g: int) -> Event | None:
+    def _design_event(self, g: int, quiet: bool = False) -> Event | None:
         designs = [e for e in self.pop.events() if e.kind == "design" and e.generation == g]
         mine = [e for e in designs if e.run_id == self.pop.run_id]
         if not designs:
             return None
         event = (mine or designs)[-1]
-        if not mine:
+        if not mine and not quiet:
             self._stage("resume", f"continuing the design logged at {event.at}")
         return event
 
@@ -312,7 +293,7 @@ class Evolution:
             self.pop.log(
                 "role_failed", self.generation, role=role, error=repr(exc), traceback=detail
             )
-            if _is_budget_exhausted(exc):
+            if is_budget_exhausted(exc):
                 raise Stop(f"LLM budget exhausted in the {role}: {exc}") from None
             raise Stop(f"the {role} failed: {type(exc).__name__}: {exc}", 3) from None
 
@@ -343,6 +324,7 @@ class Evolution:
                 error=str(exc),
             )
             raise Stop(str(exc), exc.code) from None
+        self._check_profile(run.profile)
         results = {c.name: c for c in run.candidates}
         verdicts = []
         for m in pending:
@@ -358,10 +340,24 @@ class Evolution:
         )
         self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
 
+    def _check_profile(self, profile: str) -> None:
+        earlier = {
+            m.evaluation.profile
+            for m in self.pop.members()
+            if m.evaluation and m.evaluation.profile
+        }
+        if earlier and earlier != {profile}:
+            self.term.line(
+                f"warning: this session used case profile '{profile}' but the population was "
+                f"measured with {sorted(earlier)}: times are not comparable; use another "
+                "--ks-population per profile",
+                yellow=True,
+            )
+
     def _close_generation(self, g: int) -> None:
         members = self.pop.members()
         notes = ""
-        design = self._design_event(g) if g > 0 else None
+        design = self._design_event(g, quiet=True) if g > 0 else None
         if design is not None:
             notes = design.data.get("findings_update", "")
         self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, notes, g))
@@ -382,14 +378,6 @@ class Evolution:
             note = report.write_plot(members, self.pop.root / report.PLOT, self.task)
             self.term.line(note)
         self.term.line(f"population: {self.pop.root} (findings.md, lineage.md, events.jsonl)")
-
-
-def _is_budget_exhausted(exc: BaseException) -> bool:
-    try:
-        from pytest_kscientist.evolve.llm.errors import BudgetExhausted
-    except ImportError:
-        return False
-    return isinstance(exc, BudgetExhausted)
 
 
 def run_evolution(config: pytest.Config, task_dir: Path) -> int:
