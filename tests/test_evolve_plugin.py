@@ -344,3 +344,62 @@ def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> 
     assert best < seed  # chunk=64 over 4096 elements is 64 launches; bigger chunks are faster
     logs = sorted((root / "sessions").glob("*.log"))
     assert len(logs) == 3 and "--ks-salt 5" in logs[0].read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytest.Pytester) -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
+    task = pytester.mkdir("axpy")
+    axpy = TESTS / "data" / "axpy"
+    (task / "task.toml").write_text((axpy / "task.toml").read_text())
+    (task / "reference.py").write_text((axpy / "reference.py").read_text())
+    (task / "seeds").mkdir()
+    (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--evolve",
+        "1",
+        "axpy",
+        "--ks-llm",
+        "offline",
+        "--ks-candidates",
+        "2",
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        cmd,
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # blocks until the parent announces generation 1's child session
+        seen.append(line)
+        if "gen 1/1 | evaluate | c0002 c0003 in a child pytest session" in line:
+            break
+    else:
+        pytest.fail("the run never started generation 1's evaluation:\n" + "".join(seen))
+    os.killpg(proc.pid, signal.SIGINT)
+    out = "".join(seen) + proc.stdout.read()
+    assert proc.wait(timeout=120) != 0
+    assert "stopped: interrupted (Ctrl-C)" in out, out
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing of the run (child session included) is left running
+    root = pytester.path / "population" / "axpy"
+    assert (root / "c0001" / "results.json").is_file()
+    assert not (root / "c0002" / "results.json").exists()
+    done = subprocess.run(
+        cmd, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout
+    assert "2 candidate(s) written but never evaluated: c0002 c0003" in done.stdout
+    assert sorted(p.name for p in root.glob("c0*")) == ["c0001", "c0002", "c0003"]
+    assert all((root / c / "results.json").is_file() for c in ("c0002", "c0003"))
