@@ -86,6 +86,7 @@ def to_record(
             "status": "failed" if failure else "passed",
             "geomean_us": None if failure else result.geomean_us,
             "bench_median_us": bench,
+            "speedups": dict(getattr(result, "speedups", {}) or {}),
             "failure": failure,
             "result": result,
         }

@@ -82,6 +82,7 @@ class EvaluationRecord(BaseModel):
     status: Literal["passed", "failed"]
     geomean_us: float | None = None
     bench_median_us: dict[str, float] = Field(default_factory=dict)
+    speedups: dict[str, float] = Field(default_factory=dict)  # interleaved, over each baseline
     failure: str = ""
     machine: MachineInfo | None = None
     result: CandidateResult | None = None
