@@ -381,7 +381,12 @@ class Evolution:
 
 
 def run_evolution(config: pytest.Config, task_dir: Path) -> int:
-    """Run ``--evolve N`` on ``task_dir`` for this pytest run; return a pytest exit code."""
+    """Run ``--evolve N`` on ``task_dir``; return a pytest exit code (0 done, 1 nothing passes,
+    2 interrupted, 3 a role or child session failed).
+
+    N counts the population's generations after the seeds (generation 0), so rerunning the same
+    command after an interruption finishes the job, and a larger N continues a finished run.
+    """
     from pytest_kscientist.evolve import cli
     from pytest_kscientist.evolve.assemble import make_roles_factory
     from pytest_kscientist.task import load_task

@@ -175,15 +175,15 @@ def lineage_markdown(task: str, members: Sequence[Member]) -> str:
         "",
     ]
 
-    def walk(parent: str | None, depth: int) -> None:
-        for m in children.get(parent, []):
-            star = " **best**" if top is not None and m.id == top.id else ""
-            verdict = m.status if m.status != "failed" else f"failed ({m.evaluation.failure[:80]})"  # type: ignore[union-attr]
-            out.append(
-                f"{'  ' * depth}- `{m.id}` g{m.meta.generation}, {verdict}, "
-                f"{_fmt_us(m.geomean_us)} us, {label(m)}{star}"
-            )
-            walk(m.id, depth + 1)
-
-    walk(None, 0)
+    stack: list[tuple[Member, int]] = [(m, 0) for m in reversed(children.get(None, []))]
+    while stack:  # depth-first, iterative: lineages can be deeper than the recursion limit
+        m, depth = stack.pop()
+        star = " **best**" if top is not None and m.id == top.id else ""
+        failure = m.evaluation.failure[:80] if m.evaluation else ""
+        verdict = m.status if m.status != "failed" else f"failed ({failure})"
+        out.append(
+            f"{'  ' * depth}- `{m.id}` g{m.meta.generation}, {verdict}, "
+            f"{_fmt_us(m.geomean_us)} us, {label(m)}{star}"
+        )
+        stack += [(c, depth + 1) for c in reversed(children.get(m.id, []))]
     return "\n".join(out) + "\n"
