@@ -1,7 +1,8 @@
-"""Task folders -> pytest nodes: TaskFile (task.toml) -> CandidateNode -> CaseItem.
+"""Task folders -> pytest nodes: TaskFile (task.toml) -> CandidateNode -> CaseItem / GateItem.
 
 Test ids read ``tasks/fp8_gemm/task.toml::<candidate>::check[m64-n64-k128-s6635]`` (or
-``bench[...]``), so ``-k`` selects by candidate, kind or case.
+``bench[...]``, ``gate[min-speedup-cublas_task_layout]``), so ``-k`` selects by candidate, kind
+or case. The task's reference and its declared baselines are nodes too, collected first.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from typing import Any
 
 import pytest
 
-from pytest_kscientist.errors import CandidateFailure, TaskSpecError
+from pytest_kscientist import benchmark_bridge, gates
+from pytest_kscientist.baselines import bench_beside, start_worker, unmet_requirement
+from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.evaluate import file_sha256
+from pytest_kscientist.results import BaselineInfo, CaseResult
+from pytest_kscientist.scores import floor_fraction
 from pytest_kscientist.session import KS_SESSION, REFERENCE_NAME, KsSession
 from pytest_kscientist.task import Case, Task, load_task
 from pytest_kscientist.worker import Worker, WorkerDied
@@ -35,16 +40,69 @@ class TaskFile(pytest.File):
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
+        skip = self._baselines(ks, task, [p.stem for p in candidates])
         if profile.benchmarks:
             yield CandidateNode.from_parent(
                 self, name=REFERENCE_NAME, task=task, source=task.reference, entry="ref_kernel",
-                tests=[], benchmarks=profile.benchmarks,
+                tests=[], benchmarks=profile.benchmarks, role="reference",
+            )
+        for spec in task.spec.baselines:
+            if spec.name not in skip:
+                continue  # left out by --ks-baselines: not collected at all
+            yield CandidateNode.from_parent(
+                self, name=spec.name, task=task, source=task.baseline_path(spec),
+                entry="run" if spec.prepare else "custom_kernel",
+                prepare="prepare" if spec.prepare else None, tests=profile.tests,
+                benchmarks=profile.benchmarks, role="baseline", skip_reason=skip[spec.name],
             )
         for path in candidates:
             yield CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry="custom_kernel",
                 tests=profile.tests, benchmarks=profile.benchmarks,
             )
+
+    def _baselines(self, ks: KsSession, task: Task, stems: list[str]) -> dict[str, str]:
+        """Baselines to collect -> why their items skip ("" to run them); errors for bad names."""
+        declared = [b.name for b in task.spec.baselines]
+        picked = ks.settings.baselines
+        known = ", ".join(declared) or "none"
+        for name in picked or ():
+            if name not in declared:
+                raise self.CollectError(
+                    f"--ks-baselines names '{name}', which task '{task.name}' does not declare "
+                    f"(its baselines: {known}); fix the name, or use all or none"
+                )
+        for name, _ in ks.settings.min_speedup:
+            if name != REFERENCE_NAME and name not in declared:
+                raise self.CollectError(
+                    f"--ks-min-speedup names '{name}', which task '{task.name}' does not declare "
+                    f"(its baselines: {known}; or 'reference'); fix the name or declare it in "
+                    f"{task.root / 'task.toml'} [[baselines]]"
+                )
+            if picked is not None and name != REFERENCE_NAME and name not in picked:
+                raise self.CollectError(
+                    f"--ks-min-speedup names '{name}', which --ks-baselines leaves out; time it "
+                    "(add it to --ks-baselines) or drop the gate"
+                )
+        for stem in stems:
+            if stem in declared or stem == REFERENCE_NAME:
+                raise self.CollectError(
+                    f"candidate '{stem}' has the name of the task's {stem} node; test ids use "
+                    "the file stem, so rename the candidate file"
+                )
+        collected: dict[str, str] = {}
+        infos = []
+        for spec in task.spec.baselines:
+            if picked is not None and spec.name not in picked:
+                reason = f"baseline '{spec.name}' left out by --ks-baselines"
+            else:
+                reason = collected[spec.name] = unmet_requirement(spec, ks.device)
+            infos.append(BaselineInfo(
+                name=spec.name, path=str(task.baseline_path(spec)), prepare=spec.prepare,
+                requires=spec.requires, status="skipped" if reason else "active", reason=reason,
+            ))
+        ks.baselines[task.name] = infos
+        return collected
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, self.CollectError):
@@ -53,14 +111,18 @@ class TaskFile(pytest.File):
 
 
 class CandidateNode(pytest.Collector):
-    """One candidate file of one task; owns the candidate's worker process."""
+    """One candidate file of one task (or its reference, or a baseline); owns its worker."""
 
     def __init__(self, *, task: Task, source: Path, entry: str, tests: list[Case],
-                 benchmarks: list[Case], **kwargs: Any) -> None:
+                 benchmarks: list[Case], role: str = "candidate", prepare: str | None = None,
+                 skip_reason: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.source = source
         self.entry = entry
+        self.prepare = prepare
+        self.role = role
+        self.skip_reason = skip_reason
         self.tests = tests
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
@@ -68,12 +130,25 @@ class CandidateNode(pytest.Collector):
         self.load_failure: CandidateFailure | None = None
 
     def collect(self) -> Any:
+        items: list[pytest.Item] = []
         for case in self.tests:
-            yield CaseItem.from_parent(self, name=f"check[{self.task.case_id(case)}]",
-                                       kind="check", case=case)
+            items.append(CaseItem.from_parent(self, name=f"check[{self.task.case_id(case)}]",
+                                              kind="check", case=case))
         for case in self.benchmarks:
-            yield CaseItem.from_parent(self, name=f"bench[{self.task.case_id(case)}]",
-                                       kind="bench", case=case)
+            items.append(CaseItem.from_parent(self, name=f"bench[{self.task.case_id(case)}]",
+                                              kind="bench", case=case))
+        if self.skip_reason:
+            for item in items:
+                item.add_marker(pytest.mark.skip(reason=self.skip_reason))
+        if self.role == "candidate":
+            settings = self.ks.settings
+            for name, factor in settings.min_speedup:
+                items.append(GateItem.from_parent(self, name=f"gate[min-speedup-{name}]",
+                                                  check=("min_speedup", name, factor)))
+            if settings.max_regression is not None:
+                items.append(GateItem.from_parent(self, name="gate[max-regression]",
+                                                  check=("max_regression", "", 0.0)))
+        return items
 
     @property
     def ks(self) -> KsSession:
@@ -86,19 +161,11 @@ class CandidateNode(pytest.Collector):
         if self.worker is not None and self.worker.alive():
             return self.worker
         try:
-            self.worker = Worker(self.task.reference, self.ks.device,
-                                 self.task.spec.output_index, self.ks.settings.timeout_s)
-            header, _ = self.worker.request("load", timeout=self.ks.settings.timeout_s * 5,
-                                            path=str(self.source), entry=self.entry)
-        except WorkerDied as exc:
-            self.load_failure = CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail)
-            raise self.load_failure from None
-        if not header.get("ok"):
-            self.load_failure = CandidateFailure(
-                f"failed to load: {header.get('reason')}", str(header.get("detail", ""))
-            )
-            self.drop_worker()
-            raise self.load_failure
+            self.worker = start_worker(self.task, self.source, self.entry, self.prepare,
+                                       self.ks.device, self.ks.settings.timeout_s)
+        except CandidateFailure as exc:
+            self.load_failure = exc
+            raise
         return self.worker
 
     def drop_worker(self) -> None:
@@ -134,8 +201,7 @@ class CaseItem(pytest.Item):
             if self.kind == "check":
                 result = evaluator.check(worker, self.case)
             else:
-                result = evaluator.bench(worker, self.case, ks.device_name,
-                                         ks.bench_budget(cand.task))
+                result = self._bench(worker)
         except (CandidateFailure, WorkerDied) as exc:
             # A worker that failed once may hold a sticky device error: start afresh next time.
             cand.drop_worker()
@@ -149,12 +215,40 @@ class CaseItem(pytest.Item):
                           reason=failure.reason, detail=failure.detail[-4000:])
             raise failure from None
         self._publish(**result.model_dump())
+        if result.kind == "bench":
+            self._to_pytest_benchmark(result)
+
+    def _bench(self, worker: Worker) -> CaseResult:
+        """Time the case; a candidate alternates with the task's active baselines."""
+        cand, ks = self.candidate, self.candidate.ks
+        evaluator = ks.evaluator(cand.task)
+        budget = ks.bench_budget(cand.task)
+        partners = ks.partners_for(cand.task) if cand.role == "candidate" else []
+        if partners:
+            result = bench_beside(evaluator, cand.live_worker, partners, self.case,
+                                  ks.device_name, budget)
+        else:
+            result = evaluator.bench(worker, self.case, ks.device_name, budget)
+        result.floor_fraction = floor_fraction(result)
+        return result
+
+    def _to_pytest_benchmark(self, result: CaseResult) -> None:
+        bs = benchmark_bridge.benchmark_session(self.config)
+        if bs is None:
+            return
+        cand = self.candidate
+        extra = {"ks_task": cand.task.name, "ks_candidate": cand.name, "ks_role": cand.role,
+                 "ks_sha256": cand.sha256, "floor_us": result.floor_us,
+                 "clock": result.stats.clock if result.stats else "",
+                 "speedups": {k: v.speedup for k, v in result.baselines.items()}}
+        benchmark_bridge.record(bs, self.nodeid, f"{cand.name}::{self.name}",
+                                f"{cand.task.name} {result.case_id}", result, extra)
 
     def _publish(self, **fields: Any) -> None:
         cand = self.candidate
         self.user_properties.append(("ks_case", {
             "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
-            "sha256": cand.sha256, "result": fields,
+            "sha256": cand.sha256, "role": cand.role, "result": fields,
         }))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
@@ -167,5 +261,53 @@ class CaseItem(pytest.Item):
             return text
         return super().repr_failure(excinfo)
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"{self.candidate.name}::{self.name}"
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"
+
+
+class GateItem(pytest.Item):
+    """A performance gate on one candidate, judged from its benchmarks earlier in this run."""
+
+    def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+        self.add_marker(pytest.mark.kscientist)
+
+    @property
+    def candidate(self) -> CandidateNode:
+        assert isinstance(self.parent, CandidateNode)
+        return self.parent
+
+    def runtest(self) -> None:
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        results = ks.results.get(task.name, {})
+        mine = results.get(cand.name)
+        kind, name, factor = self.check
+        if kind == "min_speedup":
+            verdict = gates.min_speedup(mine, name, factor, results,
+                                        ks.skipped_baselines(task.name))
+        else:
+            settings = ks.settings
+            assert settings.compare_path is not None and settings.max_regression is not None
+            verdict = gates.max_regression(mine, task.name, ks.profile, settings.max_regression,
+                                           settings.compare_path, settings.compare_runs)
+        self.user_properties.append(("ks_gate", {
+            "task": task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "gate": self.name[len("gate["):-1],
+            "outcome": verdict.outcome, "message": verdict.message,
+        }))
+        if verdict.outcome == "skipped":
+            # Reported at the task file, like the skip marks of the baseline items, rather than
+            # at this line of the plugin (the same flag pytest's own skip marks use).
+            raise pytest.skip.Exception(verdict.message, _use_item_location=True)
+        if verdict.outcome == "failed":
+            raise GateFailure(verdict.message)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, GateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"

@@ -22,3 +22,7 @@ class CandidateFailure(KsError):
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
+
+
+class GateFailure(KsError):
+    """A performance gate (``--ks-min-speedup``, ``--ks-max-regression``) was not met."""

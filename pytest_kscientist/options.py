@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,12 @@ class Settings:
     bench_budget_s: float | None
     evolve: int | None
     extra: dict[str, str] = field(default_factory=dict)
+    # None: every baseline the task declares; otherwise the names picked by --ks-baselines.
+    baselines: tuple[str, ...] | None = None
+    min_speedup: tuple[tuple[str, float], ...] = ()
+    compare_path: Path | None = None
+    compare_runs: tuple[Any, ...] = ()  # the RunResults read from compare_path
+    max_regression: float | None = None  # a fraction: 0.05 for 5%
 
 
 def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
@@ -51,10 +58,28 @@ def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
     group.addoption("--evolve", metavar="N", default=None,
                     help="run N generations of the Kernel Scientist (selector, designer, writer) "
                     "on the task folder given, evaluating each generation as a pytest run")
+    group.addoption("--ks-baselines", metavar="NAMES", default=None,
+                    help="baselines timed beside each candidate: all (default), none, or "
+                    "comma-separated names from the task's [[baselines]] (ini: ks_baselines)")
+    group.addoption("--ks-min-speedup", action="append", default=[], metavar="NAME=FACTOR",
+                    help="gate: fail a candidate whose geomean speedup over baseline NAME (or "
+                    "'reference') is below FACTOR, e.g. cublas_task_layout=1.5; repeatable "
+                    "(ini: ks_min_speedup, space-separated)")
+    group.addoption("--ks-compare", metavar="PATH", default=None,
+                    help="compare each candidate with its result in PATH, a --ks-json file of "
+                    "an earlier run (ini: ks_compare)")
+    group.addoption("--ks-max-regression", metavar="PERCENT", default=None,
+                    help="gate: fail a candidate more than PERCENT slower (geomean over common "
+                    "benchmarks) than in --ks-compare, e.g. 5%% (ini: ks_max_regression)")
     parser.addini("ks_profile", "default for --ks-profile", default="auto")
     parser.addini("ks_device", "default for --ks-device", default="auto")
     parser.addini("ks_timeout", "default for --ks-timeout", default="120")
     parser.addini("ks_bench_budget", "default for --ks-bench-budget", default="")
+    parser.addini("ks_baselines", "default for --ks-baselines", default="all")
+    parser.addini("ks_min_speedup", "default for --ks-min-speedup (NAME=FACTOR ...)",
+                  type="args", default=[])
+    parser.addini("ks_compare", "default for --ks-compare", default="")
+    parser.addini("ks_max_regression", "default for --ks-max-regression", default="")
     return group
 
 
@@ -123,7 +148,72 @@ def resolve(config: pytest.Config) -> Settings:
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
+    compare_path, compare_runs, max_regression = _comparison(config)
     return Settings(
         kernels=tuple(kernels), json_path=json_path, salt=salt, salt_given=salt_given,
         profile=profile, device=device, timeout_s=timeout, bench_budget_s=budget, evolve=evolve,
+        baselines=_baselines(opt.ks_baselines or config.getini("ks_baselines") or "all"),
+        min_speedup=_min_speedups(opt.ks_min_speedup or config.getini("ks_min_speedup")),
+        compare_path=compare_path, compare_runs=compare_runs, max_regression=max_regression,
     )
+
+
+def _baselines(raw: str) -> tuple[str, ...] | None:
+    raw = raw.strip()
+    if raw == "all":
+        return None
+    if raw == "none":
+        return ()
+    names = tuple(n.strip() for n in raw.split(","))
+    if not all(names):
+        raise pytest.UsageError(
+            f"--ks-baselines expects all, none or comma-separated baseline names, got '{raw}'; "
+            "e.g. --ks-baselines cublas_task_layout,cublas_kmajor"
+        )
+    return names
+
+
+def _min_speedups(raw: list[str]) -> tuple[tuple[str, float], ...]:
+    gates: dict[str, float] = {}
+    for item in raw:
+        name, sep, factor = item.partition("=")
+        try:
+            value = float(factor.strip().removesuffix("x"))
+        except ValueError:
+            value = 0.0
+        if not sep or not name.strip() or not value > 0:
+            raise pytest.UsageError(
+                f"--ks-min-speedup expects NAME=FACTOR with a baseline name and a positive "
+                f"factor, got '{item}'; e.g. --ks-min-speedup cublas_task_layout=1.5"
+            )
+        gates[name.strip()] = value
+    return tuple(gates.items())
+
+
+def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], float | None]:
+    opt = config.option
+    raw_path = opt.ks_compare or config.getini("ks_compare")
+    raw_max = opt.ks_max_regression or config.getini("ks_max_regression")
+    max_regression = None
+    if raw_max:
+        text = raw_max.strip().removesuffix("%")
+        try:
+            max_regression = float(text) / 100.0
+        except ValueError:
+            max_regression = -1.0
+        if not max_regression >= 0:
+            raise pytest.UsageError(
+                f"--ks-max-regression expects a non-negative percentage, got '{raw_max}'; "
+                "e.g. --ks-max-regression 5%"
+            )
+        if not raw_path:
+            raise pytest.UsageError(
+                f"--ks-max-regression {raw_max} needs --ks-compare PATH, the --ks-json file of "
+                "the run to compare with; add it"
+            )
+    if not raw_path:
+        return None, (), max_regression
+    from pytest_kscientist.gates import read_saved
+
+    path = Path(raw_path).expanduser()
+    return path, tuple(read_saved(path)), max_regression

@@ -80,24 +80,31 @@ class KsHooks:
         if len(dirs) != 1 or not (dirs[0] / SPEC_NAME).is_file():
             raise pytest.UsageError(
                 f"--evolve expects exactly one task folder (holding {SPEC_NAME}), got "
-                f"'{' '.join(session.config.args) or 'none'}'; e.g. pytest --evolve 3 tasks/fp8_gemm"
+                f"'{' '.join(session.config.args) or 'none'}'; "
+                "e.g. pytest --evolve 3 tasks/fp8_gemm"
             )
         if run_evolution(session.config, dirs[0].resolve()) != 0:
             session.testsfailed += 1
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_kscientist.results import CaseResult
+        from pytest_kscientist.results import CaseResult, GateResult
 
         if report.when != "call":
             return
-        for name, value in report.user_properties:
+        for name, prop in report.user_properties:
+            value: Any = prop
             if name == "ks_case":
                 self.ks.record(value["task"], value["candidate"], value["path"],
-                               value["sha256"], CaseResult.model_validate(value["result"]))
+                               value["sha256"], CaseResult.model_validate(value["result"]),
+                               role=value.get("role", "candidate"))
+            elif name == "ks_gate":
+                self.ks.record_gate(value["task"], value["candidate"], value["path"],
+                                    value["sha256"], GateResult.model_validate(value))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         ks = self.ks
+        ks.close_partners()
         ks.finalize()
         for per_task in ks.results.values():
             for result in per_task.values():

@@ -4,29 +4,59 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_kscientist.results import CandidateResult
+from pytest_kscientist.gates import saved_change
+from pytest_kscientist.results import CandidateResult, RunResults
+from pytest_kscientist.scores import timed_benchmarks
+from pytest_kscientist.stats import geomean
+
+ROLE_ORDER = {"reference": 0, "baseline": 1, "candidate": 2}
 
 
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def candidate_table(cands: list[CandidateResult]) -> list[str]:
-    """Rows: candidate, passed, failed, geomean, speedup over the reference."""
-    rows = [("candidate", "passed", "failed", "geomean_us", "speedup_vs_ref")]
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _label(c: CandidateResult) -> str:
+    return c.name if c.role == "candidate" else f"{c.name} ({c.role})"
+
+
+def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = None,
+                    saved: tuple[RunResults, ...] = (), task: str = "") -> list[str]:
+    """Rows: candidate, passed, failed, geomean, speedups (reference, each baseline), floor.
+
+    ``vs_<baseline>`` is timed interleaved with the candidate; ``floor_frac`` is the geomean
+    of floor_us / median_us; ``vs_saved`` the geomean time change against ``--ks-compare``.
+    """
+    names = baselines or []
+    head = ["candidate", "passed", "failed", "geomean_us", "speedup_vs_ref",
+            *(f"vs_{n}" for n in names), "floor_frac"]
+    if saved:
+        head.append("vs_saved")
+    rows = [tuple(head)]
     ranked = sorted(cands, key=lambda c: (c.geomean_us is None, c.geomean_us or 0.0))
     for c in ranked:
-        speed = "-" if c.speedup_over_reference is None else f"{c.speedup_over_reference:.2f}x"
-        rows.append((c.name, str(c.passed), str(c.failed), _us(c.geomean_us), speed))
+        row = [_label(c), str(c.passed), str(c.failed), _us(c.geomean_us),
+               _x(c.speedup_over_reference), *(_x(c.speedups.get(n)) for n in names),
+               "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
+        if saved:
+            change = saved_change(c, task, saved)
+            row.append("-" if change is None else f"{change:+.1%}")
+        rows.append(tuple(row))
     return _align(rows)
 
 
 def bench_table(cands: list[CandidateResult]) -> list[str]:
-    """Rows: benchmark case, then each candidate's median (us) or its failure."""
+    """Rows: each benchmark case's median (us) per column (reference, baselines, candidates),
+    the physical floor, then a geomean row."""
+    cands = sorted(cands, key=lambda c: ROLE_ORDER.get(c.role, 2))
     names = [c.name for c in cands]
     cases: list[str] = []
     cells: dict[tuple[str, str], str] = {}
-    floors: dict[str, str] = {}
+    floors: dict[str, float | None] = {}
     for c in cands:
         for case in c.cases:
             if case.kind != "bench":
@@ -34,7 +64,7 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
             if case.case_id not in cases:
                 cases.append(case.case_id)
             if case.floor_us is not None or case.case_id not in floors:
-                floors[case.case_id] = _us(case.floor_us)
+                floors[case.case_id] = case.floor_us
             cells[(case.case_id, c.name)] = (
                 _us(case.stats.median_us) if case.stats and case.outcome == "passed" else "FAIL"
             )
@@ -42,13 +72,35 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
         return []
     rows = [("benchmark (median us)", *names, "floor_us")]
     for case_id in cases:
-        rows.append((case_id, *(cells.get((case_id, n), "-") for n in names), floors[case_id]))
+        rows.append((case_id, *(cells.get((case_id, n), "-") for n in names),
+                     _us(floors[case_id])))
+    known = [f for f in floors.values() if f is not None and f > 0]
+    geo = [_us(geomean([x.stats.median_us for x in b if x.stats]))
+           if (b := timed_benchmarks(c)) and len(b) == len(cases) else "-" for c in cands]
+    rows.append(("geomean", *geo, _us(geomean(known)) if len(known) == len(cases) else "-"))
     return _align(rows)
 
 
 def _align(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def baseline_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> list[str]:
+    """Why a declared baseline has no numbers: skipped in this run, or failed beside someone."""
+    lines = [f"baseline {b.name} not timed: {b.reason}"
+             for b in session.baselines.get(task_name, []) if b.status == "skipped"]
+    seen = set()
+    for c in cands:
+        for case in c.cases:
+            for name, timing in case.baselines.items():
+                if timing.reason and (name, timing.reason) not in seen:
+                    seen.add((name, timing.reason))
+                    lines.append(f"no speedup of {c.name} over {name}: {timing.reason}")
+    return lines
 
 
 def write_summary(tr: Any, session: Any) -> None:
@@ -56,16 +108,23 @@ def write_summary(tr: Any, session: Any) -> None:
     if not session.results:
         return
     tr.write_sep("=", "kscientist summary")
+    saved = session.settings.compare_runs
     for task_name, per_task in session.results.items():
         cands = list(per_task.values())
+        active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name})")
-        for line in candidate_table(cands):
+        for line in candidate_table(cands, active, saved, task_name):
             tr.write_line("  " + line)
         lines = bench_table(cands)
         if lines:
             tr.write_line("")
             for line in lines:
                 tr.write_line("  " + line)
+        for line in baseline_notes(session, task_name, cands):
+            tr.write_line("  " + line)
+    if session.settings.compare_path is not None:
+        tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
+                      "(--ks-compare); + is slower")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
     tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")

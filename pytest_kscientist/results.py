@@ -21,6 +21,18 @@ class TimingStats(BaseModel):
     runs: int
     verified_runs: int = 0
     clock: str = ""
+    # The timed calls themselves, for pooling interleaved rounds and for pytest-benchmark;
+    # kept in memory only (never written: the summary fields above are the record).
+    samples_us: list[float] = Field(default_factory=list, exclude=True, repr=False)
+
+
+class BaselineTiming(BaseModel):
+    """A baseline timed interleaved with a candidate on one benchmark case."""
+
+    stats: TimingStats | None = None
+    speedup: float | None = None  # geomean over rounds of baseline median / candidate median
+    rounds: int = 0
+    reason: str = ""  # why there is no speedup: the baseline failed, or was not run
 
 
 class CaseResult(BaseModel):
@@ -34,6 +46,16 @@ class CaseResult(BaseModel):
     detail: str = ""
     stats: TimingStats | None = None
     floor_us: float | None = None
+    floor_fraction: float | None = None  # floor_us / median_us: 1.0 is the physical limit
+    baselines: dict[str, BaselineTiming] = Field(default_factory=dict)
+
+
+class GateResult(BaseModel):
+    """The verdict of one performance gate on one candidate."""
+
+    gate: str
+    outcome: Literal["passed", "failed", "skipped"]
+    message: str
 
 
 class CandidateResult(BaseModel):
@@ -43,8 +65,14 @@ class CandidateResult(BaseModel):
     path: str
     sha256: str
     cases: list[CaseResult] = Field(default_factory=list)
+    role: Literal["candidate", "reference", "baseline"] = "candidate"
     geomean_us: float | None = None
     speedup_over_reference: float | None = None
+    # Over this candidate's benchmarks: geomean of the interleaved per-case speedups over each
+    # baseline, and geomean of floor_us / median_us.
+    speedups: dict[str, float] = Field(default_factory=dict)
+    floor_fraction: float | None = None
+    gates: list[GateResult] = Field(default_factory=list)
 
     @property
     def passed(self) -> int:
@@ -66,6 +94,17 @@ class MachineInfo(BaseModel):
     device_name: str
 
 
+class BaselineInfo(BaseModel):
+    """A baseline the task declares, and whether this run timed it."""
+
+    name: str
+    path: str
+    prepare: bool = False
+    requires: list[str] = Field(default_factory=list)
+    status: Literal["active", "skipped"] = "active"
+    reason: str = ""
+
+
 class RunResults(BaseModel):
     """Top-level record written by ``--ks-json``."""
 
@@ -77,3 +116,4 @@ class RunResults(BaseModel):
     started_at: str
     machine: MachineInfo
     candidates: list[CandidateResult] = Field(default_factory=list)
+    baselines: list[BaselineInfo] = Field(default_factory=list)

@@ -13,15 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kscientist.baselines import Partner
 from pytest_kscientist.evaluate import Evaluator
 from pytest_kscientist.options import Settings
 from pytest_kscientist.results import (
+    BaselineInfo,
     CandidateResult,
     CaseResult,
+    GateResult,
     MachineInfo,
     RunResults,
 )
-from pytest_kscientist.stats import geomean
+from pytest_kscientist.scores import score_all
 from pytest_kscientist.task import Task
 
 REFERENCE_NAME = "reference"
@@ -40,6 +43,10 @@ class KsSession:
         # task name -> candidate name -> result, filled from reports (so it works under xdist)
         self.results: dict[str, dict[str, CandidateResult]] = {}
         self.candidate_paths: dict[tuple[str, str], tuple[str, str]] = {}
+        # task name -> the baselines it declares, with whether this run times them
+        self.baselines: dict[str, list[BaselineInfo]] = {}
+        # (task name, baseline name) -> the worker shared by every candidate's benchmarks
+        self.partners: dict[tuple[str, str], Partner] = {}
 
     @cached_property
     def device(self) -> str:
@@ -80,25 +87,47 @@ class KsSession:
     def bench_budget(self, task: Task) -> float:
         return self.settings.bench_budget_s or task.spec.bench.budget_s
 
+    def skipped_baselines(self, task: str) -> dict[str, str]:
+        """Baselines of ``task`` this run does not time: name -> why."""
+        return {b.name: b.reason for b in self.baselines.get(task, []) if b.status == "skipped"}
+
+    def partners_for(self, task: Task) -> list[Partner]:
+        """Workers of the task's active baselines, started on first use and kept for the run."""
+        active = [b.name for b in self.baselines.get(task.name, []) if b.status == "active"]
+        out = []
+        for spec in task.spec.baselines:
+            if spec.name in active:
+                key = (task.name, spec.name)
+                if key not in self.partners:
+                    self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s)
+                out.append(self.partners[key])
+        return out
+
+    def close_partners(self) -> None:
+        for partner in self.partners.values():
+            partner.close()
+
     # -- results ----------------------------------------------------------------------------
 
-    def record(self, task: str, candidate: str, path: str, sha: str, case: CaseResult) -> None:
+    def record(self, task: str, candidate: str, path: str, sha: str, case: CaseResult,
+               role: str = "candidate") -> None:
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            per_task[candidate] = CandidateResult.model_validate(
+                {"name": candidate, "path": path, "sha256": sha, "role": role})
+        per_task[candidate].cases.append(case)
+
+    def record_gate(self, task: str, candidate: str, path: str, sha: str,
+                    gate: GateResult) -> None:
         per_task = self.results.setdefault(task, {})
         if candidate not in per_task:
             per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha)
-        per_task[candidate].cases.append(case)
+        per_task[candidate].gates.append(gate)
 
     def finalize(self) -> None:
         """Fill geomeans and speedups (only candidates whose every benchmark passed)."""
         for per_task in self.results.values():
-            for cand in per_task.values():
-                bench = [c for c in cand.cases if c.kind == "bench"]
-                if bench and all(c.outcome == "passed" and c.stats for c in bench):
-                    cand.geomean_us = geomean([c.stats.median_us for c in bench if c.stats])
-            ref = per_task.get(REFERENCE_NAME)
-            for cand in per_task.values():
-                if ref and ref.geomean_us and cand.geomean_us:
-                    cand.speedup_over_reference = ref.geomean_us / cand.geomean_us
+            score_all(per_task, REFERENCE_NAME)
 
     def machine(self) -> MachineInfo:
         import torch
@@ -115,7 +144,7 @@ class KsSession:
             RunResults(
                 task=name, task_path=str(self.tasks[name].root), profile=self.profile,
                 salt=self.salt, started_at=self.started_at, machine=self.machine(),
-                candidates=list(per_task.values()),
+                candidates=list(per_task.values()), baselines=self.baselines.get(name, []),
             ).model_dump(mode="json")
             for name, per_task in self.results.items()
         ]

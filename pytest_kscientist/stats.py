@@ -10,7 +10,7 @@ from pytest_kscientist.results import TimingStats
 
 
 def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = "") -> TimingStats:
-    """Mean, median, min, max, std and standard error of the mean of ``times_us``."""
+    """Mean, median, min, max, std and standard error of the mean of ``times_us`` (kept too)."""
     n = len(times_us)
     if n == 0:
         raise ValueError("summarize() needs at least one timed call, got none")
@@ -25,6 +25,7 @@ def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = ""
         runs=n,
         verified_runs=verified_runs,
         clock=clock,
+        samples_us=list(times_us),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
@@ -50,6 +51,56 @@ class BenchSpec(BaseModel):
     max_runs: int = Field(200, ge=1)
     budget_s: float = Field(1.0, gt=0)
     verify_samples: int = Field(3, ge=1)
+    # A candidate timed beside baselines alternates with them this many times, each round
+    # getting budget_s / rounds, so a drifting clock shifts both sides of every ratio alike.
+    rounds: int = Field(4, ge=1)
+
+
+REQUIREMENT = re.compile(r"^(cuda|nvidia|rocm|sm_(\d+)(\d))$")
+BASELINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class BaselineSpec(BaseModel):
+    """A trusted implementation every candidate is timed beside (``[[baselines]]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    file: str
+    description: str = ""
+    # True: the file exposes prepare(data) (not timed) and run(prepared) (timed), a yardstick
+    # with its input conversion excluded; False: custom_kernel(data), like a candidate.
+    prepare: bool = Field(False, strict=True)
+    # Capabilities the device must have, else the baseline is skipped: "cuda" (any CUDA or
+    # ROCm GPU), "nvidia", "rocm", "sm_90" (an NVIDIA GPU of compute capability 9.0 or newer).
+    requires: list[str] = Field(default_factory=list)
+
+    @field_validator("requires", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("requires")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        for need in value:
+            if not REQUIREMENT.match(need):
+                raise ValueError(
+                    f"unknown requirement {need!r}; expected cuda, nvidia, rocm or sm_XY "
+                    "(e.g. sm_90)"
+                )
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _usable_name(cls, value: str) -> str:
+        if not BASELINE_NAME.match(value):
+            raise ValueError(
+                "a baseline name becomes a test id and a --ks-min-speedup key: use letters, "
+                "digits, '_', '.', '-'"
+            )
+        if value == "reference":
+            raise ValueError("'reference' is the task's own reference node; pick another name")
+        return value
 
 
 class TaskSpec(BaseModel):
@@ -60,10 +111,20 @@ class TaskSpec(BaseModel):
     seeds: str = "seeds"
     case_keys: list[str] = Field(min_length=1)
     output_index: int | None = 4
-    check: CheckSpec = Field(default_factory=CheckSpec)
-    bench: BenchSpec = Field(default_factory=BenchSpec)
+    check: CheckSpec = Field(default_factory=lambda: CheckSpec.model_validate({}))
+    bench: BenchSpec = Field(default_factory=lambda: BenchSpec.model_validate({}))
     floor: list[FloorSpec] = Field(default_factory=list)
+    baselines: list[BaselineSpec] = Field(default_factory=list)
     profiles: dict[str, Profile]
+
+    @field_validator("baselines")
+    @classmethod
+    def _unique_names(cls, baselines: list[BaselineSpec]) -> list[BaselineSpec]:
+        names = [b.name for b in baselines]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"two baselines are named {name!r}; names must be unique")
+        return baselines
 
     @field_validator("profiles")
     @classmethod
@@ -94,6 +155,9 @@ class Task:
         self.name = spec.name
         self.reference = root / spec.reference
         self.seeds_dir = root / spec.seeds
+
+    def baseline_path(self, baseline: BaselineSpec) -> Path:
+        return self.root / baseline.file
 
     def seeds(self) -> list[Path]:
         if not self.seeds_dir.is_dir():
@@ -137,7 +201,9 @@ def load_task(root: Path) -> Task:
     try:
         raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TaskSpecError(f"{spec_path}: no task spec here; a task folder needs {SPEC_NAME}")
+        raise TaskSpecError(
+            f"{spec_path}: no task spec here; a task folder needs {SPEC_NAME}"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise TaskSpecError(f"{spec_path}: not valid TOML ({exc}); fix the syntax") from None
     try:
@@ -156,4 +222,11 @@ def load_task(root: Path) -> Task:
             f"{spec_path}: field 'reference' names {spec.reference!r}, which does not exist in "
             f"{root}; add the file with generate_input(**case) and ref_kernel(data)"
         )
+    for i, baseline in enumerate(spec.baselines):
+        if not task.baseline_path(baseline).is_file():
+            entry = "prepare(data) and run(prepared)" if baseline.prepare else "custom_kernel(data)"
+            raise TaskSpecError(
+                f"{spec_path}: field 'baselines[{i}].file' names {baseline.file!r}, which does "
+                f"not exist in {root}; add the file (exposing {entry}) or fix the path"
+            )
     return task

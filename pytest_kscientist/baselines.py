@@ -1,0 +1,174 @@
+"""Baselines: trusted implementations a task declares, timed interleaved with each candidate.
+
+A baseline runs in its own worker, never in a candidate's process, and is verified like a
+candidate (its sampled outputs are judged against the reference). A candidate's benchmark
+alternates rounds between the candidate's worker and each baseline's worker, in mirrored order
+(C B1 B2, then B2 B1 C, ...), and the speedup is the geometric mean over rounds of the
+baseline's median over the candidate's median in the same round: clock drift (boost, thermal)
+shifts both sides of each ratio alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.evaluate import Evaluator
+from pytest_kscientist.results import BaselineTiming, CaseResult
+from pytest_kscientist.stats import geomean, summarize
+from pytest_kscientist.task import REQUIREMENT, BaselineSpec, Case, Task
+from pytest_kscientist.worker import Worker, WorkerDied
+
+
+def describe(need: str) -> str:
+    """A requirement in words: ``sm_90`` -> an NVIDIA GPU of compute capability 9.0 or newer."""
+    match = REQUIREMENT.match(need)
+    if match and match.group(2):
+        return f"an NVIDIA GPU of compute capability {match.group(2)}.{match.group(3)} or newer"
+    return {"cuda": "a CUDA or ROCm GPU", "nvidia": "an NVIDIA GPU", "rocm": "a ROCm GPU"}[need]
+
+
+def unmet_requirement(spec: BaselineSpec, device: str) -> str:
+    """Why ``device`` cannot run the baseline ("" when it can)."""
+    for need in spec.requires:
+        found = _lacks(need, device)
+        if found:
+            return (f"baseline '{spec.name}' requires {need} ({describe(need)}), this run's "
+                    f"device is {found}; run it on such a device, or leave it out with "
+                    "--ks-baselines")
+    return ""
+
+
+def _lacks(need: str, device: str) -> str:
+    """What the device is, when it lacks ``need``; "" when it has it."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    hip = torch.version.hip is not None
+    name = torch.cuda.get_device_name(device)
+    if need == "cuda" or (need == "rocm" and hip) or (need == "nvidia" and not hip):
+        return ""
+    if need in ("rocm", "nvidia"):
+        return name
+    match = REQUIREMENT.match(need)
+    assert match is not None  # validated by BaselineSpec
+    major, minor = torch.cuda.get_device_capability(device)
+    wanted = (int(match.group(2)), int(match.group(3)))
+    if hip or (major, minor) < wanted:
+        return f"{name} (ROCm)" if hip else f"{name} (sm_{major}{minor})"
+    return ""
+
+
+def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
+                 timeout_s: float) -> Worker:
+    """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load."""
+    try:
+        worker = Worker(task.reference, device, task.spec.output_index, timeout_s)
+        header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
+                                   prepare=prepare)
+    except WorkerDied as exc:
+        raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
+    if not header.get("ok"):
+        worker.close()
+        raise CandidateFailure(f"failed to load: {header.get('reason')}",
+                               str(header.get("detail", "")))
+    return worker
+
+
+@dataclass
+class Partner:
+    """A baseline's worker, kept by the session and shared by every candidate's benchmarks."""
+
+    task: Task
+    spec: BaselineSpec
+    device: str
+    timeout_s: float
+    worker: Worker | None = None
+    broken: str = ""  # sticky: it failed to load or hung, so it is not tried again
+    errors: dict[str, str] = field(default_factory=dict)  # case id -> why it failed there
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def live(self) -> Worker:
+        if self.broken:
+            raise CandidateFailure(self.broken)
+        if self.worker is None or not self.worker.alive():
+            entry, prepare = ("run", "prepare") if self.spec.prepare else ("custom_kernel", None)
+            try:
+                self.worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
+                                           prepare, self.device, self.timeout_s)
+            except CandidateFailure as exc:
+                self.broken = exc.reason
+                raise
+        return self.worker
+
+    def failed(self, case_id: str, exc: CandidateFailure | WorkerDied) -> None:
+        self.errors[case_id] = exc.reason
+        if isinstance(exc, WorkerDied) and exc.hung:
+            self.broken = f"hung on {case_id} and was killed"
+        self.close()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners: list[Partner],
+                 case: Case, device_name: str, budget_s: float) -> CaseResult:
+    """Time the candidate in rounds alternating with each partner; pooled stats + speedups.
+
+    A candidate failure raises (it is the candidate's verdict); a partner failure only costs
+    that partner's speedup, with the reason kept.
+    """
+    rounds = evaluator.task.spec.bench.rounds
+    share = budget_s / rounds
+    case_id = evaluator.task.case_id(case)
+    mine: list[CaseResult] = []
+    theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
+    failed: dict[str, str] = {}
+    for r in range(rounds):
+        order: list[Partner | None] = [None, *partners]
+        for who in order if r % 2 == 0 else order[::-1]:
+            if who is None:
+                mine.append(evaluator.bench(candidate(), case, device_name, share))
+            elif who.name not in failed:
+                try:
+                    theirs[who.name].append(evaluator.bench(who.live(), case, device_name, share))
+                except (CandidateFailure, WorkerDied) as exc:
+                    who.failed(case_id, exc)
+                    failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
+    result = pool(mine)
+    for p in partners:
+        result.baselines[p.name] = (
+            BaselineTiming(reason=failed[p.name]) if p.name in failed else paired(mine,
+                                                                                 theirs[p.name])
+        )
+    return result
+
+
+def pool(rounds: list[CaseResult]) -> CaseResult:
+    """One result whose stats cover every timed call of the rounds."""
+    first = rounds[0]
+    assert first.stats is not None
+    samples = [t for r in rounds if r.stats for t in r.stats.samples_us]
+    verified = sum(r.stats.verified_runs for r in rounds if r.stats)
+    stats = summarize(samples, verified_runs=verified, clock=first.stats.clock)
+    return first.model_copy(update={"stats": stats})
+
+
+def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
+    """The baseline's pooled stats and its per-round speedup ratio, geometric mean."""
+    ratios = [
+        b.stats.median_us / c.stats.median_us
+        for c, b in zip(mine, theirs, strict=False)
+        if b.stats and c.stats and min(b.stats.median_us, c.stats.median_us) > 0
+    ]
+    if not ratios:
+        return BaselineTiming(reason="no round timed both the candidate and the baseline")
+    return BaselineTiming(stats=pool(theirs).stats, speedup=geomean(ratios), rounds=len(ratios))

@@ -1,0 +1,242 @@
+"""Baselines: declaration errors, requirements, interleaved rounds, and an end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from baseline_sources import BASELINES, with_baselines
+
+from conftest import AXPY, run_pytest
+from pytest_kscientist.baselines import bench_beside, describe, unmet_requirement
+from pytest_kscientist.errors import CandidateFailure, TaskSpecError
+from pytest_kscientist.results import CaseResult, RunResults
+from pytest_kscientist.stats import geomean, summarize
+from pytest_kscientist.task import BaselineSpec, load_task
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('name = "x"\nfile = "baselines/missing.py"', "field 'baselines[0].file' names "
+         "'baselines/missing.py', which does not exist"),
+        ('name = "reference"\nfile = "seeds/good.py"', "'reference' is the task's own reference"),
+        ('name = "a b"\nfile = "seeds/good.py"', "a baseline name becomes a test id"),
+        ('name = "x"\nfile = "seeds/good.py"\nrequires = "tpu"', "unknown requirement 'tpu'; "
+         "expected cuda, nvidia, rocm or sm_XY"),
+        ('name = "x"\nfile = "seeds/good.py"\nprepare = "yes"', "field 'baselines[0].prepare'"),
+        ('name = "x"\nfile = "seeds/good.py"\n\n[[baselines]]\nname = "x"\nfile = "seeds/good.py"',
+         "two baselines are named 'x'"),
+    ],
+    ids=["missing-file", "reserved-name", "bad-name", "unknown-need", "prepare-not-bool", "twice"],
+)
+def test_bad_baseline_declaration_names_the_field(tmp_path: Path, entry: str, message: str):
+    task = tmp_path / "axpy"
+    shutil.copytree(AXPY, task)
+    with open(task / "task.toml", "a") as spec:
+        spec.write(f"\n[[baselines]]\n{entry}\n")
+    with pytest.raises(TaskSpecError) as info:
+        load_task(task)
+    assert message in str(info.value)
+
+
+def test_requirements_are_explained_and_unmet_on_cpu() -> None:
+    assert describe("sm_90") == "an NVIDIA GPU of compute capability 9.0 or newer"
+    assert describe("sm_100") == "an NVIDIA GPU of compute capability 10.0 or newer"
+    spec = BaselineSpec(name="cublas", file="b.py", requires=["sm_90"])
+    reason = unmet_requirement(spec, "cpu")
+    assert reason.startswith("baseline 'cublas' requires sm_90 (an NVIDIA GPU of compute "
+                             "capability 9.0 or newer), this run's device is cpu")
+    assert unmet_requirement(BaselineSpec(name="any", file="b.py"), "cpu") == ""
+
+
+def test_fp8_gemm_declares_the_cublas_baselines() -> None:
+    task = load_task(Path(__file__).parent.parent / "tasks" / "fp8_gemm")
+    by_name = {b.name: b for b in task.spec.baselines}
+    assert set(by_name) == {"cublas_task_layout", "cublas_kmajor"}
+    assert by_name["cublas_kmajor"].prepare and not by_name["cublas_task_layout"].prepare
+    assert all(b.requires == ["sm_90"] for b in by_name.values())
+
+
+# -- interleaved rounds ---------------------------------------------------------------------
+
+
+class _FakeEvaluator:
+    """Answers bench() with a fixed median per worker name, logging the order of calls."""
+
+    def __init__(self, medians: dict[str, list[float]], rounds: int) -> None:
+        self.medians = medians
+        self.log: list[str] = []
+        self.task = load_task(AXPY)
+        self.task.spec.bench.rounds = rounds
+
+    def bench(self, worker: Any, case: Any, device_name: str, budget_s: float) -> CaseResult:
+        self.log.append(worker)
+        if worker == "broken":
+            raise CandidateFailure("timed call 0: wrong result")
+        value = self.medians[worker][sum(w == worker for w in self.log) - 1]
+        return CaseResult(kind="bench", case=case, case_id="n1-s1", outcome="passed",
+                          stats=summarize([value, value, value], verified_runs=1), floor_us=0.5)
+
+
+class _FakePartner:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failures: list[str] = []
+
+    def live(self) -> str:
+        return self.name
+
+    def failed(self, case_id: str, exc: CandidateFailure) -> None:
+        self.failures.append(f"{case_id}: {exc.reason}")
+
+
+def test_rounds_alternate_in_mirrored_order_and_pair_ratios() -> None:
+    ev = _FakeEvaluator({"cand": [1.0, 2.0, 1.0, 2.0], "b1": [3.0, 4.0, 3.0, 4.0],
+                         "b2": [1.0, 1.0, 1.0, 1.0]}, rounds=4)
+    partners = [_FakePartner("b1"), _FakePartner("b2")]
+    result = bench_beside(ev, lambda: "cand", partners, {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type]
+                          budget_s=1.0)
+    assert ev.log == ["cand", "b1", "b2", "b2", "b1", "cand"] * 2
+    # per round 3/1, 4/2, 3/1, 4/2: the geomean of the paired ratios, not of pooled medians
+    assert result.baselines["b1"].speedup == pytest.approx(geomean([3.0, 2.0, 3.0, 2.0]))
+    assert result.baselines["b2"].speedup == pytest.approx(geomean([1.0, 0.5, 1.0, 0.5]))
+    assert result.baselines["b1"].rounds == 4 and result.baselines["b1"].stats.runs == 12
+    assert result.stats is not None and result.stats.runs == 12
+    assert result.stats.verified_runs == 4 and result.stats.median_us == pytest.approx(1.5)
+
+
+def test_failing_baseline_costs_only_its_speedup() -> None:
+    ev = _FakeEvaluator({"cand": [1.0, 1.0]}, rounds=2)
+    broken = _FakePartner("broken")
+    result = bench_beside(ev, lambda: "cand", [broken], {"n": 1, "seed": 1}, "cpu",  # type: ignore[list-item]
+                          budget_s=1.0)
+    assert ev.log == ["cand", "broken", "cand"]  # not asked again after failing
+    timing = result.baselines["broken"]
+    assert timing.speedup is None and timing.stats is None
+    assert timing.reason == "baseline 'broken' failed on n1-s1: timed call 0: wrong result"
+    assert broken.failures == ["n1-s1: timed call 0: wrong result"]
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any, Path]:
+    """One run: good beside five baselines, with gates and pytest-benchmark records."""
+    root = tmp_path_factory.mktemp("baselines")
+    with_baselines(root / "axpy", list(BASELINES))
+    code, output, data = run_pytest(
+        ["axpy", "-v", "--ks-min-speedup", "loop_add=0.01", "--ks-min-speedup", "prepared=1000",
+         "--ks-min-speedup", "wrong_base=0.5", "--ks-min-speedup", "gpu_only=2",
+         "--benchmark-json", "pb.json", "--benchmark-autosave",
+         "--benchmark-storage", "file://./bstore"],
+        cwd=root, timeout=300,
+    )
+    return code, output, data, root
+
+
+def _cand(data: Any, name: str) -> dict[str, Any]:
+    return next(c for c in data["candidates"] if c["name"] == name)
+
+
+def test_candidate_and_baselines_are_timed_interleaved(e2e) -> None:
+    code, output, data, _ = e2e
+    assert data is not None, output
+    good = _cand(data, "good")
+    bench = next(c for c in good["cases"] if c["kind"] == "bench")
+    for name in ("loop_add", "prepared"):
+        timing = bench["baselines"][name]
+        assert timing["rounds"] == 4 and timing["stats"]["runs"] >= 4 * 5, output
+        assert timing["speedup"] > 0 and good["speedups"][name] == pytest.approx(timing["speedup"])
+    assert bench["stats"]["runs"] >= 4 * 5 and bench["stats"]["verified_runs"] >= 4
+    assert bench["floor_fraction"] == pytest.approx(bench["floor_us"] / bench["stats"]["median_us"])
+    assert good["floor_fraction"] == pytest.approx(bench["floor_fraction"])
+    assert "gpu_only" not in bench["baselines"]
+    assert bench["baselines"]["wrong_base"]["reason"].startswith(
+        "baseline 'wrong_base' failed on n4096-s3: timed call")
+    assert bench["baselines"]["noprep"]["reason"] == (
+        "baseline 'noprep' failed on n4096-s3: failed to load: defines no callable "
+        "prepare(data) (declared prepare = true); expose it at module level")
+    roles = {c["name"]: c["role"] for c in data["candidates"]}
+    assert roles == {"reference": "reference", "loop_add": "baseline", "prepared": "baseline",
+                     "wrong_base": "baseline", "noprep": "baseline", "good": "candidate"}
+
+
+def test_baselines_are_verified_and_prepare_is_not_timed(e2e) -> None:
+    _, output, data, _ = e2e
+    prepared = next(c for c in _cand(data, "prepared")["cases"] if c["kind"] == "bench")
+    assert prepared["outcome"] == "passed" and prepared["stats"]["median_us"] < 20_000
+    wrong = {c["case_id"]: c for c in _cand(data, "wrong_base")["cases"]}
+    assert wrong["n33-s2"]["outcome"] == "failed" and "wrong result" in wrong["n33-s2"]["reason"]
+    assert "wrong_base check n33-s2: wrong result" in output
+    info = {b["name"]: b for b in data["baselines"]}
+    assert info["gpu_only"]["status"] == "skipped" and info["loop_add"]["status"] == "active"
+    assert "::gpu_only::bench[n4096-s3] SKIPPED" in output
+    assert "SKIPPED [3] axpy/task.toml: baseline 'gpu_only' requires cuda (a CUDA or ROCm GPU), " \
+        "this run's device is cpu" in output
+
+
+def test_gates_pass_fail_and_skip_as_items(e2e) -> None:
+    code, output, data, _ = e2e
+    assert code == 1
+    assert "::good::gate[min-speedup-loop_add] PASSED" in output
+    assert "::good::gate[min-speedup-gpu_only] SKIPPED" in output
+    assert "SKIPPED [1] axpy/task.toml:1: --ks-min-speedup gpu_only=2 not judged: baseline " \
+        "'gpu_only' requires cuda" in output
+    assert "good: geomean speedup over prepared is " in output
+    assert "below the required 1000x (--ks-min-speedup prepared=1000)" in output
+    assert "good: no speedup over wrong_base on n4096-s3: baseline 'wrong_base' failed" in output
+    gates = {g["gate"]: g["outcome"] for g in _cand(data, "good")["gates"]}
+    assert gates == {"min-speedup-loop_add": "passed", "min-speedup-prepared": "failed",
+                     "min-speedup-wrong_base": "failed", "min-speedup-gpu_only": "skipped"}
+    assert not any(c["gates"] for c in data["candidates"] if c["name"] != "good")
+
+
+def test_summary_puts_baselines_beside_candidates(e2e) -> None:
+    _, output, _, _ = e2e
+    lines = output.splitlines()
+    head = next(line for line in lines if line.strip().startswith("candidate "))
+    assert "vs_loop_add" in head and "vs_prepared" in head and "floor_frac" in head
+    assert "vs_gpu_only" not in head
+    table = next(line for line in lines if "benchmark (median us)" in line)
+    assert table.split()[3:] == ["reference", "loop_add", "prepared", "wrong_base", "noprep",
+                                 "good", "floor_us"]
+    assert any(line.strip().startswith("geomean ") for line in lines)
+    assert "baseline gpu_only not timed: baseline 'gpu_only' requires cuda" in output
+
+
+def test_pytest_benchmark_records_our_benchmarks(e2e) -> None:
+    _, _, data, root = e2e
+    record = json.loads((root / "pb.json").read_text())
+    by_id = {b["fullname"]: b for b in record["benchmarks"]}
+    ours = by_id["axpy/task.toml::good::bench[n4096-s3]"]
+    bench = next(c for c in _cand(data, "good")["cases"] if c["kind"] == "bench")
+    assert ours["stats"]["median"] == pytest.approx(bench["stats"]["median_us"] / 1e6)
+    assert ours["stats"]["rounds"] == bench["stats"]["runs"] == len(ours["stats"]["data"])
+    assert ours["group"] == "axpy n4096-s3" and ours["extra_info"]["ks_candidate"] == "good"
+    assert "axpy/task.toml::reference::bench[n4096-s3]" in by_id
+    saved = list((root / "bstore").rglob("0001_*.json"))
+    assert len(saved) == 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "--storage", "file://./bstore", "compare",
+         "0001"], cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "good::bench[n4096-s3]" in proc.stdout
+
+
+def test_results_json_round_trips(e2e) -> None:
+    _, _, data, _ = e2e
+    run = RunResults.model_validate(data)
+    good = next(c for c in run.candidates if c.name == "good")
+    assert set(good.speedups) == {"loop_add", "prepared"}
+    bench = next(c for c in good.cases if c.kind == "bench")
+    assert bench.stats is not None and bench.stats.samples_us == []  # never written

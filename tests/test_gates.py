@@ -1,0 +1,201 @@
+"""Performance gates: option errors, verdicts of the pure gate functions, regression compare."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from baseline_sources import with_baselines
+
+from conftest import AXPY, run_pytest
+from pytest_kscientist import gates
+from pytest_kscientist.results import (
+    BaselineTiming,
+    CandidateResult,
+    CaseResult,
+    MachineInfo,
+    RunResults,
+)
+from pytest_kscientist.stats import summarize
+
+# -- options --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ks-min-speedup", "cublas"], "--ks-min-speedup expects NAME=FACTOR with a baseline "
+         "name and a positive factor, got 'cublas'; e.g. --ks-min-speedup cublas_task_layout=1.5"),
+        (["--ks-min-speedup", "cublas=-1"], "got 'cublas=-1'"),
+        (["--ks-min-speedup", "=2"], "got '=2'"),
+        (["--ks-max-regression", "5%"], "--ks-max-regression 5% needs --ks-compare PATH, the "
+         "--ks-json file of the run to compare with; add it"),
+        (["--ks-max-regression", "lots", "--ks-compare", "r.json"], "--ks-max-regression "
+         "expects a non-negative percentage, got 'lots'; e.g. --ks-max-regression 5%"),
+        (["--ks-compare", "nope.json"], "--ks-compare nope.json: no such file; expected the "
+         "--ks-json file of an earlier run"),
+        (["--ks-compare", "garbage.json"], "--ks-compare garbage.json: not readable as JSON"),
+        (["--ks-compare", "other.json"], "--ks-compare other.json: not a pytest-kscientist "
+         "results file (field 'task': Field required); pass a file written by --ks-json"),
+        (["--ks-baselines", "a,,b"], "--ks-baselines expects all, none or comma-separated "
+         "baseline names, got 'a,,b'"),
+    ],
+    ids=["no-factor", "negative", "no-name", "regression-alone", "bad-percent", "missing-file",
+         "not-json", "not-results", "empty-name"],
+)
+def test_bad_gate_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
+                                          message: str) -> None:
+    (pytester.path / "garbage.json").write_text("{not json")
+    (pytester.path / "other.json").write_text(json.dumps({"benchmarks": []}))
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_gate_ini_twins_are_validated_and_collected(pytester: pytest.Pytester) -> None:
+    shutil.copytree(AXPY, pytester.path / "axpy")
+    pytester.makeini("[pytest]\nks_min_speedup = reference=2x\nks_max_regression = 5\n")
+    result = pytester.runpytest("axpy", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ks-max-regression 5 needs --ks-compare PATH" in result.stderr.str()
+    pytester.makeini("[pytest]\nks_min_speedup = reference=2x\n")
+    result = pytester.runpytest("axpy", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*::good::gate[[]min-speedup-reference[]]", "5 tests collected*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ks-min-speedup", "cublas=1.5"], "--ks-min-speedup names 'cublas', which task 'axpy' "
+         "does not declare (its baselines: loop_add; or 'reference'); fix the name or declare it"),
+        (["--ks-baselines", "loop"], "--ks-baselines names 'loop', which task 'axpy' does not "
+         "declare (its baselines: loop_add); fix the name, or use all or none"),
+        (["--ks-baselines", "none", "--ks-min-speedup", "loop_add=2"], "--ks-min-speedup names "
+         "'loop_add', which --ks-baselines leaves out"),
+        (["--kernel", "loop_add.py"], "candidate 'loop_add' has the name of the task's loop_add "
+         "node; test ids use the file stem, so rename the candidate file"),
+    ],
+    ids=["unknown-gate", "unknown-baseline", "gate-left-out", "name-clash"],
+)
+def test_bad_baseline_name_is_a_collection_error(pytester: pytest.Pytester, args: list[str],
+                                                 message: str) -> None:
+    with_baselines(pytester.path / "axpy", ["loop_add"])
+    (pytester.path / "loop_add.py").write_text("def custom_kernel(data):\n    return data[2]\n")
+    result = pytester.runpytest("axpy", "--collect-only", *args)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert message in result.stdout.str()
+
+
+def test_left_out_baselines_are_not_collected(pytester: pytest.Pytester) -> None:
+    with_baselines(pytester.path / "axpy", ["loop_add", "prepared"])
+    result = pytester.runpytest("axpy", "--collect-only", "-q", "--ks-baselines", "prepared")
+    text = result.stdout.str()
+    assert "::prepared::bench[n4096-s3]" in text and "::loop_add::" not in text
+
+
+# -- gate verdicts --------------------------------------------------------------------------
+
+
+def _bench(case_id: str, median: float, **speedups: float | None) -> CaseResult:
+    return CaseResult(
+        kind="bench", case={"n": 1}, case_id=case_id, outcome="passed",
+        stats=summarize([median]),
+        baselines={k: BaselineTiming(speedup=v, reason="" if v else "it broke")
+                   for k, v in speedups.items()},
+    )
+
+
+def _cand(name: str, *cases: CaseResult) -> CandidateResult:
+    return CandidateResult(name=name, path=f"{name}.py", sha256="0", cases=list(cases))
+
+
+def test_min_speedup_verdicts() -> None:
+    good = _cand("k", _bench("a", 1.0, cub=2.0), _bench("b", 1.0, cub=0.5))
+    v = gates.min_speedup(good, "cub", 1.0, {}, {})
+    assert v.outcome == "passed" and "geomean speedup over cub is 1.000x over 2 benchmark(s)" \
+        in v.message
+    v = gates.min_speedup(good, "cub", 1.5, {}, {})
+    assert v.outcome == "failed" and v.message.endswith(
+        "below the required 1.5x (--ks-min-speedup cub=1.5); slowest relative to it: b at 0.500x")
+    assert gates.min_speedup(good, "cub", 1.0, {}, {"cub": "needs a GPU"}) == gates.Verdict(
+        "skipped", "--ks-min-speedup cub=1 not judged: needs a GPU")
+    broken = _cand("k", _bench("a", 1.0, cub=None))
+    assert gates.min_speedup(broken, "cub", 1.0, {}, {}).message == (
+        "k: no speedup over cub on a: it broke")
+    assert gates.min_speedup(None, "cub", 1.0, {}, {}).outcome == "skipped"
+    ref = _cand("reference", _bench("a", 4.0), _bench("b", 1.0))
+    v = gates.min_speedup(good, "reference", 2.0, {"reference": ref}, {})
+    assert v.outcome == "passed" and "over reference is 2.000x" in v.message
+    v = gates.min_speedup(good, "reference", 2.0, {}, {})
+    assert v.outcome == "skipped" and "the reference was not timed" in v.message
+
+
+def _saved(task: str, *cands: CandidateResult) -> RunResults:
+    machine = MachineInfo(hostname="h", platform="p", python="3", torch="t", device="cpu",
+                          device_name="cpu")
+    return RunResults(task=task, task_path=".", profile="cpu", salt=1, started_at="now",
+                      machine=machine, candidates=list(cands))
+
+
+def test_max_regression_verdicts(tmp_path: Path) -> None:
+    now = _cand("k", _bench("a", 1.1), _bench("b", 1.1))
+    then = (_saved("t", _cand("k", _bench("a", 1.0), _bench("b", 1.0), _bench("c", 9.0))),)
+    path = tmp_path / "r.json"
+    v = gates.max_regression(now, "t", "cpu", 0.05, path, then)
+    assert v.outcome == "failed"
+    assert v.message.startswith(f"k: 10.0% slower than in {path} (geomean over 2 common "
+                                "benchmark(s)), more than the allowed --ks-max-regression 5%")
+    assert gates.max_regression(now, "t", "cpu", 0.2, path, then).outcome == "passed"
+    assert gates.max_regression(now, "other", "cpu", 0.2, path, then).message == (
+        f"--ks-compare {path} holds no results for task 'other' (it has: t); pass the --ks-json "
+        "file of a run of this task")
+    v = gates.max_regression(_cand("new", _bench("a", 1.0)), "t", "cpu", 0.2, path, then)
+    assert v.outcome == "skipped" and "'new' has no result in" in v.message
+    v = gates.max_regression(_cand("k", _bench("z", 1.0)), "t", "full", 0.2, path, then)
+    assert v.outcome == "failed" and "no benchmark in common" in v.message
+    assert gates.saved_change(now, "t", then) == pytest.approx(0.1)
+
+
+# -- end to end: compare against a saved run -------------------------------------------------
+
+
+def _scale(cand: dict[str, Any], factor: float, name: str) -> dict[str, Any]:
+    out = json.loads(json.dumps(cand))
+    out["name"] = name
+    for case in out["cases"]:
+        if case["stats"]:
+            for key in ("mean_us", "median_us", "min_us", "max_us"):
+                case["stats"][key] *= factor
+    return out
+
+
+def test_regression_gate_against_a_saved_run(tmp_path: Path) -> None:
+    task = tmp_path / "axpy"
+    shutil.copytree(AXPY, task)
+    code, output, first = run_pytest(["axpy", "--ks-baselines", "none"], cwd=tmp_path)
+    assert code == 0 and first is not None, output
+    good = next(c for c in first["candidates"] if c["name"] == "good")
+    # fast: the saved run was 100x faster (now a regression); slow: it was 100x slower
+    first["candidates"] = [_scale(good, 0.01, "fast"), _scale(good, 100.0, "slow")]
+    (tmp_path / "saved.json").write_text(json.dumps(first))
+    kernels = []
+    for name in ("fast", "slow", "new"):
+        shutil.copy(task / "seeds" / "good.py", tmp_path / f"{name}.py")
+        kernels += ["--kernel", f"{name}.py"]
+    code, output, data = run_pytest(
+        ["axpy", "-v", "-k", "bench or gate", "--ks-compare", "saved.json",
+         "--ks-max-regression", "5%", *kernels], cwd=tmp_path,
+    )
+    assert code == 1, output
+    assert "::slow::gate[max-regression] PASSED" in output
+    assert "::new::gate[max-regression] SKIPPED" in output
+    assert "'new' has no result in saved.json; nothing to compare with" in output
+    assert "fast: " in output and "slower than in saved.json (geomean over 1 common " \
+        "benchmark(s)), more than the allowed --ks-max-regression 5%; worst: n4096-s3" in output
+    head = next(line for line in output.splitlines() if line.strip().startswith("candidate "))
+    assert head.split()[-1] == "vs_saved"
+    gate = {c["name"]: c["gates"] for c in data["candidates"]}
+    assert [g["outcome"] for g in gate["fast"]] == ["failed"]
