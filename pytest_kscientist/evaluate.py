@@ -1,22 +1,42 @@
 """Verdicts in the pytest process: ask a worker to run a case, then judge what came back.
 
 The reference is computed here, from inputs regenerated with the same seed on the same device,
-so the reference output never exists in the candidate's process.
+so the reference output never exists in the candidate's process. Benchmarks are driven from
+here one call at a time: each request carries only its own seed, the outputs to verify are
+chosen here after the call, and this process's own clock is compared with the worker's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import secrets
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
+from pytest_kscientist import perturb
 from pytest_kscientist.correctness import compare
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.results import CaseResult
 from pytest_kscientist.stats import summarize
 from pytest_kscientist.task import Case, Task
 from pytest_kscientist.worker import Worker, WorkerDied
+
+# Secret choices (which outputs to verify, which requests are probes, which elements the re-run
+# changes) are made here, in the pytest process, never in the worker.
+_RNG = secrets.SystemRandom()
+PROBE_SHARE = 0.25  # share of benchmark requests that time the harness's path without the kernel
+MIN_PROBES = 8
+CONFIRM_ROUNDS = 2  # extra rounds of probes and calls before a clock disagreement is a verdict
+# Unreported time per call tolerated before the clocks are said to disagree: noise of the
+# untimed path (input generation, pipe round trip) on a loaded 2-core CPU stays under this.
+HIDDEN_SLACK_US = 200.0
+HIDDEN_SLACK_SHARE = 0.25
+# The same for the worker's CPU time, which load does not inflate but thread-pool spinning after
+# a parallel kernel does (measured: under 0.5 ms per call with torch's 2 threads here).
+HIDDEN_CPU_SLACK_US = 1000.0
 
 
 def derive_seed(seed: int, salt: int, index: int) -> int:
@@ -69,9 +89,12 @@ class Evaluator:
             self._ref = load_reference(self.task)
         return self._ref
 
+    def inputs(self, case: Case, seed: int) -> Any:
+        """The case's inputs for ``seed``, drawn here exactly as the worker draws them."""
+        return self.reference.generate_input(**dict(case, seed=seed), device=self.device)
+
     def expected(self, case: Case, seed: int) -> Any:
-        data = self.reference.generate_input(**dict(case, seed=seed), device=self.device)
-        return self.reference.ref_kernel(data).cpu()
+        return self.reference.ref_kernel(self.inputs(case, seed)).cpu()
 
     def floor_us(self, case: Case, device_name: str) -> float | None:
         work = getattr(self.reference, "work", None)
@@ -84,60 +107,169 @@ class Evaluator:
             need.get("bytes", 0.0) / (floor.peak_tbps * 1e12),
         )
 
-    def _judge(self, case: Case, seed: int, meta: dict[str, Any], payload: bytes) -> None:
+    def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes) -> None:
         if len(payload) != int(meta.get("nbytes", -1)):
             raise CandidateFailure(
                 f"output payload is {len(payload)} bytes, header says {meta.get('nbytes')}"
             )
         out = _tensor_from(meta, payload)
-        problem = compare(out, self.expected(case, seed), self.task.spec.check.atol,
-                          self.task.spec.check.rtol)
+        problem = compare(out, expected, self.task.spec.check.atol, self.task.spec.check.rtol)
         if problem:
             raise CandidateFailure(f"wrong result: {problem.split('; first:')[0]}", problem)
 
     def check(self, worker: Worker, case: Case) -> CaseResult:
+        """Fresh inputs, then the same tensors again with a few elements changed."""
         seed = derive_seed(case["seed"], self.salt, 0)
         header, payload = _ask(worker, "check", case=case, seed=seed)
-        self._judge(case, seed, header["output"], payload)
+        data = self.inputs(case, seed)
+        self._judge(self.reference.ref_kernel(data).cpu(), header["output"], payload)
+        changes = perturb.choose(data, self.task.spec.output_index, _RNG)
+        try:
+            header, payload = _ask(worker, "recheck", changes=changes)
+            perturb.apply(data, changes)
+            self._judge(self.reference.ref_kernel(data).cpu(), header["output"], payload)
+        except CandidateFailure as exc:
+            raise CandidateFailure(
+                f"re-run in the same input tensors with {len(changes)} elements changed: "
+                f"{exc.reason} (a result cached across calls?)", exc.detail) from None
         return CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
                           outcome="passed")
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float) -> CaseResult:
+        """Warm-up, then one request per timed call; verify a secret sample; check the clocks."""
         spec = self.task.spec.bench
-        seeds = [derive_seed(case["seed"], self.salt, i + 1) for i in range(spec.max_runs)]
-        warmup = [derive_seed(case["seed"], self.salt, -1 - i) for i in range(spec.warmup)]
-        header, payload = _ask(
-            worker, "bench", timeout=worker.timeout + 2 * budget_s, case=case, seeds=seeds,
-            warmup_seeds=warmup, min_runs=spec.min_runs, budget_s=budget_s,
-            sample=spec.verify_samples,
-        )
-        times = [float(t) for t in header["times_us"]]
-        samples = header["samples"]
-        if not times or not samples:
-            raise CandidateFailure("benchmark came back with no timed or sampled calls")
-        offset = 0
-        for meta in samples:
-            index = int(meta["index"])
-            if seeds[index] != meta.get("seed"):
-                raise CandidateFailure(f"sampled call {index} came back with a foreign seed")
-            chunk = payload[offset : offset + int(meta["nbytes"])]
-            offset += int(meta["nbytes"])
+        for i in range(spec.warmup):
             try:
-                self._judge(case, seeds[index], meta, chunk)
+                _ask(worker, "call", case=case, seed=derive_seed(case["seed"], self.salt, -1 - i))
+            except CandidateFailure as exc:
+                raise CandidateFailure(f"warm-up call {i}: {exc.reason}", exc.detail) from None
+        run = _TimedRun(self, worker, case)
+        start = time.monotonic()
+        while len(run.times) < spec.max_runs:
+            if _RNG.random() < PROBE_SHARE:
+                run.probe()
+                continue
+            run.call(spec.verify_samples)
+            if len(run.times) >= spec.min_runs and (
+                time.monotonic() - start > budget_s or _precise(run.times)
+            ):
+                break
+        while len(run.probes) < MIN_PROBES:
+            run.probe()
+        hidden = run.hidden()
+        for _ in range(CONFIRM_ROUNDS):
+            if hidden is None:
+                break
+            # Load on the machine can inflate a handful of round trips: ask again before judging.
+            for _ in range(MIN_PROBES):
+                run.probe()
+                run.call(spec.verify_samples)
+            hidden = run.hidden()
+        for index, seed, meta, payload in sorted(run.kept, key=lambda x: x[0]):
+            try:
+                self._judge(self.expected(case, seed), meta, payload)
             except CandidateFailure as exc:
                 raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
         clock = "cuda-events" if self.device.startswith("cuda") else "perf_counter_ns"
-        stats = summarize(times, verified_runs=len(samples), clock=clock)
+        stats = summarize(run.times, verified_runs=len(run.kept), clock=clock)
         floor = self.floor_us(case, device_name)
-        result = CaseResult(kind="bench", case=case, case_id=self.task.case_id(case),
-                            outcome="passed", stats=stats, floor_us=floor)
         if floor is not None and stats.min_us < floor:
             raise CandidateFailure(
                 f"impossible time: fastest call {stats.min_us:.3f} us is below the physical "
                 f"floor {floor:.3f} us for {device_name}; the timing was tampered with or the "
                 "work was not done"
             )
-        return result
+        if hidden is not None:
+            raise CandidateFailure(
+                f"timing disagrees with what the pytest process measures from outside: {hidden} "
+                f"than the reported median of {stats.median_us:.1f} us; work was done outside "
+                "the timed region or the worker's clock was tampered with"
+            )
+        return CaseResult(kind="bench", case=case, case_id=self.task.case_id(case),
+                          outcome="passed", stats=stats, floor_us=floor)
+
+
+class _TimedRun:
+    """The timed calls of one benchmark, as the worker reports them and as seen from outside."""
+
+    def __init__(self, evaluator: Evaluator, worker: Worker, case: Case) -> None:
+        self.ev, self.worker, self.case = evaluator, worker, case
+        self.overhead_us = float(worker.overhead_us)
+        self.times: list[float] = []  # worker-reported, protocol cost subtracted
+        self.trips: list[float] = []  # wall-clock round trips of the same calls, measured here
+        self.cpu: list[float | None] = []  # the worker's CPU time spent on each of those calls
+        self.probes: list[float] = []  # round trips of the same path without the kernel
+        self.probe_cpu: list[float | None] = []
+        self.kept: list[tuple[int, int, dict[str, Any], bytes]] = []
+
+    def _trip(self, **fields: Any) -> tuple[dict[str, Any], float, float | None]:
+        cpu0 = self.worker.cpu_us()
+        t0 = time.perf_counter_ns()
+        header, _ = _ask(self.worker, "call", case=self.case, **fields)
+        wall = (time.perf_counter_ns() - t0) / 1000.0
+        cpu1 = self.worker.cpu_us()
+        return header, wall, None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+
+    def probe(self) -> None:
+        seed = derive_seed(self.case["seed"], self.ev.salt, -1000 - len(self.probes))
+        _, wall, cpu = self._trip(seed=seed, probe=True)
+        self.probes.append(wall)
+        self.probe_cpu.append(cpu)
+
+    def call(self, sample: int) -> None:
+        """One timed call; fetch its output if the reservoir (secret, kept here) takes it."""
+        index = len(self.times)
+        seed = derive_seed(self.case["seed"], self.ev.salt, index + 1)
+        try:
+            header, wall, cpu = self._trip(seed=seed)
+            self.times.append(float(header["raw_us"]) - self.overhead_us)
+            self.trips.append(wall)
+            self.cpu.append(cpu)
+            slot = index if index < sample else _RNG.randrange(index + 1)
+            if slot < sample:
+                header, payload = _ask(self.worker, "fetch")
+                entry = (index, seed, header["output"], payload)
+                if slot < len(self.kept):
+                    self.kept[slot] = entry
+                else:
+                    self.kept.append(entry)
+        except CandidateFailure as exc:
+            raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
+
+    def hidden(self) -> str | None:
+        """What was measured from outside but not reported, when it is too much to be noise.
+
+        Per timed call, the round trip (or the worker's CPU time) minus what the reported time
+        allows is the cost of the untimed path; the cheapest one is compared with the cheapest
+        probe (the same path without the kernel), so load on the machine, which only adds, does
+        not make honest kernels look guilty. A difference counts only above the reported median
+        (more than half the work hidden) and above a slack for the untimed path's noise.
+        """
+        reported = statistics.median(self.times)
+        fastest = min(self.probes)
+        wall = min(t - k for t, k in zip(self.trips, self.times)) - fastest
+        slack = HIDDEN_SLACK_US + HIDDEN_SLACK_SHARE * fastest
+        if wall > max(slack + statistics.median(self.probes) - fastest, reported):
+            return f"the wall clock saw about {wall:.0f} us per call more"
+        if None in self.cpu or None in self.probe_cpu or not self.cpu:
+            return None
+        lanes = self.worker.cpus()  # an honest kernel may keep this many CPUs busy
+        cheapest = min(self.probe_cpu)  # type: ignore[type-var]
+        cpu = min(c - lanes * max(k, 0.0) for c, k in zip(self.cpu, self.times))  # type: ignore[operator]
+        cpu -= cheapest
+        if cpu > max(HIDDEN_CPU_SLACK_US + HIDDEN_SLACK_SHARE * cheapest, reported):
+            return f"the worker used about {cpu:.0f} us of CPU per call more"
+        return None
+
+
+def _precise(times: list[float]) -> bool:
+    """Stop once the standard error is under 0.1% of the mean."""
+    n = len(times)
+    if n < 10:
+        return False
+    mean = sum(times) / n
+    var = sum((t - mean) ** 2 for t in times) / (n - 1)
+    return mean > 0 and (var / n) ** 0.5 < 1e-3 * mean
 
 
 def _ask(worker: Worker, op: str, timeout: float | None = None, **fields: Any) -> tuple[dict[str, Any], bytes]:

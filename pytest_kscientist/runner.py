@@ -2,25 +2,36 @@
 
 Everything here runs beside untrusted candidate code. The reference kernel is never loaded
 here (only the task's ``generate_input``); outputs go back to the pytest process, which computes
-the reference from pristine inputs and judges. Functions the checks rely on are captured, and the
-harness modules dropped from ``sys.modules``, before the candidate is imported.
+the reference from pristine inputs and judges. Functions the checks rely on are captured, a
+tripwire is set (``integrity.py``), and the harness modules are dropped from ``sys.modules``,
+before the candidate is imported.
+
+The pytest process drives every call: ``check`` then ``recheck`` (the same tensors with a few
+elements changed), and for benchmarks one ``call`` request per call, each carrying only its own
+seed, so no future input exists in this process before its call starts. It decides after each
+call, out of reach of candidate code, which outputs to ``fetch`` for verification.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import random
 import sys
 import traceback
 from typing import Any
 
-from pytest_kscientist import channel
+from pytest_kscientist import channel, perturb
+from pytest_kscientist.integrity import Tripwire
 from pytest_kscientist.timing import make_timer
 
 _type = type
 _isinstance = isinstance
 _len = len
+_zip = zip
+_enumerate = enumerate
+
+# Attributes of the runner that hold captured functions; replacing one is tampering.
+CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "generate", "timer",
+            "key", "apply_changes")
 
 
 def _load_module(path: str, name: str) -> Any:
@@ -35,6 +46,10 @@ def _load_module(path: str, name: str) -> Any:
 def _one_line(exc: BaseException) -> str:
     text = f"{_type(exc).__name__}: {exc}".strip().splitlines()
     return text[0][:300] if text else _type(exc).__name__
+
+
+def _fail(reason: str) -> tuple[dict[str, Any], bytes]:
+    return {"ok": False, "reason": reason}, b""
 
 
 class Runner:
@@ -55,12 +70,20 @@ class Runner:
         self.clone = torch.Tensor.clone
         self.equal = torch.equal
         self.fill_ = torch.Tensor.fill_
-        self.rng = random.Random(os.urandom(16))
+        self.set_versions = torch._C._autograd._unsafe_set_version_counter
+        self.apply_changes = perturb.apply
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         self.generate = _load_module(hello["reference"], "_ks_task_inputs").generate_input
         self.timer = make_timer(self.device)
         self.kernel: Any = None
+        self.prepare: Any = None
+        self.held: Any = None  # (pristine, given, versions) of the last check, for the re-run
+        self.last: Any = None  # output snapshot of the last call, until fetched or replaced
+        self.tripwire = Tripwire(
+            {"runner": (self, CAPTURED), "timer": (self.timer, None)},
+            modules=[sys.modules[__name__], channel, perturb],
+        )
         for name in [m for m in sys.modules if m.split(".")[0] == "pytest_kscientist"]:
             del sys.modules[name]
         self.send({"op": "hello", "ok": True, "overhead_us": self.timer.overhead_us})
@@ -92,42 +115,121 @@ class Runner:
 
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         module = _load_module(req["path"], "_ks_candidate")
+        problem = self.tripwire.check()
+        if problem:
+            return _fail(f"while importing: {problem}")
         kernel = getattr(module, req.get("entry", "custom_kernel"), None)
         if not callable(kernel):
             found = "nothing" if kernel is None else _type(kernel).__name__
-            return {
-                "ok": False,
-                "reason": f"defines no callable {req.get('entry', 'custom_kernel')}(data) "
-                f"(found {found}); expose it at module level",
-            }, b""
+            return _fail(f"defines no callable {req.get('entry', 'custom_kernel')}(data) "
+                         f"(found {found}); expose it at module level")
         self.kernel = kernel
+        # Only a task's declared baselines are loaded with a prepare entry (a trusted layout
+        # conversion, run before each call and left out of its time); candidates never are.
+        prepare = req.get("prepare")
+        self.prepare = getattr(module, prepare, None) if prepare else None
+        if prepare and not callable(self.prepare):
+            return _fail(f"defines no callable {prepare}(data) (declared prepare = true); "
+                         "expose it at module level")
         return {"ok": True}, b""
+
+    def op_check(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        pristine, given = self._inputs(req["case"], req["seed"])
+        versions = [t._version for t in given if _isinstance(t, self.Tensor)]
+        snap, _, problem = self._run(self.kernel, pristine, given)
+        if problem:
+            return _fail(problem)
+        self.held = (pristine, given, versions)
+        meta, payload = _serialise(snap)
+        return {"ok": True, "output": meta}, payload
+
+    def op_recheck(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The last check's tensors again, a few elements changed, identity and versions kept."""
+        if self.held is None:
+            return _fail("re-run requested without a check before it")
+        pristine, given, versions = self.held
+        self.held = None
+        self.apply_changes(pristine, req["changes"])
+        self.apply_changes(given, req["changes"])
+        self._clear_output(given)
+        self.set_versions([t for t in given if _isinstance(t, self.Tensor)], versions)
+        snap, _, problem = self._run(self.kernel, pristine, given)
+        if problem:
+            return _fail(problem)
+        meta, payload = _serialise(snap)
+        return {"ok": True, "output": meta}, payload
+
+    def op_call(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """One benchmark call (or, for ``probe``, the same path without the kernel)."""
+        self.last = None
+        pristine, given = self._inputs(req["case"], req["seed"])
+        if req.get("probe"):
+            _, raw, problem = self._run(self._probe, pristine, given, probe=True)
+        else:
+            self.last, raw, problem = self._run(self.kernel, pristine, given)
+        if problem:
+            return _fail(problem)
+        return {"ok": True, "raw_us": raw}, b""
+
+    def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        if self.last is None:
+            return _fail("fetch requested without a call before it")
+        meta, payload = _serialise(self.last)
+        self.last = None
+        return {"ok": True, "output": meta}, payload
+
+    # -- one call ---------------------------------------------------------------------------
 
     def _inputs(self, case: dict[str, int], seed: int) -> tuple[Any, Any]:
         kwargs = dict(case, seed=seed, device=self.device)
         pristine = self.generate(**kwargs)
         given = [self.clone(t) if _isinstance(t, self.Tensor) else t for t in pristine]
+        given = _type(pristine)(given)
+        self._clear_output(given)
+        return pristine, given
+
+    def _clear_output(self, given: Any) -> None:
         out_idx = self.output_index
         if out_idx is not None and given[out_idx].is_floating_point():
             self.fill_(given[out_idx], float("nan"))
-        return pristine, _type(pristine)(given)
 
-    def _validate(self, out: Any, pristine: Any, given: Any) -> str | None:
+    def _probe(self, given: Any) -> Any:
+        return given[self.output_index] if self.output_index is not None else None
+
+    def _run(self, fn: Any, pristine: Any, given: Any, probe: bool = False) -> tuple[Any, float, str | None]:
+        """Time ``fn(given)``, snapshot its output at once, then check; (snapshot, raw_us, problem)."""
+        prepared = given if self.prepare is None else self.prepare(given)
+        out, raw = self.timer.time_call(fn, given if probe else prepared)
+        snap = self.clone(out) if _type(out) is self.Tensor else None
+        problem = None if probe else self._check_output(out, given)
+        problem = self._check_inputs(pristine, given) or problem
+        problem = problem or self.tripwire.check()
+        if problem is None and not probe and out.is_floating_point():
+            # Poison what was returned: a later torch.empty_like() that lands on this memory
+            # must not find a finished result there.
+            self.fill_(out, float("nan"))
+        return snap, raw, problem
+
+    def _check_output(self, out: Any, given: Any) -> str | None:
         """Structural checks the worker can make; returns a failure reason or None."""
         if _type(out) is not self.Tensor:
             return f"returned {_type(out).__module__}.{_type(out).__qualname__}, expected a plain torch.Tensor"
         if str(out.device) != str(given[0].device):
             return f"returned a tensor on {out.device}, expected {given[0].device}"
-        for size, stride in zip(out.shape, out.stride()):
+        for size, stride in _zip(out.shape, out.stride()):
             if stride == 0 and size > 1:
                 return f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); write every element"
-        lo = out.untyped_storage().data_ptr()
-        for i, t in enumerate(given):
+        lo, hi = _extent(out)
+        for i, t in _enumerate(given):
             if i == self.output_index or not _isinstance(t, self.Tensor):
                 continue
-            if t.untyped_storage().data_ptr() == lo:
+            t_lo, t_hi = _extent(t)
+            if lo < t_hi and t_lo < hi:
                 return f"returned a tensor sharing memory with input {i}; write a separate output"
-        for i, (p, g) in enumerate(zip(pristine, given)):
+        return None
+
+    def _check_inputs(self, pristine: Any, given: Any) -> str | None:
+        for i, (p, g) in _enumerate(_zip(pristine, given)):
             if i == self.output_index or not _isinstance(p, self.Tensor):
                 continue
             if p.shape != g.shape or p.dtype != g.dtype or not self.equal(
@@ -136,62 +238,12 @@ class Runner:
                 return f"modified input {i} in place; inputs must be left unchanged"
         return None
 
-    def _call(self, given: Any) -> Any:
-        return self.timer.time_call(self.kernel, given)
 
-    def op_check(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        pristine, given = self._inputs(req["case"], req["seed"])
-        out, _ = self._call(given)
-        problem = self._validate(out, pristine, given)
-        if problem:
-            return {"ok": False, "reason": problem}, b""
-        meta, payload = _serialise(out)
-        return {"ok": True, "output": meta}, payload
-
-    def op_bench(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        import time
-
-        now = time.monotonic
-        case, seeds = req["case"], req["seeds"]
-        for seed in req["warmup_seeds"]:
-            self._call(self._inputs(case, seed)[1])
-        times: list[float] = []
-        kept: list[tuple[int, Any]] = []
-        k = req["sample"]
-        t_start = now()
-        for i, seed in enumerate(seeds):
-            pristine, given = self._inputs(case, seed)
-            out, elapsed = self._call(given)
-            snapshot = self.clone(out) if _type(out) is self.Tensor else out
-            problem = self._validate(out, pristine, given)
-            if problem:
-                return {"ok": False, "reason": f"timed call {i}: {problem}"}, b""
-            times.append(elapsed)
-            if _len(kept) < k:
-                kept.append((i, snapshot))
-            else:
-                j = self.rng.randrange(i + 1)
-                if j < k:
-                    kept[j] = (i, snapshot)
-            n = _len(times)
-            if n >= req["min_runs"] and (now() - t_start > req["budget_s"] or _precise(times)):
-                break
-        metas, payloads = [], []
-        for i, snap in sorted(kept, key=lambda x: x[0]):
-            meta, payload = _serialise(snap)
-            metas.append(dict(meta, index=i, seed=seeds[i]))
-            payloads.append(payload)
-        return {"ok": True, "times_us": times, "samples": metas}, b"".join(payloads)
-
-
-def _precise(times: list[float]) -> bool:
-    """Stop once the standard error is under 0.1% of the mean."""
-    n = len(times)
-    if n < 10:
-        return False
-    mean = sum(times) / n
-    var = sum((t - mean) ** 2 for t in times) / (n - 1)
-    return mean > 0 and (var / n) ** 0.5 < 1e-3 * mean
+def _extent(t: Any) -> tuple[int, int]:
+    """The byte range of ``t``'s storage (a view's covers its base)."""
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + max(storage.nbytes(), 1)
 
 
 def _bytes_view(t: Any) -> Any:

@@ -4,20 +4,32 @@ Each candidate runs in a fresh ``python -m pytest_kscientist.runner`` process in
 (process group), pinned to one device, in a temporary working directory, with secrets removed
 from its environment, its stdout/stderr going to a log file that is never parsed. Results come
 back over a dedicated pipe as HMAC-authenticated frames (``channel.py``).
+
+Where ``unshare`` can create user namespaces, the worker also runs sandboxed: no network, its own
+PID namespace (it cannot see the pytest process, and nothing it starts outlives it) and the
+project folder and the pytest working directory mounted read-only, with every capability dropped
+before the runner starts. Without it, one warning says so and the worker runs unsandboxed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from pytest_kscientist import channel
 from pytest_kscientist.errors import ChannelError
@@ -27,6 +39,13 @@ SECRET_NAME = re.compile(
     r"^(GEMINI|GOOGLE|OPENAI|ANTHROPIC|AWS|AZURE|HF|HUGGING|GITHUB|GH|CI_JOB)_|^PYTEST_|^KS_",
     re.IGNORECASE,
 )
+
+
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
+
+
+class KsSandboxUnavailable(pytest.PytestWarning):
+    """Candidate workers run without the OS sandbox (no user namespaces or no ``unshare``)."""
 
 
 class WorkerDied(Exception):
@@ -54,14 +73,97 @@ def clean_environment(device: str) -> dict[str, str]:
     return env
 
 
-class Worker:
-    """One live candidate process. Any failure to answer kills it; make a new one to go on."""
+def protected_paths(reference: Path) -> list[Path]:
+    """Folders a candidate must not write to: the task's project and the pytest working folder.
 
-    def __init__(self, reference: Path, device: str, output_index: int | None, timeout: float):
+    A folder that holds the temporary directory, the home directory or a cache that compilers
+    write to (Triton, torch extensions) is left writable, or legitimate kernels would break.
+    """
+    task_dir = reference.resolve().parent
+    root = next((d for d in (task_dir, *task_dir.parents)
+                 if any((d / m).exists() for m in PROJECT_MARKERS)), task_dir)
+    needed = [Path(tempfile.gettempdir()), Path.home()]
+    needed += [Path(os.environ[v]) for v in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+               "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
+    needed = [p.resolve() for p in needed]
+    chosen: list[Path] = []
+    for path in (root, Path.cwd().resolve()):
+        if not path.is_dir() or path == Path(path.anchor):
+            continue
+        if any(n == path or path in n.parents for n in needed):
+            continue
+        if any(c == path or c in path.parents for c in chosen):
+            continue
+        chosen = [c for c in chosen if path not in c.parents] + [path]
+    return chosen
+
+
+def sandbox_prefix(protect: Sequence[Path]) -> list[str]:
+    """The command prefix that sandboxes what follows it (see the module docstring)."""
+    mounts = "".join(
+        f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && "
+        for q in (shlex.quote(str(p)) for p in protect)
+    )
+    script = (f"{mounts}exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
+              '--no-new-privs -- "$@"')
+    return ["unshare", "--map-current-user", "--keep-caps", "--mount", "--net", "--pid",
+            "--kill-child", "--mount-proc", "--", "sh", "-c", script, "ks-sandbox"]
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox_available(protect: tuple[Path, ...] = ()) -> str | None:
+    """None when the sandbox works here with ``protect`` read-only, else why it does not."""
+    missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
+    if missing:
+        return f"{', '.join(missing)} not found"
+    try:
+        proc = subprocess.run([*sandbox_prefix(protect), "true"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return lines[-1] if lines else f"exit code {proc.returncode}"
+    return None
+
+
+def _spawn_prefix(reference: Path, sandbox: bool | None) -> list[str]:
+    if sandbox is False:
+        return []
+    protect = tuple(protected_paths(reference))
+    why = sandbox_available(protect)
+    if why is None:
+        return sandbox_prefix(protect)
+    if sandbox:
+        raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
+    _warn_unsandboxed(why)
+    return []
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_unsandboxed(why: str) -> None:
+    warnings.warn(KsSandboxUnavailable(
+        f"candidate workers run without the OS sandbox (unshare: {why}): they can reach the "
+        "network and write to the project; install util-linux and allow unprivileged user "
+        "namespaces to enable it"), stacklevel=3)
+
+
+class Worker:
+    """One live candidate process. Any failure to answer kills it; make a new one to go on.
+
+    ``sandbox``: None uses the OS sandbox when it works here, True requires it, False skips it.
+    """
+
+    def __init__(self, reference: Path, device: str, output_index: int | None, timeout: float,
+                 sandbox: bool | None = None):
+        prefix = _spawn_prefix(Path(reference), sandbox)
+        self.sandboxed = bool(prefix)
         self.timeout = timeout
         self.key = secrets.token_bytes(32)
         self.seq_out = 0
         self.seq_in = 0
+        self._pid: int | None = None
+        self._thread_ns: dict[str, int] = {}
         self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
@@ -69,7 +171,8 @@ class Worker:
         worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_kscientist.runner", str(req_r), str(res_w)],
+                [*prefix, sys.executable, "-m", "pytest_kscientist.runner", str(req_r),
+                 str(res_w)],
                 pass_fds=(req_r, res_w),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -128,6 +231,48 @@ class Worker:
         """Send one request and wait for its authenticated answer."""
         self._send({"op": op, **fields})
         return self._receive(op, self.timeout if timeout is None else timeout)
+
+    def cpu_us(self) -> float | None:
+        """CPU time the runner process has used so far, all its threads, read from /proc.
+
+        The kernel's scheduler accounting cannot be patched from inside the worker. A thread
+        that has exited keeps the last value read for it. None where /proc lacks it.
+        """
+        pid = self._runner_pid()
+        if pid is None:
+            return None
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return None
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    self._thread_ns[tid] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return sum(self._thread_ns.values()) / 1000.0 if self._thread_ns else None
+
+    def _runner_pid(self) -> int | None:
+        """The runner's pid as seen from here (inside the sandbox it is unshare's child)."""
+        if self._pid is None and not self.sandboxed:
+            self._pid = self.proc.pid
+        elif self._pid is None:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                    children = f.read().split()
+                self._pid = int(children[0]) if children else None
+            except (OSError, ValueError):
+                return None
+        return self._pid
+
+    def cpus(self) -> int:
+        """How many CPUs the runner may run on at once."""
+        pid = self._runner_pid()
+        try:
+            return len(os.sched_getaffinity(pid or self.proc.pid))
+        except OSError:
+            return os.cpu_count() or 1
 
     def log_tail(self, limit: int = 4000) -> str:
         try:

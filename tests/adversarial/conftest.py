@@ -1,0 +1,3 @@
+"""The adversarial corpus: candidate files are data, never test modules."""
+
+collect_ignore = ["candidates"]
