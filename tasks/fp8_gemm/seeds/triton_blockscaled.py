@@ -1,4 +1,4 @@
-"""Triton seed: block-scaled FP8 GEMM, fp8 x fp8 ``tl.dot`` into an fp32 accumulator.
+"""Triton seed: block-scaled FP8 GEMM, fp8 tiles upcast to fp16, ``tl.dot`` into fp32.
 
 One program owns a BLOCK_M x BLOCK_N tile of C (and one of SPLIT_K slices of K). Each BLOCK_K
 step multiplies raw fp8 tiles and scales the fp32 partial by the A row scales and the B block
@@ -94,12 +94,13 @@ def _fp8_block_scaled_gemm(
         kb = (step * BLOCK_K) // SCALE_BLOCK
         sa = tl.load(sa_ptrs + kb * stride_sak, mask=in_m, other=0.0)
         sb = tl.load(sb_ptrs + kb * stride_sbk, mask=in_n, other=0.0)
-        # Scaling the fp32 partial per step keeps the fp8 operands raw, so the dot runs at
-        # full fp8 rate; a bf16 dot would also be garbage under the interpreter (NOTES.md).
-        # Hopper's fp8 wgmma accumulates with reduced precision: left alone (Triton's sm_90
-        # default), 0.08% of the elements missed the task's tolerance on the H200 (2026-11-29).
-        # Promoting to fp32 every 32 products (one wgmma's K) restores full fp32 accuracy.
-        part = tl.dot(a, b, max_num_imprecise_acc=32)
+        # Hopper's fp8 wgmma accumulates with reduced precision: on the H200 (2026-11-29) an
+        # fp8 dot missed the task's tolerance on up to 0.08% of the elements, 0.07% even when
+        # promoted to fp32 every 32 products, and cuBLAS's block-scaled fp8 missed it on 0.3%
+        # (notes/fp8_gemm_h200.md). Every e4m3 value is exact in fp16, and fp16 dots
+        # accumulate in fp32, so the dot runs on fp16 operands (half the fp8 peak rate).
+        # (A bf16 dot would be garbage under the interpreter: NOTES.md.)
+        part = tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
         acc += part * sa[:, None] * sb[None, :]
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
