@@ -28,6 +28,7 @@ PASS_THROUGH = {
     "ks_device": "--ks-device",
     "ks_timeout": "--ks-timeout",
     "ks_bench_budget": "--ks-bench-budget",
+    "ks_baselines": "--ks-baselines",
 }
 GRACE_S = 10.0
 
@@ -115,6 +116,10 @@ class ChildSession:
             value = config.getoption(dest, default=None)
             if value is not None:
                 args += [flag, str(value)]
+        if config.getoption("ks_baselines", default=None) is None:
+            # Interleaved baselines triple a generation's bench time on a GPU (each side gets
+            # the budget) and the loop ranks on geomean: time them only when asked for.
+            args += ["--ks-baselines", "none"]
         return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir)
 
     def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
