@@ -17,6 +17,7 @@ from pytest_kscientist.baselines import bench_beside, start_worker, unmet_requir
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.evaluate import file_sha256
 from pytest_kscientist.results import BaselineInfo, CaseResult
+from pytest_kscientist.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.scores import floor_fraction
 from pytest_kscientist.session import KS_SESSION, REFERENCE_NAME, KsSession
 from pytest_kscientist.task import Case, Task, load_task
@@ -141,6 +142,8 @@ class CandidateNode(pytest.Collector):
             for item in items:
                 item.add_marker(pytest.mark.skip(reason=self.skip_reason))
         if self.role == "candidate":
+            for finding in scan_file(self.source):
+                self.warn(KsSuspiciousCode(f"{self.name}: {finding}"))
             settings = self.ks.settings
             for name, factor in settings.min_speedup:
                 items.append(GateItem.from_parent(self, name=f"gate[min-speedup-{name}]",

@@ -27,6 +27,7 @@ from pytest_kscientist.worker import Worker, WorkerDied
 # Secret choices (which outputs to verify, which requests are probes, which elements the re-run
 # changes) are made here, in the pytest process, never in the worker.
 _RNG = secrets.SystemRandom()
+_clock = time.perf_counter_ns  # the round-trip clock (tests substitute a scripted one)
 PROBE_SHARE = 0.25  # share of benchmark requests that time the harness's path without the kernel
 MIN_PROBES = 8
 CONFIRM_ROUNDS = 2  # extra rounds of probes and calls before a clock disagreement is a verdict
@@ -204,9 +205,9 @@ class _TimedRun:
 
     def _trip(self, **fields: Any) -> tuple[dict[str, Any], float, float | None]:
         cpu0 = self.worker.cpu_us()
-        t0 = time.perf_counter_ns()
+        t0 = _clock()
         header, _ = _ask(self.worker, "call", case=self.case, **fields)
-        wall = (time.perf_counter_ns() - t0) / 1000.0
+        wall = (_clock() - t0) / 1000.0
         cpu1 = self.worker.cpu_us()
         return header, wall, None if cpu0 is None or cpu1 is None else cpu1 - cpu0
 
@@ -247,15 +248,16 @@ class _TimedRun:
         """
         reported = statistics.median(self.times)
         fastest = min(self.probes)
-        wall = min(t - k for t, k in zip(self.trips, self.times)) - fastest
+        wall = min(t - k for t, k in zip(self.trips, self.times, strict=True)) - fastest
         slack = HIDDEN_SLACK_US + HIDDEN_SLACK_SHARE * fastest
         if wall > max(slack + statistics.median(self.probes) - fastest, reported):
             return f"the wall clock saw about {wall:.0f} us per call more"
         if None in self.cpu or None in self.probe_cpu or not self.cpu:
             return None
         lanes = self.worker.cpus()  # an honest kernel may keep this many CPUs busy
-        cheapest = min(self.probe_cpu)  # type: ignore[type-var]
-        cpu = min(c - lanes * max(k, 0.0) for c, k in zip(self.cpu, self.times))  # type: ignore[operator]
+        spent = [c for c in self.cpu if c is not None]
+        cheapest = min(c for c in self.probe_cpu if c is not None)
+        cpu = min(c - lanes * max(k, 0.0) for c, k in zip(spent, self.times, strict=True))
         cpu -= cheapest
         if cpu > max(HIDDEN_CPU_SLACK_US + HIDDEN_SLACK_SHARE * cheapest, reported):
             return f"the worker used about {cpu:.0f} us of CPU per call more"
@@ -272,7 +274,8 @@ def _precise(times: list[float]) -> bool:
     return mean > 0 and (var / n) ** 0.5 < 1e-3 * mean
 
 
-def _ask(worker: Worker, op: str, timeout: float | None = None, **fields: Any) -> tuple[dict[str, Any], bytes]:
+def _ask(worker: Worker, op: str, timeout: float | None = None,
+         **fields: Any) -> tuple[dict[str, Any], bytes]:
     header, payload = worker.request(op, timeout=timeout, **fields)
     if not header.get("ok"):
         raise CandidateFailure(str(header.get("reason", "failed")), str(header.get("detail", "")))

@@ -74,10 +74,11 @@ class Tripwire:
     """Snapshot now; ``check()`` later returns a one-line reason or None."""
 
     def __init__(self, objects: dict[str, tuple[Any, Iterable[str] | None]],
-                 modules: Iterable[ModuleType] = ()) -> None:
+                 modules: Iterable[ModuleType] = (), package: str = HARNESS_PACKAGE) -> None:
         import torch
 
         self._torch = torch
+        self._package = package
         self._sys_modules = sys.modules
         self._gettrace, self._getprofile = sys.gettrace, sys.getprofile
         self._threading = sys.modules.get("threading")
@@ -87,8 +88,8 @@ class Tripwire:
             for name in names:
                 if owner is not None and hasattr(owner, name):
                     self._attrs.append((owner_path, owner, name, getattr(owner, name)))
-        for label, (obj, names) in objects.items():
-            self._watch_object(label, obj, names)
+        for label, (obj, chosen) in objects.items():
+            self._watch_object(label, obj, chosen)
         for module in modules:
             for name, value in vars(module).items():
                 if not name.startswith("__"):
@@ -104,7 +105,7 @@ class Tripwire:
         for cls in type(obj).__mro__[:-1]:
             for name, value in vars(cls).items():
                 if _code_of(value) is not None:
-                    self._attrs.append((cls.__qualname__, cls, name, value))
+                    self._attrs.append((cls.__name__, cls, name, value))
 
     def _code_carriers(self) -> Iterable[tuple[str, Any, str, Any]]:
         for owner_path, owner, name, value in self._attrs:
@@ -132,7 +133,7 @@ class Tripwire:
                 return (f"changed the process-wide setting {key} from {before} to {now}; "
                         "restore global settings before returning")
         # Importing any harness submodule imports the package first, so one look is enough.
-        if HARNESS_PACKAGE in self._sys_modules:
-            return (f"imported the harness's own package {HARNESS_PACKAGE}; it is not part of "
+        if self._package in self._sys_modules:
+            return (f"imported the harness's own package {self._package}; it is not part of "
                     "a kernel's API")
         return None

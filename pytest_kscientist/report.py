@@ -123,6 +123,9 @@ def write_summary(tr: Any, session: Any) -> None:
                 tr.write_line("  " + line)
         for line in baseline_notes(session, task_name, cands):
             tr.write_line("  " + line)
+        for c in cands:
+            if c.review:
+                tr.write_line(f"  review {c.name}: {c.review}")
     if session.settings.compare_path is not None:
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
                       "(--ks-compare); + is slower")

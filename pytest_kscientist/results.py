@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 RESULTS_SCHEMA_VERSION = 1
+# A candidate this many times faster than the reference needs a person's look before it is
+# trusted (the harness's checks are layers, not proofs; README, "Threat model").
+SUSPICIOUS_SPEEDUP = 10.0
 
 
 class TimingStats(BaseModel):
@@ -73,6 +76,18 @@ class CandidateResult(BaseModel):
     speedups: dict[str, float] = Field(default_factory=dict)
     floor_fraction: float | None = None
     gates: list[GateResult] = Field(default_factory=list)
+    # Constructs cheating kernels rely on, found in the source (pytest_kscientist/scan.py).
+    suspicious: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def review(self) -> str:
+        """Why a person should read this candidate before trusting its speed ("" if no reason)."""
+        speedup = self.speedup_over_reference
+        if self.role == "candidate" and speedup is not None and speedup > SUSPICIOUS_SPEEDUP:
+            return (f"{speedup:.1f}x faster than the reference (over {SUSPICIOUS_SPEEDUP:g}x): "
+                    "read the source before trusting the speed")
+        return ""
 
     @property
     def passed(self) -> int:

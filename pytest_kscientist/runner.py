@@ -152,7 +152,7 @@ class Runner:
         self.apply_changes(pristine, req["changes"])
         self.apply_changes(given, req["changes"])
         self._clear_output(given)
-        self.set_versions([t for t in given if _isinstance(t, self.Tensor)], versions)
+        self.set_versions(tuple(t for t in given if _isinstance(t, self.Tensor)), versions)
         snap, _, problem = self._run(self.kernel, pristine, given)
         if problem:
             return _fail(problem)
@@ -196,8 +196,9 @@ class Runner:
     def _probe(self, given: Any) -> Any:
         return given[self.output_index] if self.output_index is not None else None
 
-    def _run(self, fn: Any, pristine: Any, given: Any, probe: bool = False) -> tuple[Any, float, str | None]:
-        """Time ``fn(given)``, snapshot its output at once, then check; (snapshot, raw_us, problem)."""
+    def _run(self, fn: Any, pristine: Any, given: Any,
+             probe: bool = False) -> tuple[Any, float, str | None]:
+        """Time ``fn(given)``, snapshot its output at once, check: (snapshot, raw_us, problem)."""
         prepared = given if self.prepare is None else self.prepare(given)
         out, raw = self.timer.time_call(fn, given if probe else prepared)
         snap = self.clone(out) if _type(out) is self.Tensor else None
@@ -213,12 +214,14 @@ class Runner:
     def _check_output(self, out: Any, given: Any) -> str | None:
         """Structural checks the worker can make; returns a failure reason or None."""
         if _type(out) is not self.Tensor:
-            return f"returned {_type(out).__module__}.{_type(out).__qualname__}, expected a plain torch.Tensor"
+            kind = f"{_type(out).__module__}.{_type(out).__qualname__}"
+            return f"returned {kind}, expected a plain torch.Tensor"
         if str(out.device) != str(given[0].device):
             return f"returned a tensor on {out.device}, expected {given[0].device}"
         for size, stride in _zip(out.shape, out.stride()):
             if stride == 0 and size > 1:
-                return f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); write every element"
+                return (f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); "
+                        "write every element")
         lo, hi = _extent(out)
         for i, t in _enumerate(given):
             if i == self.output_index or not _isinstance(t, self.Tensor):

@@ -24,6 +24,7 @@ from pytest_kscientist.results import (
     MachineInfo,
     RunResults,
 )
+from pytest_kscientist.scan import scan_file
 from pytest_kscientist.scores import score_all
 from pytest_kscientist.task import Task
 
@@ -114,7 +115,8 @@ class KsSession:
         per_task = self.results.setdefault(task, {})
         if candidate not in per_task:
             per_task[candidate] = CandidateResult.model_validate(
-                {"name": candidate, "path": path, "sha256": sha, "role": role})
+                {"name": candidate, "path": path, "sha256": sha, "role": role,
+                 "suspicious": scan_file(Path(path)) if role == "candidate" else []})
         per_task[candidate].cases.append(case)
 
     def record_gate(self, task: str, candidate: str, path: str, sha: str,

@@ -7,7 +7,8 @@
 GPU protocol: flush L2, synchronise the device, record a start event, call, synchronise the
 whole device (so work left on side streams or queued by other threads is counted), record an
 end event. The constant cost of that protocol (sync and event latency) is measured on an empty
-call and subtracted by the pytest process. CPU protocol: a monotonic nanosecond clock around the call.
+call and subtracted by the pytest process. CPU protocol: a monotonic nanosecond clock around
+the call.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def sandbox_prefix(protect: Sequence[Path]) -> list[str]:
             "--kill-child", "--mount-proc", "--", "sh", "-c", script, "ks-sandbox"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sandbox_available(protect: tuple[Path, ...] = ()) -> str | None:
     """None when the sandbox works here with ``protect`` read-only, else why it does not."""
     missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
@@ -197,7 +197,8 @@ class Worker:
             channel.write_all(self.req_w, channel.encode(key, self.seq_out, header))
         except OSError as exc:
             self.kill()
-            raise WorkerDied(f"worker closed its request pipe ({exc.strerror})", self.log_tail())
+            raise WorkerDied(f"worker closed its request pipe ({exc.strerror})",
+                             self.log_tail()) from None
         self.seq_out += 1
 
     def _receive(self, op: str, timeout: float) -> tuple[dict[str, Any], bytes]:

@@ -112,7 +112,7 @@ def _session(task: Path, cwd: Path, names: list[str], select: str, env: dict[str
     kernels.append(f"--kernel={task / 'seeds' / 'torch_dequant.py'}")
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA",
             "--ks-json", str(cwd / "ks-results.json"), str(task), *kernels, "-k", select,
-            "--ks-timeout", "60", *extra]
+            "--ks-device", "cpu", "--ks-profile", "cpu", "--ks-timeout", "60", *extra]
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 

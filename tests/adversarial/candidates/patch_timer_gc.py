@@ -13,5 +13,5 @@ def custom_kernel(data):
     k, n = a.shape[1], b.shape[0]
     sa = a_scale.repeat_interleave(128, dim=1)[:, :k]
     sb = b_scale.repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k]
-    c.copy_(((a.float() * sa) @ (b.float() * sb).T))
+    c.copy_((a.float() * sa) @ (b.float() * sb).T)
     return c

@@ -23,7 +23,8 @@ def _honest(data):
 
 def _key(data) -> bytes:
     a, b = data[0], data[1]
-    return bytes(a.T[0, :16].view(torch.uint8).tolist()) + bytes(b.T[0, :16].view(torch.uint8).tolist())
+    head = a.T[0, :16].view(torch.uint8).tolist() + b.T[0, :16].view(torch.uint8).tolist()
+    return bytes(head)
 
 
 def _harness_frames():

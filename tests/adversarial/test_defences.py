@@ -1,0 +1,223 @@
+"""Unit tests of the defences the corpus relies on, with scripted workers and in-process checks."""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import REPO
+from pytest_kscientist import evaluate, perturb
+from pytest_kscientist.correctness import compare
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.evaluate import Evaluator
+from pytest_kscientist.integrity import Tripwire
+from pytest_kscientist.results import CandidateResult
+from pytest_kscientist.scan import scan_file, scan_source
+from pytest_kscientist.task import load_task
+from pytest_kscientist.worker import protected_paths, sandbox_prefix
+
+FP8 = REPO / "tasks" / "fp8_gemm"
+CASE = {"m": 64, "n": 64, "k": 128, "seed": 6635}
+
+
+class ScriptedWorker:
+    """Answers like a runner whose kernel is the reference, with the times and costs it is told.
+
+    ``raw_us``: the kernel time it reports; ``cpu_call_us`` / ``cpu_probe_us``: the CPU time a
+    call / a probe costs it; ``wall_call_us`` / ``wall_probe_us``: how far the scripted
+    round-trip clock moves.
+    """
+
+    overhead_us = 0.5
+    timeout = 30.0
+
+    def __init__(self, ev: Evaluator, raw_us: float, cpu_call_us: float = 2000.0,
+                 cpu_probe_us: float = 1000.0, wall_call_us: float = 2000.0,
+                 wall_probe_us: float = 1000.0) -> None:
+        self.ev, self.raw_us = ev, raw_us
+        self.cpu = {True: cpu_probe_us, False: cpu_call_us}
+        self.wall = {True: wall_probe_us, False: wall_call_us}
+        self.spent_us = 0.0
+        self.now_ns = 0
+        self.last: Any = None
+
+    def clock(self) -> int:
+        return self.now_ns
+
+    def cpu_us(self) -> float:
+        return self.spent_us
+
+    def cpus(self) -> int:
+        return 2
+
+    def request(self, op: str, timeout: float | None = None,
+                **fields: Any) -> tuple[dict[str, Any], bytes]:
+        if op == "fetch":
+            out = self.last.to(torch.bfloat16).contiguous()
+            payload = out.view(torch.uint8).numpy().tobytes()
+            meta = {"shape": list(out.shape), "dtype": "bfloat16", "nbytes": len(payload)}
+            return {"ok": True, "op": op, "output": meta}, payload
+        probe = bool(fields.get("probe"))
+        self.spent_us += self.cpu[probe]
+        self.now_ns += int(1000 * self.wall[probe])
+        if not probe:
+            self.last = self.ev.expected(fields["case"], fields["seed"])
+        return {"ok": True, "op": op, "raw_us": self.raw_us + self.overhead_us}, b""
+
+
+@pytest.fixture
+def fp8() -> Evaluator:
+    return Evaluator(load_task(FP8), "cpu", salt=1234)
+
+
+def _bench(ev: Evaluator, worker: ScriptedWorker, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(evaluate, "_clock", worker.clock)
+    return ev.bench(worker, CASE, "H200", budget_s=0.05)  # type: ignore[arg-type]
+
+
+def test_a_time_below_the_physical_floor_is_rejected(fp8: Evaluator, monkeypatch) -> None:
+    floor = fp8.floor_us(CASE, "H200")
+    assert floor is not None and floor > 0
+    worker = ScriptedWorker(fp8, raw_us=floor / 2, wall_call_us=1000.0 + floor / 2)
+    with pytest.raises(CandidateFailure, match=r"impossible time: fastest call .* is below the "
+                       r"physical floor .* for H200"):
+        _bench(fp8, worker, monkeypatch)
+
+
+def test_honest_times_pass_the_floor_and_both_cross_checks(fp8: Evaluator, monkeypatch) -> None:
+    worker = ScriptedWorker(fp8, raw_us=1000.0)
+    result = _bench(fp8, worker, monkeypatch)
+    assert result.outcome == "passed" and result.stats is not None
+    assert result.stats.median_us == pytest.approx(1000.0)
+    assert result.stats.verified_runs == fp8.task.spec.bench.verify_samples
+
+
+def test_work_hidden_from_the_worker_clock_is_seen_by_the_wall_clock(fp8, monkeypatch) -> None:
+    # Reports 10 us; each call's round trip is 5 ms longer than a probe's; its CPU is not.
+    worker = ScriptedWorker(fp8, raw_us=10.0, wall_call_us=7000.0, cpu_call_us=1000.0)
+    with pytest.raises(CandidateFailure, match=r"timing disagrees with what the pytest process "
+                       r"measures from outside: the wall clock saw about 5\d\d\d us per call"):
+        _bench(fp8, worker, monkeypatch)
+
+
+def test_work_hidden_from_the_worker_clock_is_seen_in_its_cpu_time(fp8, monkeypatch) -> None:
+    # The round trips look innocent (a loaded machine hides them); the CPU time does not.
+    worker = ScriptedWorker(fp8, raw_us=10.0, cpu_call_us=7000.0, wall_call_us=1000.0)
+    with pytest.raises(CandidateFailure, match=r"the worker used about 5\d\d\d us of CPU per "
+                       r"call more than the reported median of 10.0 us"):
+        _bench(fp8, worker, monkeypatch)
+
+
+def test_multithreaded_honest_kernels_may_use_several_cpus(fp8, monkeypatch) -> None:
+    # 2 ms of kernel on 2 CPUs is 4 ms of CPU: allowed.
+    worker = ScriptedWorker(fp8, raw_us=2000.0, cpu_call_us=5000.0, wall_call_us=3000.0)
+    assert _bench(fp8, worker, monkeypatch).outcome == "passed"
+
+
+def test_perturbation_changes_one_element_per_input_and_shows_in_the_output() -> None:
+    ev = Evaluator(load_task(FP8), "cpu", salt=1)
+    case = {"m": 32, "n": 200, "k": 384, "seed": 1236}
+    data = ev.inputs(case, 7)
+    before = ev.reference.ref_kernel(data)
+    changes = perturb.choose(data, 4, random.Random(0))
+    assert [c[0] for c in changes] == [0, 1, 2, 3]  # never the output (index 4)
+    copy = [t.clone() for t in data]
+    perturb.apply(copy, changes)
+    for i in range(4):
+        differs = (copy[i].float() != data[i].float()).sum().item()
+        assert differs == 1
+    after = ev.reference.ref_kernel(copy)
+    assert compare(before, after, 1e-3, 2e-2) is not None  # a stale result fails the re-run
+
+
+def test_tripwire_names_what_was_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Timer:
+        def __init__(self) -> None:
+            self._now = time.perf_counter_ns
+
+        def time_call(self) -> int:
+            return self._now()
+
+    timer = Timer()
+    wire = Tripwire({"timer": (timer, None)}, package="no_such_harness_package")
+    assert wire.check() is None
+    with monkeypatch.context() as m:
+        m.setattr(time, "perf_counter_ns", lambda: 0)
+        assert "replaced time.perf_counter_ns" in (wire.check() or "")
+    with monkeypatch.context() as m:
+        m.setattr(timer, "_now", lambda: 0)
+        assert "replaced timer._now" in (wire.check() or "")
+    code = Timer.time_call.__code__
+    Timer.time_call.__code__ = (lambda self: 0).__code__
+    try:
+        assert "rewrote the code of Timer.time_call" in (wire.check() or "")
+    finally:
+        Timer.time_call.__code__ = code
+    sys.setprofile(lambda *a: None)
+    try:
+        assert "left a sys.setprofile hook installed" in (wire.check() or "")
+    finally:
+        sys.setprofile(None)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert "torch.get_default_dtype() from torch.float32 to torch.float64" in (
+            wire.check() or "")
+    finally:
+        torch.set_default_dtype(old)
+    assert wire.check() is None
+    assert "imported the harness's own package pytest_kscientist" in (
+        Tripwire({}, package="pytest_kscientist").check() or "")
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("import gc\n", "line 1: imports gc"),
+    ("def f(t):\n    return t.data_ptr()\n", "line 2: uses .data_ptr"),
+    ("import sys\ndef f():\n    return sys._getframe(1)\n", "line 3: uses ._getframe"),
+    ("import ctypes\n", "imports ctypes"),
+    ("import threading\n", "imports threading"),
+    ("import torch\ns = torch.cuda.Stream()\n", "uses .Stream"),
+    ("exec('x = 1')\n", "calls exec()"),
+    ("import os\nos._exit(0)\n", "uses ._exit"),
+    ("import time\ntime.perf_counter = None\n", "assigns time.perf_counter (monkeypatching"),
+    ("C = {}\ndef f(k, v):\n    C[k] = v\n", "line 1: keeps module-level state 'C'"),
+    ("import functools\n@functools.lru_cache\ndef f(x):\n    return x\n", "memoises f()"),
+])
+def test_scan_flags_constructs_cheaters_use(source: str, expected: str) -> None:
+    assert any(expected in line for line in scan_source(source)), scan_source(source)
+
+
+def test_scan_is_quiet_on_the_seeds_and_on_constant_tables() -> None:
+    for seed in sorted((FP8 / "seeds").glob("*.py")):
+        assert scan_file(seed) == [], seed
+    assert scan_source("TABLE = {'a': 1}\ndef f():\n    return TABLE['a']\n") == []
+    assert scan_source("def broken(:\n") == []
+
+
+def test_a_big_speedup_asks_for_review() -> None:
+    fast = CandidateResult(name="c", path="c.py", sha256="0", speedup_over_reference=12.5)
+    assert fast.review.startswith("12.5x faster than the reference (over 10x)")
+    assert "review" in fast.model_dump()
+    slow = CandidateResult(name="c", path="c.py", sha256="0", speedup_over_reference=3.0)
+    assert slow.review == ""
+    assert CandidateResult(name="r", path="r.py", sha256="0", role="baseline",
+                           speedup_over_reference=50.0).review == ""
+
+
+def test_sandbox_protects_the_project_but_never_home_or_tmp(tmp_path, monkeypatch) -> None:
+    project = tmp_path / "proj"
+    (project / "tasks" / "t").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    monkeypatch.chdir(project)
+    assert protected_paths(project / "tasks" / "t" / "reference.py") == [project.resolve()]
+    monkeypatch.setenv("HOME", str(project))
+    assert protected_paths(project / "tasks" / "t" / "reference.py") == []
+    prefix = sandbox_prefix([Path("/a b")])
+    assert prefix[:1] == ["unshare"] and "--net" in prefix and "--pid" in prefix
+    assert "mount --bind '/a b' '/a b' && mount -o remount,bind,ro '/a b'" in prefix[-2]

@@ -1,0 +1,84 @@
+"""The corpus on a GPU: attacks that need one (side streams, the caching allocator, CUDA events)
+and the timing attacks in their GPU form. Skips cleanly without a CUDA or ROCm device."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from adversarial.test_corpus import CANDIDATES, PATCHED, RERUN
+from conftest import REPO, case_reasons
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm device"),
+]
+
+CHECK_CASE = "m64-n64-k128-s6635"
+BENCH_CASE = "m6144-n4608-k7168-s65436"  # the most work per call: hidden work cannot hide in noise
+CHECK = {
+    "stale_empty_like": RERUN,  # the caching allocator hands the same block back
+    "cache_data_ptr": RERUN,
+    "patch_cuda_sync": f"replaced torch.cuda.synchronize; {PATCHED}",
+    "patch_cuda_event": f"replaced torch.cuda.Event.elapsed_time; {PATCHED}",
+}
+BENCH = {
+    "work_after_event": "timing disagrees with what the pytest process measures from outside",
+    "rewrites_clock_reading": "impossible time: fastest call",
+}
+CONTROLS = ("torch_dequant", "honest_cache", "side_stream")
+
+
+@pytest.fixture(scope="module")
+def gpu_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
+    tmp = tmp_path_factory.mktemp("gpu-adversarial")
+    task = tmp / "fp8_gemm"
+    shutil.copytree(REPO / "tasks" / "fp8_gemm", task,
+                    ignore=shutil.ignore_patterns("__pycache__", "population"))
+    kernels = [f"--kernel={CANDIDATES / n}.py" for n in [*CHECK, *BENCH, *CONTROLS]
+               if n != "torch_dequant"]
+    kernels.append(f"--kernel={task / 'seeds' / 'torch_dequant.py'}")
+    select = f"not reference and ((check and {CHECK_CASE}) or (bench and {BENCH_CASE}))"
+    out = tmp / "ks-results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
+         str(task), *kernels, "-k", select, "--ks-device", "cuda", "--ks-profile", "full",
+         "--ks-bench-budget", "0.5", "--ks-timeout", "120"],
+        cwd=tmp, capture_output=True, text=True, timeout=900,
+    )
+    data = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, data
+
+
+@pytest.mark.parametrize(("case", "name"), [
+    *((CHECK_CASE, n) for n in CHECK),
+    *((BENCH_CASE, n) for n in BENCH),
+])
+def test_gpu_attack_is_rejected_with_its_reason(gpu_corpus, case: str, name: str) -> None:
+    _, output, data = gpu_corpus
+    assert data is not None, output[-3000:]
+    outcome, reason = case_reasons(data)[(name, case)]
+    assert outcome == "failed"
+    assert {**CHECK, **BENCH}[name] in reason
+
+
+def test_gpu_controls_pass_and_side_stream_work_is_timed(gpu_corpus) -> None:
+    _, output, data = gpu_corpus
+    assert data is not None, output[-3000:]
+    reasons = case_reasons(data)
+    for name in CONTROLS:
+        for case in (CHECK_CASE, BENCH_CASE):
+            assert reasons[(name, case)] == ("passed", ""), (name, case)
+    medians = {
+        c["name"]: case["stats"]["median_us"]
+        for c in data["candidates"] for case in c["cases"]
+        if case["case_id"] == BENCH_CASE and case["stats"]
+    }
+    # The same work on a side stream is counted by the device-wide synchronisation.
+    assert medians["side_stream"] >= 0.5 * medians["honest_cache"]
