@@ -221,3 +221,16 @@ def test_sandbox_protects_the_project_but_never_home_or_tmp(tmp_path, monkeypatc
     prefix = sandbox_prefix([Path("/a b")])
     assert prefix[:1] == ["unshare"] and "--net" in prefix and "--pid" in prefix
     assert "mount --bind '/a b' '/a b' && mount -o remount,bind,ro '/a b'" in prefix[-2]
+
+
+def test_without_the_sandbox_one_warning_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kscientist import worker
+
+    reference = FP8 / "reference.py"
+    monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
+    with pytest.warns(worker.KsSandboxUnavailable, match=r"run without the OS sandbox \("
+                      r"unshare: unshare: not permitted\): they can reach the network"):
+        assert worker._spawn_prefix(reference, None) == []
+    with pytest.raises(worker.WorkerDied, match="sandbox was required but does not work here"):
+        worker._spawn_prefix(reference, True)
+    assert worker._spawn_prefix(reference, False) == []
