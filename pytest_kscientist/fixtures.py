@@ -18,7 +18,7 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.results import CaseResult
 from pytest_kscientist.session import KS_SESSION
 from pytest_kscientist.task import Case, Task, load_task
-from pytest_kscientist.worker import Worker, WorkerDied
+from pytest_kscientist.worker import WorkerDied
 
 
 @pytest.fixture
@@ -39,14 +39,13 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
     ks = request.config.stash[KS_SESSION]
 
     def evaluate(task: Task, candidate: str | Path, kind: str, case: Case) -> CaseResult:
+        from pytest_kscientist.baselines import start_worker
+
         evaluator = ks.evaluator(task)
         worker = None
         try:
-            worker = Worker(task.reference, ks.device, task.spec.output_index,
-                            ks.settings.timeout_s)
-            header, _ = worker.request("load", path=str(Path(candidate).resolve()))
-            if not header.get("ok"):
-                raise CandidateFailure(f"failed to load: {header.get('reason')}")
+            worker = start_worker(task, Path(candidate).resolve(), "custom_kernel", None,
+                                  ks.device, ks.settings.timeout_s)
             if kind == "check":
                 return evaluator.check(worker, case)
             return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))

@@ -56,8 +56,9 @@ def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
                     help="time spent timing each benchmark case (ini: ks_bench_budget; default: "
                     "the task's bench.budget_s)")
     group.addoption("--evolve", metavar="N", default=None,
-                    help="run N generations of the Kernel Scientist (selector, designer, writer) "
-                    "on the task folder given, evaluating each generation as a pytest run")
+                    help="evolve the task folder given with the Kernel Scientist (selector, "
+                    "designer, writer) until its population has N generations after the seeds, "
+                    "each evaluated as a child pytest run; rerun to resume after an interruption")
     group.addoption("--ks-baselines", metavar="NAMES", default=None,
                     help="baselines timed beside each candidate: all (default), none, or "
                     "comma-separated names from the task's [[baselines]] (ini: ks_baselines)")
