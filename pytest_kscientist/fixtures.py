@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -38,7 +39,9 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
     """Evaluate a candidate file on one case, in a fresh isolated worker per call."""
     ks = request.config.stash[KS_SESSION]
 
-    def evaluate(task: Task, candidate: str | Path, kind: str, case: Case) -> CaseResult:
+    def evaluate(
+        task: Task, candidate: str | Path, kind: Literal["check", "bench"], case: Case
+    ) -> CaseResult:
         from pytest_kscientist.baselines import start_worker
 
         evaluator = ks.evaluator(task)

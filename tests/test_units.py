@@ -68,7 +68,8 @@ def test_channel_round_trip_and_tampering() -> None:
     r, w = os.pipe()
     try:
         channel.write_all(w, channel.encode(key, 0, {"op": "x", "v": [1, 2]}, b"payload"))
-        assert channel.read_frame(r, key, 0, deadline=None) == ({"op": "x", "v": [1, 2]}, b"payload")
+        header, payload = channel.read_frame(r, key, 0, deadline=None)
+        assert (header, payload) == ({"op": "x", "v": [1, 2]}, b"payload")
         channel.write_all(w, channel.encode(key, 0, {"op": "replayed"}))
         with pytest.raises(ChannelError, match="frame 1 failed authentication"):
             channel.read_frame(r, key, 1)
