@@ -16,6 +16,7 @@ import pytest
 
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.evolve.roles import Designer, Selector, TaskBrief, Writer
+from pytest_kscientist.hardware import describe
 from pytest_kscientist.task import Task
 
 PROTOCOLS = {"selector": Selector, "designer": Designer, "writer": Writer}
@@ -56,7 +57,8 @@ def task_brief(task: Task, members: Sequence[Member]) -> TaskBrief:
     hardware, bench_ids = "not measured yet", []
     if latest is not None and latest.machine is not None:
         mi = latest.machine
-        hardware = f"{mi.device_name} ({mi.device}), torch {mi.torch}, {mi.platform}"
+        known = describe(mi.device_name, mi.device)
+        hardware = f"{known}; torch {mi.torch}, {mi.platform}"
     if latest is not None and latest.profile in task.spec.profiles:
         hardware += f"; case profile '{latest.profile}'"
         bench_ids = [task.case_id(c) for c in task.spec.profiles[latest.profile].benchmarks]
