@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from pytest_kscientist import benchmark_bridge, gates
-from pytest_kscientist.baselines import bench_beside, start_worker, unmet_requirement
+from pytest_kscientist.baselines import (
+    bench_beside,
+    start_worker,
+    unmet_requirement,
+    yardstick_only,
+)
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.evaluate import file_sha256
 from pytest_kscientist.results import BaselineInfo, CaseResult
@@ -55,6 +60,7 @@ class TaskFile(pytest.File):
                 entry="run" if spec.prepare else "custom_kernel",
                 prepare="prepare" if spec.prepare else None, tests=profile.tests,
                 benchmarks=profile.benchmarks, role="baseline", skip_reason=skip[spec.name],
+                tolerate=spec.verify == "report",
             )
         for path in candidates:
             yield CandidateNode.from_parent(
@@ -101,6 +107,7 @@ class TaskFile(pytest.File):
             infos.append(BaselineInfo(
                 name=spec.name, path=str(task.baseline_path(spec)), prepare=spec.prepare,
                 requires=spec.requires, status="skipped" if reason else "active", reason=reason,
+                verify=spec.verify,
             ))
         ks.baselines[task.name] = infos
         return collected
@@ -116,7 +123,7 @@ class CandidateNode(pytest.Collector):
 
     def __init__(self, *, task: Task, source: Path, entry: str, tests: list[Case],
                  benchmarks: list[Case], role: str = "candidate", prepare: str | None = None,
-                 skip_reason: str = "", **kwargs: Any) -> None:
+                 skip_reason: str = "", tolerate: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.source = source
@@ -124,6 +131,8 @@ class CandidateNode(pytest.Collector):
         self.prepare = prepare
         self.role = role
         self.skip_reason = skip_reason
+        # A baseline declaring verify = "report": a precision miss is an xfail that keeps times.
+        self.tolerate = tolerate
         self.tests = tests
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
@@ -202,7 +211,7 @@ class CaseItem(pytest.Item):
         try:
             worker = cand.live_worker()
             if self.kind == "check":
-                result = evaluator.check(worker, self.case)
+                result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
             else:
                 result = self._bench(worker)
         except (CandidateFailure, WorkerDied) as exc:
@@ -217,9 +226,14 @@ class CaseItem(pytest.Item):
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
                           reason=failure.reason, detail=failure.detail[-4000:])
             raise failure from None
+        result = yardstick_only(cand.name, result)
         self._publish(**result.model_dump())
         if result.kind == "bench":
             self._to_pytest_benchmark(result)
+        if result.outcome == "xfailed":
+            # Reported, not failed: the task declares this baseline a yardstick (verify =
+            # "report"), so its times still count, flagged unverified.
+            pytest.xfail(result.reason)
 
     def _bench(self, worker: Worker) -> CaseResult:
         """Time the case; a candidate alternates with the task's active baselines."""
@@ -231,7 +245,8 @@ class CaseItem(pytest.Item):
             result = bench_beside(evaluator, cand.live_worker, partners, self.case,
                                   ks.device_name, budget)
         else:
-            result = evaluator.bench(worker, self.case, ks.device_name, budget)
+            result = evaluator.bench(worker, self.case, ks.device_name, budget,
+                                     tolerate=cand.tolerate)
         result.floor_fraction = floor_fraction(result)
         return result
 

@@ -102,6 +102,8 @@ def min_speedup(cand: CandidateResult | None, name: str, factor: float,
     worst = min(ratios, key=lambda k: ratios[k])
     text = (f"{who}: geomean speedup over {name} is {speedup:.3f}x over {len(ratios)} "
             f"benchmark(s)")
+    if any(not t.verified for c in bench if (t := c.baselines.get(name)) is not None):
+        text += f" ({name} missed the check beside it: a yardstick only, verify = \"report\")"
     if speedup < factor:
         return Verdict("failed", f"{text}, below the required {factor:g}x ({flag}); slowest "
                                  f"relative to it: {worst} at {ratios[worst]:.3f}x")

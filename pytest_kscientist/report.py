@@ -21,7 +21,15 @@ def _x(value: float | None) -> str:
 
 
 def _label(c: CandidateResult) -> str:
+    if c.role == "baseline" and c.xfailed:
+        return f"{c.name} (baseline, unverified)"
     return c.name if c.role == "candidate" else f"{c.name} ({c.role})"
+
+
+def _vs(c: CandidateResult, name: str) -> str:
+    """A speedup cell; ``*`` when the baseline missed the check beside it (a yardstick only)."""
+    cell = _x(c.speedups.get(name))
+    return cell + "*" if c.baseline_verified.get(name) is False else cell
 
 
 def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = None,
@@ -40,7 +48,7 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
     ranked = sorted(cands, key=lambda c: (c.geomean_us is None, c.geomean_us or 0.0))
     for c in ranked:
         row = [_label(c), str(c.passed), str(c.failed), _us(c.geomean_us),
-               _x(c.speedup_over_reference), *(_x(c.speedups.get(n)) for n in names),
+               _x(c.speedup_over_reference), *(_vs(c, n) for n in names),
                "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
         if saved:
             change = saved_change(c, task, saved)
@@ -65,8 +73,10 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 cases.append(case.case_id)
             if case.floor_us is not None or case.case_id not in floors:
                 floors[case.case_id] = case.floor_us
+            timed = case.stats is not None and case.outcome in ("passed", "xfailed")
             cells[(case.case_id, c.name)] = (
-                _us(case.stats.median_us) if case.stats and case.outcome == "passed" else "FAIL"
+                _us(case.stats.median_us) + ("*" if case.outcome == "xfailed" else "")
+                if timed and case.stats else "FAIL"
             )
     if not cases:
         return []
@@ -100,6 +110,28 @@ def baseline_notes(session: Any, task_name: str, cands: list[CandidateResult]) -
                 if timing.reason and (name, timing.reason) not in seen:
                     seen.add((name, timing.reason))
                     lines.append(f"no speedup of {c.name} over {name}: {timing.reason}")
+    return lines + yardstick_notes(cands)
+
+
+def yardstick_notes(cands: list[CandidateResult]) -> list[str]:
+    """One line per baseline that missed the check but is kept as a yardstick (verify =
+    "report"): the first miss, and how many of its items and interleaved benchmarks missed."""
+    by_name = {c.name: c for c in cands}
+    names = {n for c in cands for case in c.cases for n, t in case.baselines.items()
+             if not t.verified} | {c.name for c in cands if c.role == "baseline" and c.xfailed}
+    lines = []
+    for name in sorted(names):
+        own = by_name[name].cases if name in by_name else []
+        beside = [t for c in cands for case in c.cases for n, t in case.baselines.items()
+                  if n == name and t.stats is not None]
+        first = next((c.reason for c in own if c.outcome == "xfailed"), "") or next(
+            t.mismatch for t in beside if not t.verified)
+        judged = [c for c in own if c.outcome in ("passed", "xfailed")]
+        lines.append(
+            f"{first}: {sum(c.outcome == 'xfailed' for c in judged)} of {len(judged)} of its "
+            f"items and {sum(not t.verified for t in beside)} of {len(beside)} benchmarks "
+            "beside candidates missed; its times and speedups over it are kept, marked *"
+        )
     return lines
 
 

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-RESULTS_SCHEMA_VERSION = 1
+# 2: outcome "xfailed" (a baseline with verify = "report" missing the tolerance), the
+# baseline_verified / verified / mismatch / verify fields.
+RESULTS_SCHEMA_VERSION = 2
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -36,6 +38,10 @@ class BaselineTiming(BaseModel):
     speedup: float | None = None  # geomean over rounds of baseline median / candidate median
     rounds: int = 0
     reason: str = ""  # why there is no speedup: the baseline failed, or was not run
+    # False: the baseline's sampled outputs missed the tolerance in some round and it declares
+    # verify = "report", so its times were kept as a yardstick; ``mismatch`` says by how much.
+    verified: bool = True
+    mismatch: str = ""
 
 
 class CaseResult(BaseModel):
@@ -44,7 +50,9 @@ class CaseResult(BaseModel):
     kind: Literal["check", "bench"]
     case: dict[str, int]
     case_id: str
-    outcome: Literal["passed", "failed", "skipped"]
+    # "xfailed": a baseline declaring verify = "report" ran (and was timed) but its output
+    # missed the tolerance; ``reason`` says by how much. Candidates never get it.
+    outcome: Literal["passed", "failed", "skipped", "xfailed"]
     reason: str = ""
     detail: str = ""
     stats: TimingStats | None = None
@@ -74,6 +82,9 @@ class CandidateResult(BaseModel):
     # Over this candidate's benchmarks: geomean of the interleaved per-case speedups over each
     # baseline, and geomean of floor_us / median_us.
     speedups: dict[str, float] = Field(default_factory=dict)
+    # Per baseline of ``speedups``: False when its outputs missed the tolerance beside this
+    # candidate (verify = "report"): that speedup is over a yardstick, not a verified result.
+    baseline_verified: dict[str, bool] = Field(default_factory=dict)
     floor_fraction: float | None = None
     gates: list[GateResult] = Field(default_factory=list)
     # Constructs cheating kernels rely on, found in the source (pytest_kscientist/scan.py).
@@ -97,6 +108,10 @@ class CandidateResult(BaseModel):
     def failed(self) -> int:
         return sum(c.outcome == "failed" for c in self.cases)
 
+    @property
+    def xfailed(self) -> int:
+        return sum(c.outcome == "xfailed" for c in self.cases)
+
 
 class MachineInfo(BaseModel):
     """Where the run happened."""
@@ -118,6 +133,10 @@ class BaselineInfo(BaseModel):
     requires: list[str] = Field(default_factory=list)
     status: Literal["active", "skipped"] = "active"
     reason: str = ""
+    verify: Literal["strict", "report"] = "strict"
+    # After the run: True if every item and interleaved round of it passed the check, False if
+    # one missed it (xfailed, with verify = "report") or failed, None if none ran.
+    verified: bool | None = None
 
 
 class RunResults(BaseModel):

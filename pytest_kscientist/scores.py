@@ -18,9 +18,13 @@ def floor_fraction(case: CaseResult) -> float | None:
 
 
 def timed_benchmarks(cand: CandidateResult) -> list[CaseResult] | None:
-    """The candidate's benchmarks, or None unless there are some and every one passed."""
+    """The candidate's benchmarks, or None unless there are some and every one passed.
+
+    A baseline's benchmark that missed only by precision (``xfailed``, verify = "report")
+    counts as timed: its times are the yardstick it was declared to be.
+    """
     bench = [c for c in cand.cases if c.kind == "bench"]
-    if bench and all(c.outcome == "passed" and c.stats for c in bench):
+    if bench and all(c.outcome in ("passed", "xfailed") and c.stats for c in bench):
         return bench
     return None
 
@@ -30,6 +34,7 @@ def score(cand: CandidateResult) -> None:
     bench = timed_benchmarks(cand)
     cand.geomean_us = None
     cand.speedups = {}
+    cand.baseline_verified = {}
     cand.floor_fraction = None
     if bench is None:
         return
@@ -39,6 +44,7 @@ def score(cand: CandidateResult) -> None:
         ratios = [c.baselines[name].speedup for c in bench if name in c.baselines]
         if len(ratios) == len(bench) and all(r is not None and r > 0 for r in ratios):
             cand.speedups[name] = geomean([r for r in ratios if r is not None])
+            cand.baseline_verified[name] = all(c.baselines[name].verified for c in bench)
     fractions = [floor_fraction(c) for c in bench]
     if all(f is not None and f > 0 for f in fractions):
         cand.floor_fraction = geomean([f for f in fractions if f is not None])

@@ -127,9 +127,12 @@ class KsSession:
         per_task[candidate].gates.append(gate)
 
     def finalize(self) -> None:
-        """Fill geomeans and speedups (only candidates whose every benchmark passed)."""
-        for per_task in self.results.values():
+        """Fill geomeans and speedups (only candidates whose every benchmark passed), and
+        whether each baseline's judged outputs all passed the check."""
+        for task, per_task in self.results.items():
             score_all(per_task, REFERENCE_NAME)
+            for info in self.baselines.get(task, []):
+                info.verified = baseline_verified(info.name, per_task)
 
     def machine(self) -> MachineInfo:
         import torch
@@ -155,6 +158,20 @@ class KsSession:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(body, indent=2))
         os.replace(tmp, path)
+
+
+def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool | None:
+    """True if every item and interleaved round of baseline ``name`` in this run passed the
+    check, False if one missed it (xfailed) or failed, None if none ran."""
+    own = per_task.get(name)
+    verdicts = [c.outcome == "passed" for c in own.cases if c.outcome != "skipped"
+                ] if own is not None and own.role == "baseline" else []
+    for cand in per_task.values():
+        for case in cand.cases:
+            timing = case.baselines.get(name)
+            if timing is not None:
+                verdicts.append(timing.verified and not timing.reason)
+    return all(verdicts) if verdicts else None
 
 
 KS_SESSION = pytest.StashKey[KsSession]()

@@ -6,7 +6,7 @@ import re
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,6 +56,9 @@ class BenchSpec(BaseModel):
     rounds: int = Field(4, ge=1)
 
 
+# A baseline with verify = "report" missing the check on more than this share of an output's
+# elements is not doing the task: it fails like a strict one (cuBLAS fp8 on the H200: 0.3%).
+REPORT_MAX_SHARE = 0.05
 REQUIREMENT = re.compile(r"^(cuda|nvidia|rocm|sm_(\d+)(\d))$")
 BASELINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -73,6 +76,12 @@ class BaselineSpec(BaseModel):
     # Capabilities the device must have, else the baseline is skipped: "cuda" (any CUDA or
     # ROCm GPU), "nvidia", "rocm", "sm_90" (an NVIDIA GPU of compute capability 9.0 or newer).
     requires: list[str] = Field(default_factory=list)
+    # "strict": a baseline whose output misses the check fails its items and gives no speedup.
+    # "report": a miss within the tolerance's reach (right shape and dtype, NaN/Inf where the
+    # reference has them, at most REPORT_MAX_SHARE of the elements) is reported (xfail) and its
+    # times stay a yardstick, flagged unverified; e.g. cuBLAS fp8 on Hopper, whose wgmma
+    # accumulation misses 1e-3 + 2e-2*|ref| on ~0.3% of elements (notes/fp8_gemm_h200.md).
+    verify: Literal["strict", "report"] = "strict"
 
     @field_validator("requires", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AXPY, CANDIDATES, case_reasons, run_pytest
-from pytest_kscientist.results import RunResults
+from pytest_kscientist.results import RESULTS_SCHEMA_VERSION, RunResults
 
 EXPECTED = {
     "wrong": "wrong result: 33 of 33 elements outside",
@@ -76,7 +76,8 @@ def test_bench_failures_name_the_timed_call(corpus_run) -> None:
 def test_json_follows_the_schema(corpus_run) -> None:
     _, _, data = corpus_run
     run = RunResults.model_validate(data)
-    assert run.schema_version == 1 and run.task == "axpy" and run.profile == "cpu"
+    assert run.schema_version == RESULTS_SCHEMA_VERSION == 2
+    assert run.task == "axpy" and run.profile == "cpu"
     good = next(c for c in run.candidates if c.name == "good")
     assert good.sha256 and Path(good.path).name == "good.py"
     bench = next(c for c in good.cases if c.kind == "bench")
