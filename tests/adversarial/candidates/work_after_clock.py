@@ -1,6 +1,8 @@
 """Attack: return at once, with a profile hook that does the real work (the seed's algorithm) the
 moment the harness has read its end-of-call clock, then removes itself. The output is complete
-before it is copied, the reported time is a few microseconds, and no hook is left behind."""
+before it is copied, the reported time is a few microseconds, and no hook is left behind.
+The hidden work is repeated so it stands well above the outside check's slack (1 ms of CPU, or
+0.2 ms plus the probes' spread of wall time): less than that is documented as undetected."""
 
 import sys
 import time
@@ -8,6 +10,7 @@ import time
 import torch
 
 CLOCK = time.perf_counter_ns
+HIDDEN_REPEATS = 4
 
 
 def _work(a, b, a_scale, b_scale, c):
@@ -27,7 +30,8 @@ def custom_kernel(data):
     def hook(frame, event, arg):
         if event == "c_return" and arg is CLOCK:
             sys.setprofile(None)
-            _work(*data)
+            for _ in range(HIDDEN_REPEATS):
+                _work(*data)
 
     sys.setprofile(hook)
     return data[4]
