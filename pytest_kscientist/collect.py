@@ -189,19 +189,26 @@ class CandidateNode(pytest.Collector):
         self.drop_worker()
 
 
-class CaseItem(pytest.Item):
-    """A correctness check or a benchmark of one candidate on one case."""
+class CandidateItem(pytest.Item):
+    """An item under a CandidateNode, marked ``kscientist``."""
 
-    def __init__(self, *, kind: str, case: Case, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.kind = kind
-        self.case = case
         self.add_marker(pytest.mark.kscientist)
 
     @property
     def candidate(self) -> CandidateNode:
         assert isinstance(self.parent, CandidateNode)
         return self.parent
+
+
+class CaseItem(CandidateItem):
+    """A correctness check or a benchmark of one candidate on one case."""
+
+    def __init__(self, *, kind: str, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.case = case
 
     def runtest(self) -> None:
         cand = self.candidate
@@ -283,18 +290,12 @@ class CaseItem(pytest.Item):
         return self.path, 0, f"{self.candidate.name}::{self.name}"
 
 
-class GateItem(pytest.Item):
+class GateItem(CandidateItem):
     """A performance gate on one candidate, judged from its benchmarks earlier in this run."""
 
     def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
-        self.add_marker(pytest.mark.kscientist)
-
-    @property
-    def candidate(self) -> CandidateNode:
-        assert isinstance(self.parent, CandidateNode)
-        return self.parent
 
     def runtest(self) -> None:
         cand = self.candidate
