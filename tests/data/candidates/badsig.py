@@ -1,0 +1,2 @@
+def custom_kernel():
+    return None
