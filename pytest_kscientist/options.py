@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-PROFILES = ("auto", "cpu", "full")
-
 
 @dataclass(frozen=True)
 class Settings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import platform
 import socket
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from pytest_kscientist.baselines import Partner
 from pytest_kscientist.evaluate import Evaluator
+from pytest_kscientist.files import atomic_write
 from pytest_kscientist.options import Settings
 from pytest_kscientist.results import (
     BaselineInfo,
@@ -43,7 +43,6 @@ class KsSession:
         self.tasks: dict[str, Task] = {}
         # task name -> candidate name -> result, filled from reports (so it works under xdist)
         self.results: dict[str, dict[str, CandidateResult]] = {}
-        self.candidate_paths: dict[tuple[str, str], tuple[str, str]] = {}
         # task name -> the baselines it declares, with whether this run times them
         self.baselines: dict[str, list[BaselineInfo]] = {}
         # (task name, baseline name) -> the worker shared by every candidate's benchmarks
@@ -155,9 +154,7 @@ class KsSession:
         ]
         body = runs[0] if len(runs) == 1 else runs
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(body, indent=2))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(body, indent=2))
 
 
 def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool | None:

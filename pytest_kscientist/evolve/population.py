@@ -34,6 +34,7 @@ import filelock
 from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Selection
+from pytest_kscientist.files import atomic_write
 from pytest_kscientist.results import CandidateResult, MachineInfo
 
 SCHEMA_VERSION = 1
@@ -159,16 +160,6 @@ def source_sha(source: str) -> str:
         lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         text = "\n".join(line.rstrip() for line in lines).strip()
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class Population:

@@ -7,7 +7,6 @@ plus its full output cap) stays within the cap, so the cap holds even for the la
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from pytest_kscientist.evolve.llm.errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.settings import Prices
+from pytest_kscientist.files import atomic_write
 
 LEDGER_SCHEMA_VERSION = 1
 # Tokens per prompt character, rounded up: English and Python run at ~4 characters per
@@ -134,10 +134,8 @@ class CostLedger:
     def _write(self, text: str) -> None:
         if self.path is None:
             return
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         with FileLock(str(self.path) + ".lock"):
-            tmp.write_text(text + "\n", encoding="utf-8")
-            os.replace(tmp, self.path)
+            atomic_write(self.path, text + "\n")
 
 
 def load_ledger(path: Path) -> LedgerRecord:
