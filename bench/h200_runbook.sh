@@ -87,7 +87,7 @@ PYTEST=(python3 -m pytest "${PLUGIN[@]}" -p no:cacheprovider)
 
 # -- (b) GPU tests: tests/adversarial/test_gpu_corpus.py, tests/test_baselines_gpu.py --------
 step "(b) gpu tests" "$(slot "$GPU_TESTS_S" $(( TABLE_S + 90 )))" "$OUT/gpu-tests.log" \
-  "${PYTEST[@]}" tests -m gpu -rA
+  "${PYTEST[@]}" ${KS_GPU_TESTS:-tests} -m gpu -rA
 
 # -- (b2) knob sweep of the Triton seed (bench/triton_sweep.py), outside the harness --------
 SWEEP_S=${KS_SWEEP_S:-0}
@@ -95,11 +95,26 @@ if (( SWEEP_S > 0 )); then
   step "(b2) sweep" "$(slot "$SWEEP_S" $(( TABLE_S + 90 )))" "$OUT/sweep.log" \
     python3 bench/triton_sweep.py "$OUT/sweep.json" --seconds $(( SWEEP_S - 30 ))
 fi
+# With KS_SWEEP_BEST=1, the Triton seed (this copy of the repository's, for the table and the
+# evolve below) takes the knobs of the sweep's best passing point; commit the same knobs after.
+if [ "${KS_SWEEP_BEST:-0}" = 1 ] && [ -f "$OUT/sweep.json" ]; then
+  python3 - "$OUT/sweep.json" tasks/fp8_gemm/seeds/triton_blockscaled.py >>"$LOG" 2>&1 <<'EOF' \
+    || note "(b2) sweep's best point not applied"
+import json, sys
+from pathlib import Path
+from pytest_kscientist.evolve.knobs import rewrite_tunables
+best = json.loads(Path(sys.argv[1]).read_text()).get("_best")
+if best and best["changes"]:
+    seed = Path(sys.argv[2])
+    seed.write_text(rewrite_tunables(seed.read_text(), best["changes"]))
+print("Triton seed knobs from the sweep:", best)
+EOF
+fi
 
 # -- (c) the table: both seeds, reference, both cuBLAS baselines, 18 shapes -----------------
 step "(c) table" "$(slot "$TABLE_S" 90)" "$OUT/table.log" \
   "${PYTEST[@]}" tasks/fp8_gemm -rA -k "check or bench" --ks-bench-budget 0.5 \
-  --ks-json "$OUT/table.json"
+  --ks-json "$OUT/table.json" ${KS_TABLE_ARGS:-}
 
 # -- (d) the offline scientist from the Triton seed alone -----------------------------------
 # A copy of the task whose seeds/ holds only the Triton seed: the population starts there, and
@@ -115,20 +130,6 @@ fi
 cp -r tasks/fp8_gemm "$EVOLVE_TASK"
 find "$EVOLVE_TASK/seeds" -name '*.py' ! -name triton_blockscaled.py -delete
 find "$EVOLVE_TASK" -name __pycache__ -prune -exec rm -rf {} +
-# With KS_SWEEP_BEST=1, the seed starts from the sweep's best passing point (its knobs only).
-if [ "${KS_SWEEP_BEST:-0}" = 1 ] && [ -f "$OUT/sweep.json" ]; then
-  python3 - "$OUT/sweep.json" "$EVOLVE_TASK/seeds/triton_blockscaled.py" >>"$LOG" 2>&1 <<'EOF' \
-    || note "(d) sweep's best point not applied"
-import json, sys
-from pathlib import Path
-from pytest_kscientist.evolve.knobs import rewrite_tunables
-best = json.loads(Path(sys.argv[1]).read_text()).get("_best")
-if best and best["changes"]:
-    seed = Path(sys.argv[2])
-    seed.write_text(rewrite_tunables(seed.read_text(), best["changes"]))
-print("evolve seed knobs from the sweep:", best)
-EOF
-fi
 EVOLVE_S=$(slot 600 "$FINAL_S")
 # --ks-time-limit stops the loop cleanly (a child session is interrupted, the population kept);
 # the timeout is only the backstop.

@@ -44,6 +44,10 @@ POINTS = {
     "kmajor-32x128x128-split4": dict(
         LAYOUT="kmajor", BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=4
     ),
+    "fp16-64x128x64": dict(LAYOUT="fp16", BLOCK_M=64, BLOCK_N=128, BLOCK_K=64),
+    "fp16_kmajor-128x32x128-split2": dict(
+        LAYOUT="fp16_kmajor", BLOCK_M=128, BLOCK_N=32, BLOCK_K=128, SPLIT_K=2
+    ),
 }
 ATOL, RTOL = 1e-3, 2e-2
 

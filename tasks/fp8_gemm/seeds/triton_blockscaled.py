@@ -3,8 +3,12 @@
 One program owns a BLOCK_M x BLOCK_N tile of C (and one of SPLIT_K slices of K). Each BLOCK_K
 step multiplies raw fp8 tiles and scales the fp32 partial by the A row scales and the B block
 scale of that step's 128-wide K block; BLOCK_K divides 128, so a step never straddles two
-scale blocks. LAYOUT "direct" reads the task's column-major A and B through their strides;
-"kmajor" first pays for K-major copies, the layout Hopper's fp8 wgmma reads natively.
+scale blocks. LAYOUT picks what the kernel reads:
+- "direct": the task's column-major fp8 A and B, through their strides, upcast in the loop;
+- "kmajor": K-major fp8 copies (paid for in the call), upcast in the loop;
+- "fp16": fp16 copies in the task's layout, made by one elementwise pass each (fp16 holds every
+  e4m3 value exactly), so the loop feeds the tensor cores without converting;
+- "fp16_kmajor": the same, K-major.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ TUNABLES = {
     "num_warps": 8,
     "num_stages": 3,
 }
-# Every point checked once: within tolerance under the interpreter (all 768 points that change
-# the result, on 3 odd shapes) and compiled for sm_90 (triton 3.9, <= 193 KiB shared memory).
+# Every point of the fp8 layouts checked once: within tolerance under the interpreter (all 768
+# points that change the result, on 3 odd shapes) and compiled for sm_90 (triton 3.9, <= 193 KiB
+# shared memory); the fp16 layouts at the points of tests/test_triton_seed.py.
 # Register spills (correct, just slow): 64x256 and 128x128 tiles at 4 warps, 128x256 at 4 or 8,
 # some 32x256 points at 4.
 TUNABLE_SPACE = {
@@ -33,7 +38,7 @@ TUNABLE_SPACE = {
     "BLOCK_K": [64, 128],
     "GROUP_M": [1, 4, 8, 16],
     "SPLIT_K": [1, 2, 4, 8],
-    "LAYOUT": ["direct", "kmajor"],
+    "LAYOUT": ["direct", "kmajor", "fp16", "fp16_kmajor"],
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4],
 }
@@ -116,7 +121,10 @@ def custom_kernel(data):
     m, k = a.shape
     n = b.shape[0]
     cfg = TUNABLES
-    if cfg["LAYOUT"] == "kmajor":
+    layout = cfg["LAYOUT"]
+    if layout.startswith("fp16"):
+        a, b = a.to(torch.float16), b.to(torch.float16)  # keeps the strides
+    if layout.endswith("kmajor"):
         a, b = a.contiguous(), b.contiguous()
     split = cfg["SPLIT_K"]
     # Several programs share a C tile under split-K: each writes fp32 partials, torch sums them
