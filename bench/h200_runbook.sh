@@ -93,7 +93,8 @@ step "(b) gpu tests" "$(slot "$GPU_TESTS_S" $(( TABLE_S + 90 )))" "$OUT/gpu-test
 SWEEP_S=${KS_SWEEP_S:-0}
 if (( SWEEP_S > 0 )); then
   step "(b2) sweep" "$(slot "$SWEEP_S" $(( TABLE_S + 90 )))" "$OUT/sweep.log" \
-    python3 bench/triton_sweep.py "$OUT/sweep.json" --seconds $(( SWEEP_S - 30 ))
+    python3 bench/triton_sweep.py "$OUT/sweep.json" --seconds $(( SWEEP_S - 30 )) \
+    ${KS_SWEEP_POINTS:+--points $KS_SWEEP_POINTS}
 fi
 # With KS_SWEEP_BEST=1, the Triton seed (this copy of the repository's, for the table and the
 # evolve below) takes the knobs of the sweep's best passing point; commit the same knobs after.
@@ -113,7 +114,8 @@ fi
 
 # -- (c) the table: both seeds, reference, both cuBLAS baselines, 18 shapes -----------------
 step "(c) table" "$(slot "$TABLE_S" 90)" "$OUT/table.log" \
-  "${PYTEST[@]}" tasks/fp8_gemm -rA -k "check or bench" --ks-bench-budget 0.5 \
+  "${PYTEST[@]}" tasks/fp8_gemm -rA -k "${KS_TABLE_K:-check or bench}" \
+  --ks-bench-budget "${KS_TABLE_BUDGET:-0.5}" \
   --ks-json "$OUT/table.json" ${KS_TABLE_ARGS:-}
 
 # -- (d) the offline scientist from the Triton seed alone -----------------------------------

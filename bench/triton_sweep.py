@@ -1,6 +1,6 @@
 """Sweep knob points of the Triton seed over the 18 fp8_gemm benchmark shapes on one GPU.
 
-    python bench/triton_sweep.py OUT.json [--reps 25] [--seconds 150]
+    python bench/triton_sweep.py OUT.json [--reps 25] [--seconds 150] [--points NAME ...]
 
 An exploration tool, outside the harness: each point is checked once per shape against the
 reference (the task's tolerance, one seeded input) and timed with CUDA events around single
@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_kscientist.evolve.knobs import rewrite_tunables  # noqa: E402
 from pytest_kscientist.evaluate import load_reference  # noqa: E402
 from pytest_kscientist.task import load_task  # noqa: E402
+from pytest_kscientist.timing import PREROLL_CYCLES  # noqa: E402
 
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_blockscaled.py"
 D = {"LAYOUT": "direct"}
@@ -81,8 +82,9 @@ def time_us(fn, data, reps: int, flush: torch.Tensor) -> float:
 
 def protocol_us(fn, ref_mod, shape: dict, reps: int, flush: torch.Tensor, mode: str) -> float:
     """Median time of one call under the harness's protocol (``mode`` "harness": fresh inputs
-    and a clone per call, output poisoned, device synchronised before the end event) or with a
-    2 ms idle gap before each call ("idle"), to explain gaps between this script and the harness.
+    and a clone per call, output poisoned, device synchronised before the end event), with a
+    2 ms idle gap before each call ("idle"), or that gap then the harness's GPU pre-roll
+    ("idle_preroll"), to explain gaps between this script and the harness.
     """
     times = []
     data = ref_mod.generate_input(shape["m"], shape["n"], shape["k"], shape["seed"], device="cuda")
@@ -94,8 +96,10 @@ def protocol_us(fn, ref_mod, shape: dict, reps: int, flush: torch.Tensor, mode: 
             data[4].fill_(float("nan"))
         flush.zero_()
         torch.cuda.synchronize()
-        if mode == "idle":
+        if mode.startswith("idle"):
             time.sleep(0.002)
+        if mode == "idle_preroll":  # the harness's remedy (timing.PREROLL_CYCLES)
+            torch.cuda._sleep(PREROLL_CYCLES)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn(data)
@@ -113,6 +117,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--reps", type=int, default=25)
     parser.add_argument("--seconds", type=float, default=150.0)
+    parser.add_argument("--points", nargs="+", choices=sorted(POINTS), default=list(POINTS),
+                        help="only these points (default: all)")
     args = parser.parse_args()
     t0 = time.monotonic()
     task = load_task(ROOT / "tasks" / "fp8_gemm")
@@ -126,7 +132,8 @@ def main() -> None:
         inputs.append(data)
         refs.append(ref_mod.ref_kernel(data).float())
     results: dict[str, dict] = {}
-    for name, changes in POINTS.items():
+    for name in args.points:
+        changes = POINTS[name]
         if time.monotonic() - t0 > args.seconds:
             print(f"{name}: not run, {args.seconds:.0f} s used", flush=True)
             continue
@@ -168,7 +175,7 @@ def main() -> None:
         for s in (shapes[8], shapes[14]):
             label = f"m{s['m']}-n{s['n']}-k{s['k']}"
             diag[label] = {mode: protocol_us(module.custom_kernel, ref_mod, s, args.reps, flush, mode)
-                           for mode in ("tight", "idle", "harness")}
+                           for mode in ("tight", "idle", "idle_preroll", "harness")}
             print(f"protocol {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in diag[label].items()),
                   flush=True)
         results["_protocol"] = diag

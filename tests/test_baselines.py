@@ -256,3 +256,34 @@ def test_results_json_round_trips(e2e) -> None:
     assert set(good.speedups) == {"loop_add", "prepared"}
     bench = next(c for c in good.cases if c.kind == "bench")
     assert bench.stats is not None and bench.stats.samples_us == []  # never written
+
+
+@pytest.mark.parametrize("baseline", ["cublas_task_layout", "cublas_kmajor"])
+@pytest.mark.parametrize("form", ["strided", "padded_shape", "pad_k"])
+def test_cublas_padded_scale_forms_describe_the_task_product(baseline: str, form: str) -> None:
+    """Each form the cuBLAS baselines may hand torch._scaled_mm when k/128 % 4 != 0 has B's
+    scales in memory with the leading dimension cuBLAS reads (a multiple of 4) and, read as
+    torch sees the tensors, still describes the task's product (checked in fp32 on the CPU)."""
+    import importlib.util
+
+    import torch
+
+    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
+    spec = importlib.util.spec_from_file_location(baseline, task / "baselines" / f"{baseline}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
+    ref = importlib.util.module_from_spec(ref_spec)
+    ref_spec.loader.exec_module(ref)
+    a, b, a_scale, b_scale, c = ref.generate_input(64, 256, 768, 5)  # k/128 = 6
+    args = module._operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T,
+                            b_scale, form)
+    a_op, b_op, sa_op, sb_op = args
+    assert sb_op.stride(0) == 1 and sb_op.stride(1) % 4 == 0  # column-major, padded lead dim
+    assert sa_op.stride(0) == 1  # column-major
+    kb_op = a_op.shape[1] // 128
+    sa = sa_op[:, :kb_op].repeat_interleave(128, dim=1)
+    sb = sb_op[:kb_op].T.repeat_interleave(128, dim=0)[: b_op.shape[1]].repeat_interleave(128, 1)
+    got = (a_op.float() * sa) @ (b_op.T.float() * sb).T
+    torch.testing.assert_close(got, ref.ref_kernel((a, b, a_scale, b_scale, c)).float(),
+                               atol=1e-3, rtol=2e-2)

@@ -12,6 +12,60 @@ from __future__ import annotations
 import torch
 
 
+# cuBLAS reads the 128x128 B scales as a column-major [k/128, n/128] matrix whose leading
+# dimension is k/128 rounded up to a multiple of 4, and gives silently wrong results otherwise
+# (seen on the H200, torch 2.11: every element past column 128 wrong at k=256 and k=2304;
+# pytorch/pytorch#166752). How torch takes that padded layout varies by version, so the first
+# call with k/128 % 4 != 0 tries, in order: the logical shape over padded memory, the padded
+# shape, and (always valid) K itself padded with zero columns; the first form torch accepts is
+# kept for the process. Only the form is kept, never data.
+_PADDED_FORM: list[str] = []
+_FORMS = ("strided", "padded_shape", "pad_k")
+
+
+def _scale_b_form(b_scale: torch.Tensor, form: str) -> torch.Tensor:
+    nb, kb = b_scale.shape
+    l4 = -(-kb // 4) * 4
+    padded = torch.ones((nb, l4), dtype=b_scale.dtype, device=b_scale.device)
+    padded[:, :kb] = b_scale
+    return padded[:, :kb].T if form == "strided" else padded.T
+
+
+def _operands(a, b_t, scale_a, b_scale, form):
+    """The arguments of torch._scaled_mm in ``form``, from a [m,k] row-major, b_t [k,n]
+    column-major, scale_a [m, k/128] with stride (1, m) and b_scale [n/128, k/128]."""
+    if form != "pad_k":
+        return a, b_t, scale_a, _scale_b_form(b_scale, form)
+    kb = b_scale.shape[1]
+    l4 = -(-kb // 4) * 4
+    a_k = torch.zeros((a.shape[0], l4 * 128), dtype=a.dtype, device=a.device)
+    a_k[:, : a.shape[1]] = a
+    b_k = torch.zeros((b_t.shape[1], l4 * 128), dtype=b_t.dtype, device=b_t.device)
+    b_k[:, : b_t.shape[0]] = b_t.T
+    scale_a_k = torch.ones((l4, a.shape[0]), dtype=scale_a.dtype, device=a.device)
+    scale_a_k[:kb] = scale_a.T
+    return a_k, b_k.T, scale_a_k.T, _scale_b_form(b_scale, "padded_shape")
+
+
+def cublas_operands(a, b_t, scale_a, b_scale):
+    """The arguments of torch._scaled_mm for these inputs, in a layout cuBLAS reads right."""
+    if b_scale.shape[1] % 4 == 0:
+        return a, b_t, scale_a, b_scale.contiguous().T
+    if _PADDED_FORM:
+        return _operands(a, b_t, scale_a, b_scale, _PADDED_FORM[0])
+    for form in _FORMS:
+        args = _operands(a, b_t, scale_a, b_scale, form)
+        try:  # the first call of the process finds the form this torch accepts
+            torch._scaled_mm(*args, out_dtype=torch.bfloat16)
+        except RuntimeError:
+            if form == _FORMS[-1]:
+                raise
+            continue
+        _PADDED_FORM.append(form)
+        return args
+    raise AssertionError("unreachable")
+
+
 def _require_cuda_sm90(a: torch.Tensor) -> None:
     nvidia = a.is_cuda and torch.version.hip is None
     if nvidia and torch.cuda.get_device_capability(a.device) >= (9, 0):
@@ -30,7 +84,9 @@ def prepare(data):
     # A row-major [m,k]; B row-major [n,k] handed over as its [k,n] column-major transpose;
     # scale_a [m, k/128] with stride (1, m); scale_b the [k/128, n/128] column-major view of a
     # row-major [n/128, k/128]. These are the only layouts cuBLAS accepts (NOTES.md).
-    return a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T, b_scale.contiguous().T, c
+    # B's scales are padded as cublas_operands (above) says.
+    args = cublas_operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T, b_scale)
+    return (*args, c)
 
 
 def run(prepared):

@@ -23,7 +23,7 @@ TUNABLES = {
     "BLOCK_K": 128,
     "GROUP_M": 8,
     "SPLIT_K": 1,
-    "LAYOUT": "kmajor",
+    "LAYOUT": "fp16",
     "num_warps": 8,
     "num_stages": 3,
 }
