@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT))
 from pytest_kscientist.evolve.knobs import rewrite_tunables  # noqa: E402
 from pytest_kscientist.evaluate import load_reference  # noqa: E402
 from pytest_kscientist.task import load_task  # noqa: E402
-from pytest_kscientist.timing import PREROLL_CYCLES  # noqa: E402
 
+# GPU cycles of the spin kernel queued just before the start event in "idle_preroll" (~1 ms).
+PREROLL_CYCLES = 2_000_000
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_blockscaled.py"
 D = {"LAYOUT": "direct"}
 F, FK = {"LAYOUT": "fp16"}, {"LAYOUT": "fp16_kmajor"}
@@ -83,8 +84,10 @@ def time_us(fn, data, reps: int, flush: torch.Tensor) -> float:
 def protocol_us(fn, ref_mod, shape: dict, reps: int, flush: torch.Tensor, mode: str) -> float:
     """Median time of one call under the harness's protocol (``mode`` "harness": fresh inputs
     and a clone per call, output poisoned, device synchronised before the end event), with a
-    2 ms idle gap before each call ("idle"), or that gap then the harness's GPU pre-roll
-    ("idle_preroll"), to explain gaps between this script and the harness.
+    2 ms idle gap before each call ("idle"), or that gap then a ~1 ms spin kernel queued just
+    before the start event ("idle_preroll": the host launches the call while the GPU spins, so
+    this is the GPU time alone, without the launch cost the other modes include), to explain
+    gaps between this script and the harness.
     """
     times = []
     data = ref_mod.generate_input(shape["m"], shape["n"], shape["k"], shape["seed"], device="cuda")
@@ -98,7 +101,7 @@ def protocol_us(fn, ref_mod, shape: dict, reps: int, flush: torch.Tensor, mode: 
         torch.cuda.synchronize()
         if mode.startswith("idle"):
             time.sleep(0.002)
-        if mode == "idle_preroll":  # the harness's remedy (timing.PREROLL_CYCLES)
+        if mode == "idle_preroll":  # busy GPU: the CPU's launch work hides behind the spin
             torch.cuda._sleep(PREROLL_CYCLES)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

@@ -4,8 +4,7 @@
 (the runner calls it before importing the candidate), so later monkeypatching of ``time``,
 ``torch.cuda.Event`` or ``torch.cuda.synchronize`` by candidate code does not reach it.
 
-GPU protocol: keep the GPU busy for about a millisecond (``PREROLL_CYCLES``), flush L2,
-synchronise the device, record a start event, call, synchronise the
+GPU protocol: flush L2, synchronise the device, record a start event, call, synchronise the
 whole device (so work left on side streams or queued by other threads is counted), record an
 end event. The constant cost of that protocol (sync and event latency) is measured on an empty
 call and subtracted by the pytest process. CPU protocol: a monotonic nanosecond clock around
@@ -19,12 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-# A GPU left idle between calls (the worker waits for the pytest process's next request) runs
-# the next call slowly: on the H200 (2026-11-29, bench/triton_sweep.py's protocol rows) a call
-# of 70 us back to back took 195 us when the host slept 2 ms before it. A spin kernel of this
-# many GPU cycles (about 1 ms at 2 GHz) before the flush keeps the card as busy as back-to-back
-# calls leave it; it runs outside the timed region.
-PREROLL_CYCLES = 2_000_000
 
 
 class Timer:
@@ -75,12 +68,10 @@ class CudaTimer(Timer):
         self._zero = torch.Tensor.zero_
         self._current_stream = torch.cuda.current_stream
         self._scratch = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
-        self._spin = torch.cuda._sleep
 
     def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float]:
         start = self._event(enable_timing=True)
         end = self._event(enable_timing=True)
-        self._spin(PREROLL_CYCLES)
         self._zero(self._scratch)
         self._device_sync()
         stream = self._current_stream()
