@@ -2,6 +2,8 @@
 # The H200 runbook: one device call that runs, in order,
 #   (a) the carried wheels and the plugin (the package is not pip-installed there),
 #   (b) the GPU-marked tests                              -> $OUT/gpu-tests.log
+#   (b2) optional (KS_SWEEP_S): knob sweep of the Triton seed -> $OUT/sweep.log, sweep.json
+#   (b3) optional (KS_PROBE_S): where per-call time goes    -> $OUT/probe.log
 #   (c) the 18-shape table, both seeds beside both cuBLAS baselines
 #                                                         -> $OUT/table.log, $OUT/table.json
 #   (d) the offline scientist, --evolve 10 from the Triton seed alone, until the time is up
@@ -110,6 +112,13 @@ if best and best["changes"]:
     seed.write_text(rewrite_tunables(seed.read_text(), best["changes"]))
 print("Triton seed knobs from the sweep:", best)
 EOF
+fi
+
+# -- (b3) where the harness's per-call time goes (bench/protocol_probe.py) ------------------
+PROBE_S=${KS_PROBE_S:-0}
+if (( PROBE_S > 0 )); then
+  step "(b3) probe" "$(slot "$PROBE_S" $(( TABLE_S + 90 )))" "$OUT/probe.log" \
+    python3 bench/protocol_probe.py ${KS_PROBE_ARGS:-}
 fi
 
 # -- (c) the table: both seeds, reference, both cuBLAS baselines, 18 shapes -----------------
