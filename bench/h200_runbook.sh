@@ -119,6 +119,7 @@ PROBE_S=${KS_PROBE_S:-0}
 if (( PROBE_S > 0 )); then
   step "(b3) probe" "$(slot "$PROBE_S" $(( TABLE_S + 90 )))" "$OUT/probe.log" \
     python3 bench/protocol_probe.py ${KS_PROBE_ARGS:-}
+  step "(b3) cuBLAS scale forms" 60 "$OUT/probe.log" python3 bench/cublas_scales_probe.py
 fi
 
 # -- (c) the table: both seeds, reference, both cuBLAS baselines, 18 shapes -----------------
