@@ -47,7 +47,7 @@ class TaskFile(pytest.File):
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
         skip = self._baselines(ks, task, [p.stem for p in candidates])
-        if profile.benchmarks:
+        if profile.benchmarks and not ks.settings.skip_reference:
             yield CandidateNode.from_parent(
                 self, name=REFERENCE_NAME, task=task, source=task.reference, entry="ref_kernel",
                 tests=[], benchmarks=profile.benchmarks, role="reference",

@@ -28,6 +28,7 @@ class Settings:
     compare_path: Path | None = None
     compare_runs: tuple[Any, ...] = ()  # the RunResults read from compare_path
     max_regression: float | None = None  # a fraction: 0.05 for 5%
+    skip_reference: bool = False  # --ks-skip-reference: the reference is not timed
 
 
 def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
@@ -60,6 +61,9 @@ def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
     group.addoption("--ks-baselines", metavar="NAMES", default=None,
                     help="baselines timed beside each candidate: all (default), none, or "
                     "comma-separated names from the task's [[baselines]] (ini: ks_baselines)")
+    group.addoption("--ks-skip-reference", action="store_true", default=False,
+                    help="do not time the task's reference (no reference node, no "
+                    "speedup_vs_ref); --evolve's child sessions pass it")
     group.addoption("--ks-min-speedup", action="append", default=[], metavar="NAME=FACTOR",
                     help="gate: fail a candidate whose geomean speedup over baseline NAME (or "
                     "'reference') is below FACTOR, e.g. cublas_task_layout=1.5; repeatable "
@@ -148,12 +152,19 @@ def resolve(config: pytest.Config) -> Settings:
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
     compare_path, compare_runs, max_regression = _comparison(config)
+    min_speedup = _min_speedups(opt.ks_min_speedup or config.getini("ks_min_speedup"))
+    skip_reference = bool(opt.ks_skip_reference)
+    if skip_reference and any(name == "reference" for name, _ in min_speedup):
+        raise pytest.UsageError(
+            "--ks-min-speedup reference=...: the gate needs the reference timed, but "
+            "--ks-skip-reference leaves it out; drop one of the two"
+        )
     return Settings(
         kernels=tuple(kernels), json_path=json_path, salt=salt, salt_given=salt_given,
         profile=profile, device=device, timeout_s=timeout, bench_budget_s=budget, evolve=evolve,
         baselines=_baselines(opt.ks_baselines or config.getini("ks_baselines") or "all"),
-        min_speedup=_min_speedups(opt.ks_min_speedup or config.getini("ks_min_speedup")),
-        compare_path=compare_path, compare_runs=compare_runs, max_regression=max_regression,
+        min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
+        max_regression=max_regression, skip_reference=skip_reference,
     )
 
 

@@ -103,6 +103,8 @@ def baseline_notes(session: Any, task_name: str, cands: list[CandidateResult]) -
     """Why a declared baseline has no numbers: skipped in this run, or failed beside someone."""
     lines = [f"baseline {b.name} not timed: {b.reason}"
              for b in session.baselines.get(task_name, []) if b.status == "skipped"]
+    if session.settings.skip_reference:
+        lines.insert(0, "reference not timed (--ks-skip-reference): no speedup_vs_ref")
     seen = set()
     for c in cands:
         for case in c.cases:

@@ -18,6 +18,14 @@ def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:
     ])
 
 
+def test_skip_reference_leaves_the_reference_out(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(AXPY), "-q", "--ks-skip-reference")
+    result.assert_outcomes(passed=3)
+    text = result.stdout.str()
+    assert "::reference::" not in text and "reference (reference)" not in text
+    assert "reference not timed (--ks-skip-reference): no speedup_vs_ref" in text
+
+
 def test_kernel_option_replaces_the_seeds(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(
         str(AXPY), "--collect-only", "-q", "--kernel", str(CANDIDATES / "wrong.py"),

@@ -344,6 +344,10 @@ def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> 
     assert best < seed  # chunk=64 over 4096 elements is 64 launches; bigger chunks are faster
     logs = sorted((root / "sessions").glob("*.log"))
     assert len(logs) == 3 and "--ks-salt 5" in logs[0].read_text()
+    # The loop ranks candidates among themselves: the reference is not timed again each time.
+    assert all("--ks-skip-reference" in log.read_text() for log in logs)
+    assert not any("::reference::" in log.read_text() or "reference (reference)" in
+                   log.read_text() for log in logs)
 
 
 @pytest.mark.slow

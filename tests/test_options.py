@@ -26,6 +26,9 @@ from conftest import AXPY
         (["--evolve", "0"], "--evolve expects a positive integer, got '0'"),
         (["--evolve", "2", "--kernel", "a/k.py"], "--evolve cannot be combined with --kernel"),
         (["--evolve", "2", "--ks-json", "r.json"], "--evolve cannot be combined with --ks-json"),
+        (["--ks-skip-reference", "--ks-min-speedup", "reference=2"],
+         "--ks-min-speedup reference=...: the gate needs the reference timed, but "
+         "--ks-skip-reference leaves it out; drop one of the two"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str], message: str):

@@ -116,6 +116,9 @@ class ChildSession:
             value = config.getoption(dest, default=None)
             if value is not None:
                 args += [flag, str(value)]
+        # The loop ranks candidates among themselves: timing the reference again in every
+        # generation would only cost time (18 benchmarks of the slowest kernel on a GPU).
+        args.append("--ks-skip-reference")
         if config.getoption("ks_baselines", default=None) is None:
             # Interleaved baselines triple a generation's bench time on a GPU (each side gets
             # the budget) and the loop ranks on geomean: time them only when asked for.
