@@ -18,6 +18,8 @@
 #   device call (repository root, carry [".whl"], timeout_s 600):  bash bench/h200_runbook.sh
 #   on a CPU, to try it:
 #     OUT=/tmp/rb KS_RUNBOOK_SECONDS=300 KS_GPU_TESTS_S=60 KS_TABLE_S=90 bash bench/h200_runbook.sh
+# On a machine of several GPUs, KS_EVOLVE_ARGS="--ks-devices all" evaluates each generation's
+# candidates at once, one child session per GPU.
 # To continue an earlier evolve instead of starting afresh, put its pop.tgz in .whl/ (ignored,
 # already carried) and set KS_RESUME_POP=.whl/pop.tgz; KS_GPU_TESTS_S=0 KS_TABLE_S=0 skip (b), (c).
 set -u
@@ -148,7 +150,7 @@ EVOLVE_S=$(slot 600 "$FINAL_S")
 LIMIT=$(( EVOLVE_S - 25 ))
 step "(d) evolve" "$EVOLVE_S" "$OUT/evolve.log" \
   "${PYTEST[@]}" --evolve 10 "$EVOLVE_TASK" --ks-population /tmp/pop \
-  --ks-time-limit "$(( LIMIT > 1 ? LIMIT : 1 ))" --ks-bench-budget 0.2
+  --ks-time-limit "$(( LIMIT > 1 ? LIMIT : 1 ))" --ks-bench-budget 0.2 ${KS_EVOLVE_ARGS:-}
 if [ -d /tmp/pop ]; then
   tar czf "$OUT/pop.tgz" -C /tmp pop || note "(d) tar failed"
 fi

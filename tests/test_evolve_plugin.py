@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from evolve_fakes import REFERENCE, SEED, TASK_TOML
 
 TESTS = Path(__file__).parent
@@ -350,6 +351,61 @@ def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> 
                    log.read_text() for log in logs)
 
 
+def test_devices_split_a_generation_over_parallel_sessions(pytester: pytest.Pytester) -> None:
+    """--ks-devices: one child session per device at once, one salt, results merged."""
+    task = pytester.mkdir("axpy")
+    axpy = TESTS / "data" / "axpy"
+    (task / "task.toml").write_text((axpy / "task.toml").read_text())
+    (task / "reference.py").write_text((axpy / "reference.py").read_text())
+    (task / "seeds").mkdir()
+    (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--evolve", "1", "axpy", "--ks-candidates", "3",
+        "--ks-llm", "offline", "--ks-profile", "cpu", "--ks-devices", "cpu,cpu",
+        timeout=600,
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*gen 0/1 | evaluate | c0001 in a child pytest session (cpu-0)",
+        "*gen 1/1 | evaluate | c0002 c0003 c0004 in 2 child pytest sessions at once "
+        "(cpu-0, cpu-1)",
+    ])
+    root = pytester.path / "population" / "axpy"
+    records = {
+        p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("c0*/results.json"))
+    }
+    assert list(records) == ["c0001", "c0002", "c0003", "c0004"]
+    assert all(r["status"] == "passed" for r in records.values())
+    generation_1 = [records[c]["salt"] for c in ("c0002", "c0003", "c0004")]
+    assert len(set(generation_1)) == 1  # one salt for the sessions of one generation
+    logs = sorted((root / "sessions").glob("*.log"))
+    assert len(logs) == 3
+    texts = [log.read_text() for log in logs]
+    # c0001 alone; then c0002 and c0004 in one session, c0003 in the other
+    assert sorted(t.count("--kernel") for t in texts) == [1, 1, 2]
+    assert all("--ks-device cpu" in t for t in texts)
+    assert sorted(log.name.rsplit("-", 2)[-2] for log in logs) == ["cpu", "cpu", "cpu"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ks-devices", "gpu0"], "--ks-devices expects comma-separated cuda:N or cpu entries, "
+         "or all; got 'gpu0' in 'gpu0'; e.g. cuda:0,cuda:1"),
+        (["--ks-devices", "cuda:0,cuda:0"], "--ks-devices names a GPU twice in 'cuda:0,cuda:0'"),
+        (["--ks-devices", "cpu,cpu", "--ks-device", "cpu"],
+         "--ks-devices and --ks-device both pick devices"),
+    ],
+)
+def test_bad_devices_are_usage_errors(pytester: pytest.Pytester, args: list[str],
+                                      message: str) -> None:
+    task = pytester.mkdir("axpy")
+    (task / "task.toml").write_text((TESTS / "data" / "axpy" / "task.toml").read_text())
+    result = pytester.runpytest("--evolve", "1", "axpy", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytest.Pytester) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
@@ -407,3 +463,12 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
     assert "2 candidate(s) written but never evaluated: c0002 c0003" in done.stdout
     assert sorted(p.name for p in root.glob("c0*")) == ["c0001", "c0002", "c0003"]
     assert all((root / c / "results.json").is_file() for c in ("c0002", "c0003"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_all_devices_without_a_gpu_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    task = pytester.mkdir("axpy")
+    (task / "task.toml").write_text((TESTS / "data" / "axpy" / "task.toml").read_text())
+    result = pytester.runpytest("--evolve", "1", "axpy", "--ks-devices", "all")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ks-devices all: this machine has no CUDA device" in result.stderr.str()

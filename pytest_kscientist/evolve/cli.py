@@ -22,6 +22,9 @@ class EvolveSettings:
     candidates: int
     time_limit_s: float | None
     population_root: Path
+    # --ks-devices: each generation's candidates split over parallel child sessions, one per
+    # device; () for one child session on the harness's usual device.
+    devices: tuple[str, ...] = ()
 
 
 def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
@@ -50,7 +53,17 @@ def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
         help="folder holding the populations of --evolve, one subfolder per task "
         "(ini: ks_population; default: <rootdir>/population)",
     )
+    group.addoption(
+        "--ks-devices",
+        dest="ks_devices",
+        metavar="LIST",
+        default=None,
+        help="evaluate each --evolve generation in parallel child sessions, one per device: "
+        "comma-separated cuda:N (or cpu) entries, or 'all' for every CUDA device "
+        "(ini: ks_devices; default: one session)",
+    )
     parser.addini("ks_candidates", "default for --ks-candidates", default=str(DEFAULT_CANDIDATES))
+    parser.addini("ks_devices", "default for --ks-devices", default="")
     parser.addini("ks_time_limit", "default for --ks-time-limit (seconds)", default="")
     parser.addini(
         "ks_population", "default for --ks-population (relative to the ini file)", default=""
@@ -102,7 +115,42 @@ def resolve(config: pytest.Config) -> EvolveSettings:
         raise pytest.UsageError(
             f"{name} expects a directory, found a file at {root}; point it at a folder"
         )
-    return EvolveSettings(candidates, time_limit, root.resolve())
+    return EvolveSettings(candidates, time_limit, root.resolve(), _devices(config))
+
+
+def _devices(config: pytest.Config) -> tuple[str, ...]:
+    raw, name = _raw(config, "ks_devices")
+    if not raw:
+        return ()
+    if config.getoption("ks_device", default=None):
+        raise pytest.UsageError(
+            f"{name} and --ks-device both pick devices; keep {name} (one child session per "
+            "device) or --ks-device (one session), not both"
+        )
+    if raw == "all":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise pytest.UsageError(
+                f"{name} all: this machine has no CUDA device; name devices (e.g. cpu,cpu) or "
+                "leave the option out"
+            )
+        return tuple(f"cuda:{i}" for i in range(count))
+    devices = tuple(d.strip() for d in raw.split(","))
+    bad = [d for d in devices if d != "cpu" and not (d.startswith("cuda:") and d[5:].isdigit())]
+    if bad:
+        raise pytest.UsageError(
+            f"{name} expects comma-separated cuda:N or cpu entries, or all; got '{bad[0]}' in "
+            f"'{raw}'; e.g. cuda:0,cuda:1"
+        )
+    gpus = [d for d in devices if d != "cpu"]
+    if len(set(gpus)) != len(gpus):
+        raise pytest.UsageError(
+            f"{name} names a GPU twice in '{raw}': two sessions on one GPU would disturb each "
+            "other's timings; name each GPU once"
+        )
+    return devices
 
 
 def validate(config: pytest.Config) -> None:

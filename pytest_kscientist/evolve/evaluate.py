@@ -2,15 +2,19 @@
 
 The child is ``python -m pytest <task> --kernel c0004.py ... --ks-json <file>``: the same harness,
 isolation and verdicts as a hand-run session. Its output goes to a log file next to its JSON.
-Tests inject another ``Evaluator`` through ``config.stash[EVALUATOR_KEY]``.
+With ``--ks-devices``, ``ParallelSessions`` splits a generation over one child session per device,
+run at once with one salt. Tests inject another ``Evaluator`` through
+``config.stash[EVALUATOR_KEY]``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
@@ -98,12 +102,18 @@ class ChildSession:
     """Runs the task's test suite on the candidates in a fresh ``python -m pytest`` process."""
 
     def __init__(
-        self, task_dir: Path, log_dir: Path, args: list[str], cwd: Path | None = None
+        self, task_dir: Path, log_dir: Path, args: list[str], cwd: Path | None = None,
+        tag: str = "",
     ) -> None:
         self.task_dir = task_dir
         self.log_dir = log_dir
         self.args = args
         self.cwd = cwd
+        self.tag = tag  # in the log's name, to tell parallel sessions apart
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def label(self, count: int) -> str:
+        return "a child pytest session"
 
     @classmethod
     def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path) -> ChildSession:
@@ -125,20 +135,24 @@ class ChildSession:
             args += ["--ks-baselines", "none"]
         return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir)
 
-    def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
+    def evaluate(self, kernels: list[Path], timeout_s: float | None,
+                 extra: tuple[str, ...] = ()) -> RunResults:
         """Run the child session; return its results or raise EvaluationError."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
-        json_path = self.log_dir / f"{stamp}-{os.getpid()}.json"
+        tag = f"-{self.tag.replace(':', '')}" if self.tag else ""
+        json_path = self.log_dir / f"{stamp}-{os.getpid()}{tag}.json"
         log_path = json_path.with_suffix(".log")
-        cmd = [sys.executable, "-m", "pytest", str(self.task_dir), *self.args]
+        cmd = [sys.executable, "-m", "pytest", str(self.task_dir), *self.args, *extra]
         for kernel in kernels:
             cmd += ["--kernel", str(kernel)]
         cmd += ["--ks-json", str(json_path)]
         with open(log_path, "w", encoding="utf-8") as log:
             log.write(" ".join(cmd) + "\n\n")
             log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
+            proc = self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+            )
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -160,6 +174,74 @@ class ChildSession:
             return RunResults.model_validate_json(json_path.read_text(encoding="utf-8"))
         except (OSError, ValidationError) as exc:
             raise EvaluationError(f"{json_path}: unreadable session results ({exc})") from None
+
+
+class ParallelSessions:
+    """One child session per device, run at once; a generation's kernels dealt out among them.
+
+    All of them get the same salt (drawn here unless ``--ks-salt`` was given), so the merged
+    results read as one session's. If any session fails, the first error is raised once all
+    have ended (the loop re-evaluates the generation on resume).
+    """
+
+    def __init__(self, sessions: list[ChildSession], salt_given: bool) -> None:
+        if not sessions:
+            raise ValueError("ParallelSessions needs at least one session")
+        self.sessions = sessions
+        self.salt_given = salt_given
+
+    @classmethod
+    def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path,
+                   devices: tuple[str, ...]) -> ParallelSessions:
+        base = ChildSession.for_config(config, task_dir, log_dir)
+        sessions = [
+            ChildSession(task_dir, log_dir, [*base.args, "--ks-device", device], cwd=base.cwd,
+                         tag=f"{device}-{i}" if device == "cpu" else device)
+            for i, device in enumerate(devices)
+        ]
+        return cls(sessions, salt_given=config.getoption("ks_salt", default=None) is not None)
+
+    def _used(self, count: int) -> list[ChildSession]:
+        return self.sessions[: max(1, min(count, len(self.sessions)))]
+
+    def label(self, count: int) -> str:
+        used = self._used(count)
+        if len(used) == 1:
+            return f"a child pytest session ({used[0].tag})"
+        return f"{len(used)} child pytest sessions at once ({', '.join(s.tag for s in used)})"
+
+    def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
+        used = self._used(len(kernels))
+        groups = [kernels[i :: len(used)] for i in range(len(used))]
+        extra = () if self.salt_given else ("--ks-salt", str(secrets.randbits(32)))
+        outcomes: list[RunResults | BaseException | None] = [None] * len(used)
+
+        def run(i: int) -> None:
+            try:
+                outcomes[i] = used[i].evaluate(groups[i], timeout_s, extra)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(used))]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:
+            # Ctrl-C lands in this thread only: stop every child like the terminal would.
+            for session in used:
+                if session.proc is not None:
+                    _stop(session.proc)
+            for thread in threads:
+                thread.join(timeout=GRACE_S)
+            raise
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        runs = [o for o in outcomes if isinstance(o, RunResults)]
+        merged = [c for r in runs for c in r.candidates]
+        return runs[0].model_copy(update={"candidates": merged})
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -25,6 +25,7 @@ from pytest_kscientist.evolve.evaluate import (
     ChildSession,
     EvaluationError,
     Evaluator,
+    ParallelSessions,
     to_record,
 )
 from pytest_kscientist.evolve.population import Event, Member, Population
@@ -311,7 +312,9 @@ class Evolution:
         if resumed:
             self.generation = max(m.meta.generation for m in pending)
             self._stage("resume", f"{len(pending)} candidate(s) written but never evaluated: {ids}")
-        self._stage("evaluate", f"{ids} in a child pytest session")
+        label = getattr(self.evaluator, "label", None)
+        where = label(len(pending)) if label else "a child pytest session"
+        self._stage("evaluate", f"{ids} in {where}")
         began = self.clock()
         paths = [self.pop.source_path(m.id) for m in pending]
         try:
@@ -394,9 +397,13 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     settings = cli.resolve(config)
     task = load_task(task_dir)
     population = Population(settings.population_root / task.name, task.name)
-    evaluator = config.stash.get(EVALUATOR_KEY, None) or ChildSession.for_config(
-        config, task_dir, population.root / "sessions"
-    )
+    evaluator = config.stash.get(EVALUATOR_KEY, None)
+    if evaluator is None and settings.devices:
+        evaluator = ParallelSessions.for_config(
+            config, task_dir, population.root / "sessions", settings.devices
+        )
+    elif evaluator is None:
+        evaluator = ChildSession.for_config(config, task_dir, population.root / "sessions")
     evolution = Evolution(
         task=task.name,
         seeds=task.seeds(),
