@@ -3,10 +3,11 @@
     python bench/cublas_scales_probe.py
 
 The cuBLAS baselines (tasks/fp8_gemm/baselines/) pad B's scales when k/128 % 4 != 0. On the
-H200 (2026-11-29, torch 2.11+cu130) one of their forms worked at m=1024 and m=6144 with k=256
-and at m=128 with k=2304, but every form failed with "Invalid scaling configuration" at m=96,
-k=256. This tries each form on those shapes and prints, per shape and form, "ok" with the worst
-error against the reference in units of the task's tolerance, or the full error message.
+H200 (2026-11-29, torch 2.11+cu130) a form worked at m=1024 and m=6144 with k=256 and at m=128
+with k=2304, but m=96, k=256 raised "Invalid scaling configuration" (with a form kept from
+k=128, see the baselines' comment). This tries each form on such shapes and prints, per shape
+and form, "ok" with the worst error against the reference in units of the task's tolerance, or
+the full error message.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "tasks" / "fp8_gemm"
-SHAPES = [(96, 7168, 256), (128, 7168, 256), (1024, 7168, 256), (96, 7168, 2304),
+SHAPES = [(64, 64, 128), (96, 7168, 256), (128, 7168, 256), (1024, 7168, 256), (96, 7168, 2304),
           (128, 7168, 2304), (96, 7168, 2048), (64, 512, 384), (100, 7168, 256)]
 
 

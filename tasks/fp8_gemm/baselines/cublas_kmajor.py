@@ -15,12 +15,15 @@ import torch
 # cuBLAS reads the 128x128 B scales as a column-major [k/128, n/128] matrix whose leading
 # dimension is k/128 rounded up to a multiple of 4, and gives silently wrong results otherwise
 # (seen on the H200, torch 2.11: every element past column 128 wrong at k=256 and k=2304;
-# pytorch/pytorch#166752). How torch takes that padded layout varies by version, so the first
-# call with k/128 % 4 != 0 tries, in order: the logical shape over padded memory, the padded
-# shape, and (always valid) K itself padded with zero columns; the first form torch accepts is
-# kept for the process. Only the form is kept, never data.
-_PADDED_FORM: list[str] = []
-_FORMS = ("strided", "padded_shape", "pad_k")
+# pytorch/pytorch#166752). Which padded form torch takes differs by version and shape (H200,
+# torch 2.11: the logical shape over padded memory passed at k/128 = 1 and 18 but raised
+# "Invalid scaling configuration" at m=96, k/128 = 2, where m = 1024 and 6144 passed in a form
+# not recorded; bench/cublas_scales_probe.py tells), so the first call with a given scale shape
+# tries, in order: the padded shape, the logical shape over padded memory, and K itself padded
+# with zero columns; the form torch accepts is kept for that scale shape. Only forms are kept,
+# never data.
+_FORM_BY_SHAPE: dict[tuple[int, int], str] = {}
+_FORMS = ("padded_shape", "strided", "pad_k")
 
 
 def _scale_b_form(b_scale: torch.Tensor, form: str) -> torch.Tensor:
@@ -51,8 +54,9 @@ def cublas_operands(a, b_t, scale_a, b_scale):
     """The arguments of torch._scaled_mm for these inputs, in a layout cuBLAS reads right."""
     if b_scale.shape[1] % 4 == 0:
         return a, b_t, scale_a, b_scale.contiguous().T
-    if _PADDED_FORM:
-        return _operands(a, b_t, scale_a, b_scale, _PADDED_FORM[0])
+    shape = tuple(b_scale.shape)
+    if shape in _FORM_BY_SHAPE:
+        return _operands(a, b_t, scale_a, b_scale, _FORM_BY_SHAPE[shape])
     for form in _FORMS:
         args = _operands(a, b_t, scale_a, b_scale, form)
         try:  # the first call of the process finds the form this torch accepts
@@ -61,7 +65,7 @@ def cublas_operands(a, b_t, scale_a, b_scale):
             if form == _FORMS[-1]:
                 raise
             continue
-        _PADDED_FORM.append(form)
+        _FORM_BY_SHAPE[shape] = form
         return args
     raise AssertionError("unreachable")
 
