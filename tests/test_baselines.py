@@ -287,3 +287,39 @@ def test_cublas_padded_scale_forms_describe_the_task_product(baseline: str, form
     got = (a_op.float() * sa) @ (b_op.T.float() * sb).T
     torch.testing.assert_close(got, ref.ref_kernel((a, b, a_scale, b_scale, c)).float(),
                                atol=1e-3, rtol=2e-2)
+
+
+def test_cublas_padded_form_is_found_per_scale_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A form that passes at one scale shape is not reused at another (on the H200 the logical
+    shape over padded memory passed at k/128 = 1 and was then wrong to reuse at k/128 = 2).
+    torch._scaled_mm is replaced by a stand-in that accepts what torch 2.11 accepted there."""
+    import importlib.util
+
+    import torch
+
+    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
+    spec = importlib.util.spec_from_file_location("cublas_kmajor", task / "baselines" /
+                                                  "cublas_kmajor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    calls: list[tuple[int, ...]] = []
+
+    def scaled_mm(a, b_t, scale_a, scale_b, out_dtype):
+        calls.append(tuple(scale_b.shape))
+        rows = scale_b.shape[0]
+        if rows != a.shape[1] // 128 and rows % 4:  # neither logical nor padded
+            raise RuntimeError("Invalid scaling configuration.")
+        if rows == a.shape[1] // 128 and rows % 4 and tuple(scale_b.shape) != (1, 1):
+            raise RuntimeError("Invalid scaling configuration.")  # strided, k/128 = 2
+        return torch.empty(a.shape[0], b_t.shape[1], dtype=out_dtype)
+
+    monkeypatch.setattr(module.torch, "_scaled_mm", scaled_mm)
+    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
+    ref = importlib.util.module_from_spec(ref_spec)
+    ref_spec.loader.exec_module(ref)
+    for m, n, k in ((64, 64, 128), (96, 7168, 256), (96, 7168, 256)):
+        a, b, a_scale, b_scale, _ = ref.generate_input(m, n, k, 3)
+        module.cublas_operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T,
+                               b_scale)
+    assert module._FORM_BY_SHAPE == {(1, 1): "padded_shape", (56, 2): "padded_shape"}
+    assert len(calls) == 2  # one trial per scale shape; the second k=256 call reuses it
