@@ -2,12 +2,12 @@
 
     python bench/cublas_scales_probe.py
 
-The cuBLAS baselines (tasks/fp8_gemm/baselines/) pad B's scales when k/128 % 4 != 0. On the
-H200 (2026-11-29, torch 2.11+cu130) a form worked at m=1024 and m=6144 with k=256 and at m=128
-with k=2304, but m=96, k=256 raised "Invalid scaling configuration" (with a form kept from
-k=128, see the baselines' comment). This tries each form on such shapes and prints, per shape
-and form, "ok" with the worst error against the reference in units of the task's tolerance, or
-the full error message.
+The cuBLAS baselines (tasks/fp8_gemm/baselines/cublas_blockscaled.py) pad B's scales when
+k/128 % 4 != 0. On the H200 (2026-11-29, torch 2.11+cu130) a form worked at m=1024 and m=6144
+with k=256 and at m=128 with k=2304, but m=96, k=256 raised "Invalid scaling configuration"
+(with a form kept from k=128, see the baselines' comment). This tries each form on such shapes
+and prints, per shape and form, "ok" with the worst error against the reference in units of the
+task's tolerance, or the full error message.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU of compute capability 9.0 or newer (block-scaled fp8 cuBLAS)")
     ref = load("reference", TASK / "reference.py")
-    base = load("cublas_kmajor", TASK / "baselines" / "cublas_kmajor.py")
+    base = load("cublas", TASK / "baselines" / "cublas_blockscaled.py")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for m, n, k in SHAPES:
         a, b, a_scale, b_scale, c = ref.generate_input(m, n, k, 7, device="cuda")

@@ -258,9 +258,8 @@ def test_results_json_round_trips(e2e) -> None:
     assert bench.stats is not None and bench.stats.samples_us == []  # never written
 
 
-@pytest.mark.parametrize("baseline", ["cublas_task_layout", "cublas_kmajor"])
 @pytest.mark.parametrize("form", ["strided", "padded_shape", "pad_k"])
-def test_cublas_padded_scale_forms_describe_the_task_product(baseline: str, form: str) -> None:
+def test_cublas_padded_scale_forms_describe_the_task_product(form: str) -> None:
     """Each form the cuBLAS baselines may hand torch._scaled_mm when k/128 % 4 != 0 has B's
     scales in memory with the leading dimension cuBLAS reads (a multiple of 4) and, read as
     torch sees the tensors, still describes the task's product (checked in fp32 on the CPU)."""
@@ -269,7 +268,8 @@ def test_cublas_padded_scale_forms_describe_the_task_product(baseline: str, form
     import torch
 
     task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
-    spec = importlib.util.spec_from_file_location(baseline, task / "baselines" / f"{baseline}.py")
+    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
+                                                  "cublas_blockscaled.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
@@ -298,8 +298,8 @@ def test_cublas_padded_form_is_found_per_scale_shape(monkeypatch: pytest.MonkeyP
     import torch
 
     task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
-    spec = importlib.util.spec_from_file_location("cublas_kmajor", task / "baselines" /
-                                                  "cublas_kmajor.py")
+    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
+                                                  "cublas_blockscaled.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     calls: list[tuple[int, ...]] = []
