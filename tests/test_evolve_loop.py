@@ -16,7 +16,13 @@ from evolve_fakes import (
 )
 
 from pytest_kscientist.evolve.assemble import Roles
-from pytest_kscientist.evolve.evaluate import EvaluationError, _plugin_args, to_record
+from pytest_kscientist.evolve.evaluate import (
+    ChildSession,
+    EvaluationError,
+    ParallelSessions,
+    _plugin_args,
+    to_record,
+)
 from pytest_kscientist.evolve.loop import Budget, Evolution
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
 from pytest_kscientist.evolve.population import Population, PopulationWarning
@@ -291,3 +297,47 @@ def test_a_session_on_another_case_profile_is_flagged(tmp_path: Path) -> None:
     assert "used case profile 'full' but the population was measured with ['cpu']" in (
         run.out.getvalue()
     )
+
+
+class _Session(ChildSession):
+    """A ChildSession whose evaluate answers from memory (or fails), recording what it got."""
+
+    def __init__(self, tag: str, error: EvaluationError | None = None) -> None:
+        super().__init__(Path("."), Path("."), [], tag=tag)
+        self.error = error
+        self.got: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def evaluate(self, kernels, timeout_s, extra=()):
+        self.got.append(([p.stem for p in kernels], tuple(extra)))
+        if self.error is not None:
+            raise self.error
+        machine = MachineInfo(hostname="h", platform="p", python="3", torch="t", device="cpu",
+                              device_name="fake")
+        return RunResults(task="toy", task_path="toy", profile="cpu",
+                          salt=int(extra[1]) if extra else 5, started_at="now", machine=machine,
+                          candidates=[CandidateResult(name=p.stem, path=str(p), sha256="0")
+                                      for p in kernels])
+
+
+def test_parallel_sessions_deal_kernels_out_with_one_salt_and_merge() -> None:
+    sessions = [_Session("cuda:0"), _Session("cuda:1")]
+    parallel = ParallelSessions(sessions, salt_given=False)
+    kernels = [Path(f"c000{i}.py") for i in (2, 3, 4)]
+    run = parallel.evaluate(kernels, None)
+    assert [s.got[0][0] for s in sessions] == [["c0002", "c0004"], ["c0003"]]
+    salts = {s.got[0][1] for s in sessions}
+    assert len(salts) == 1 and next(iter(salts))[0] == "--ks-salt"
+    assert sorted(c.name for c in run.candidates) == ["c0002", "c0003", "c0004"]
+    assert parallel.label(3) == "2 child pytest sessions at once (cuda:0, cuda:1)"
+    assert parallel.label(1) == "a child pytest session (cuda:0)"
+    parallel.evaluate([Path("c0005.py")], None)  # one kernel: one session
+    assert [len(s.got) for s in sessions] == [2, 1]
+
+
+def test_parallel_sessions_raise_the_first_failure_after_all_end() -> None:
+    failing = _Session("cuda:1", EvaluationError("child pytest session exited with code 4"))
+    healthy = _Session("cuda:0")
+    parallel = ParallelSessions([healthy, failing], salt_given=True)
+    with pytest.raises(EvaluationError, match="exited with code 4"):
+        parallel.evaluate([Path("c0002.py"), Path("c0003.py")], None)
+    assert healthy.got == [(["c0002"], ())] and failing.got == [(["c0003"], ())]
