@@ -144,8 +144,11 @@ def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners
                 mine.append(evaluator.bench(candidate(), case, device_name, share))
             elif who.name not in failed:
                 try:
+                    # A baseline is trusted code: one verified output per round is enough to
+                    # report its precision (each verified output of a large shape costs a
+                    # transfer and a judge); the candidate keeps the task's full sample.
                     theirs[who.name].append(evaluator.bench(who.live(), case, device_name, share,
-                                                            tolerate=who.tolerate))
+                                                            tolerate=who.tolerate, samples=1))
                 except (CandidateFailure, WorkerDied) as exc:
                     who.failed(case_id, exc)
                     failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"

@@ -163,13 +163,15 @@ class Evaluator:
         return result
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
-              tolerate: bool = False) -> CaseResult:
+              tolerate: bool = False, samples: int | None = None) -> CaseResult:
         """Warm-up, then one request per timed call; verify a secret sample; check the clocks.
 
         With ``tolerate``, sampled outputs that miss only by precision give an ``xfailed``
-        result that keeps its times (see ``check``).
+        result that keeps its times (see ``check``). ``samples``: how many timed outputs to
+        verify (default: the task's ``bench.verify_samples``).
         """
         spec = self.task.spec.bench
+        samples = spec.verify_samples if samples is None else samples
         for i in range(spec.warmup):
             try:
                 _ask(worker, "call", case=case, seed=derive_seed(case["seed"], self.salt, -1 - i))
@@ -181,7 +183,7 @@ class Evaluator:
             if _RNG.random() < PROBE_SHARE:
                 run.probe()
                 continue
-            run.call(spec.verify_samples)
+            run.call(samples)
             if len(run.times) >= spec.min_runs and (
                 time.monotonic() - start > budget_s or _precise(run.times)
             ):
@@ -195,7 +197,7 @@ class Evaluator:
             # Load on the machine can inflate a handful of round trips: ask again before judging.
             for _ in range(MIN_PROBES):
                 run.probe()
-                run.call(spec.verify_samples)
+                run.call(samples)
             hidden = run.hidden()
         missed = self._verify_sample(run, tolerate)
         clock = "cuda-events" if self.device.startswith("cuda") else "perf_counter_ns"
