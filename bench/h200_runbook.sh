@@ -126,7 +126,7 @@ fi
 
 # -- (c) the table: both seeds, reference, both cuBLAS baselines, 18 shapes -----------------
 step "(c) table" "$(slot "$TABLE_S" 90)" "$OUT/table.log" \
-  "${PYTEST[@]}" tasks/fp8_gemm -rA -k "${KS_TABLE_K:-check or bench}" \
+  "${PYTEST[@]}" tasks/fp8_gemm -rA --durations=40 -k "${KS_TABLE_K:-check or bench}" \
   --ks-bench-budget "${KS_TABLE_BUDGET:-0.5}" \
   --ks-json "$OUT/table.json" ${KS_TABLE_ARGS:-}
 
