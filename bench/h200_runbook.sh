@@ -8,6 +8,8 @@
 #                                                         -> $OUT/table.log, $OUT/table.json
 #   (d) the offline scientist, --evolve 10 from the Triton seed alone, until the time is up
 #                                                         -> $OUT/evolve.log, $OUT/pop.tgz
+#   (d2) optional (KS_TABLE_AFTER_S): the table of (c) again, every seed beside the best
+#        evolved kernel, in one run                      -> $OUT/table.log, $OUT/table.json
 #   (e) the markdown tables for notes/fp8_gemm_h200.md    -> $OUT/summary.md, printed last
 # plus $OUT/runbook.log (versions, each step's exit code and seconds): 7 files.
 #
@@ -144,7 +146,8 @@ fi
 cp -r tasks/fp8_gemm "$EVOLVE_TASK"
 find "$EVOLVE_TASK/seeds" -name '*.py' ! -name triton_blockscaled.py -delete
 find "$EVOLVE_TASK" -name __pycache__ -prune -exec rm -rf {} +
-EVOLVE_S=$(slot 600 "$FINAL_S")
+TABLE_AFTER_S=${KS_TABLE_AFTER_S:-0}  # (d2), after the evolve: kept free for it
+EVOLVE_S=$(slot 600 $(( FINAL_S + TABLE_AFTER_S + (TABLE_AFTER_S > 0 ? KILL_AFTER : 0) )))
 # --ks-time-limit stops the loop cleanly (a child session is interrupted, the population kept);
 # the timeout is only the backstop.
 LIMIT=$(( EVOLVE_S - 25 ))
@@ -153,6 +156,18 @@ step "(d) evolve" "$EVOLVE_S" "$OUT/evolve.log" \
   --ks-time-limit "$(( LIMIT > 1 ? LIMIT : 1 ))" --ks-bench-budget 0.2 ${KS_EVOLVE_ARGS:-}
 if [ -d /tmp/pop ]; then
   tar czf "$OUT/pop.tgz" -C /tmp pop || note "(d) tar failed"
+fi
+
+# -- (d2) the table again, every seed beside the best evolved kernel (KS_TABLE_AFTER_S) --------
+if (( TABLE_AFTER_S > 0 )); then
+  BEST=$(python3 bench/summarize.py --population /tmp/pop --best-source /tmp/ks-best 2>>"$LOG")
+  KERNELS=()
+  for seed in tasks/fp8_gemm/seeds/*.py; do KERNELS+=(--kernel "$seed"); done
+  [ -n "$BEST" ] && KERNELS+=(--kernel "$BEST")
+  note "(d2) best evolved: ${BEST:-none beat the seeds}"
+  step "(d2) table after evolve" "$(slot "$TABLE_AFTER_S" "$FINAL_S")" "$OUT/table.log" \
+    "${PYTEST[@]}" tasks/fp8_gemm -rA --durations=40 -k "${KS_TABLE_K:-check or bench}" \
+    --ks-bench-budget "${KS_TABLE_BUDGET:-0.5}" --ks-json "$OUT/table.json" "${KERNELS[@]}"
 fi
 
 # -- (e) the tables -------------------------------------------------------------------------

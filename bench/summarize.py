@@ -9,6 +9,8 @@ floor fraction. ``*`` marks times of a baseline that missed the check (verify = 
 best evolved candidate was timed by the evolve run's own sessions, not beside the others.
 ``--short``: the population's seed(s) against its best candidate per shape (both from the
 population's records, so measured alike).
+``--best-source DIR``: copy the best evolved candidate's kernel file into DIR (for a table run
+with ``--kernel``) and print its path; prints nothing when no written candidate beat the seeds.
 """
 
 from __future__ import annotations
@@ -185,13 +187,35 @@ def short(members: list[Member]) -> list[str]:
     return head + _md(rows)
 
 
+def copy_best(population: Path | None, task: str, out: Path) -> int:
+    """Copy the best written (not seed) candidate's file into ``out``; print where it went."""
+    if population is None:
+        sys.stderr.write("--best-source needs --population\n")
+        return 2
+    members = read_population(population, task)
+    top = best(members)
+    if top is None or top.meta.origin == "seed":
+        return 0  # nothing evolved beat the seeds: the table's seeds already cover it
+    folder = population / task if (population / task).is_dir() else population
+    source = Population(folder, task).source_path(top.id)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / source.name
+    target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    sys.stdout.write(f"{target}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", type=Path, help="a --ks-json file of the table run")
     parser.add_argument("--population", type=Path, help="the --ks-population folder")
     parser.add_argument("--task", default=TASK)
     parser.add_argument("--short", action="store_true", help="only seed vs best per shape")
+    parser.add_argument("--best-source", type=Path, metavar="DIR",
+                        help="copy the best evolved kernel file into DIR and print its path")
     args = parser.parse_args(argv)
+    if args.best_source is not None:
+        return copy_best(args.population, args.task, args.best_source)
     run = None
     if args.table is not None:
         try:

@@ -97,3 +97,28 @@ def test_short_table_is_seed_against_best(inputs, capsys) -> None:
     assert "best c0002 (generation 1); NVIDIA H200, profile full" in out
     assert "| m6144-n4096-k512 | 50.00 | 25.00 | 2.00x |" in out
     assert "| geomean | 70.71 | 35.36 | 2.00x |" in out
+
+
+def test_best_source_copies_the_best_written_kernel(inputs, tmp_path, capsys) -> None:
+    _, pop = inputs
+    out_dir = tmp_path / "best"
+    assert _module().main(["--population", str(pop), "--best-source", str(out_dir)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == str(out_dir / "c0002.py")
+    assert (out_dir / "c0002.py").read_text() == "A = 2"
+
+
+def test_best_source_prints_nothing_when_a_seed_is_best(tmp_path, capsys) -> None:
+    pop = Population(tmp_path / "pop" / "fp8_gemm", "fp8_gemm")
+    for source, origin, gen, medians in (("A = 1", "seed", 0, [10.0, 5.0]),
+                                         ("A = 2", "writer", 1, [50.0, 25.0])):
+        added = pop.add(source, generation=gen, origin=origin,  # type: ignore[arg-type]
+                        seed_file="s.py" if origin == "seed" else "")
+        pop.record(EvaluationRecord(
+            id=added.id, evaluated_at="t", status="passed", geomean_us=geomean(medians),
+            profile="full", machine=MACHINE,
+            bench_median_us=dict(zip(CASES, medians, strict=True))))
+    out_dir = tmp_path / "best"
+    assert _module().main(["--population", str(tmp_path / "pop"),
+                           "--best-source", str(out_dir)]) == 0
+    assert capsys.readouterr().out == "" and not out_dir.exists()
