@@ -74,12 +74,14 @@ class _FakeEvaluator:
     def __init__(self, medians: dict[str, list[float]], rounds: int) -> None:
         self.medians = medians
         self.log: list[str] = []
+        self.samples: dict[str, set[int | None]] = {}  # worker -> the samples it was asked for
         self.task = load_task(AXPY)
         self.task.spec.bench.rounds = rounds
 
     def bench(self, worker: Any, case: Any, device_name: str, budget_s: float,
-              tolerate: bool = False) -> CaseResult:
+              tolerate: bool = False, samples: int | None = None) -> CaseResult:
         self.log.append(worker)
+        self.samples.setdefault(worker, set()).add(samples)
         if worker == "broken":
             raise CandidateFailure("timed call 0: wrong result")
         value = self.medians[worker][sum(w == worker for w in self.log) - 1]
@@ -110,6 +112,8 @@ def test_rounds_alternate_in_mirrored_order_and_pair_ratios() -> None:
     result = bench_beside(ev, lambda: "cand", partners, {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type]
                           budget_s=1.0)
     assert ev.log == ["cand", "b1", "b2", "b2", "b1", "cand"] * 2
+    # trusted baselines verify one output per round; the candidate the task's sample
+    assert ev.samples == {"cand": {None}, "b1": {1}, "b2": {1}}
     # per round 3/1, 4/2, 3/1, 4/2: the geomean of the paired ratios, not of pooled medians
     assert result.baselines["b1"].speedup == pytest.approx(geomean([3.0, 2.0, 3.0, 2.0]))
     assert result.baselines["b2"].speedup == pytest.approx(geomean([1.0, 0.5, 1.0, 0.5]))
