@@ -62,16 +62,21 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     )
     table = tmp_path / "table.json"
     table.write_text(run.model_dump_json())
-    pop = Population(tmp_path / "pop" / "fp8_gemm", "fp8_gemm")
-    for source, origin, gen, medians in (("A = 1", "seed", 0, [100.0, 50.0]),
-                                         ("A = 2", "writer", 1, [50.0, 25.0])):
+    _population(tmp_path / "pop", seed=[100.0, 50.0], evolved=[50.0, 25.0])
+    return table, tmp_path / "pop"
+
+
+def _population(root: Path, seed: list[float], evolved: list[float]) -> None:
+    """A seed (source "A = 1") and one written candidate ("A = 2"), with these medians."""
+    pop = Population(root / "fp8_gemm", "fp8_gemm")
+    for source, origin, gen, medians in (("A = 1", "seed", 0, seed),
+                                         ("A = 2", "writer", 1, evolved)):
         added = pop.add(source, generation=gen, origin=origin,  # type: ignore[arg-type]
                         seed_file="triton_blockscaled.py" if origin == "seed" else "")
         pop.record(EvaluationRecord(
             id=added.id, evaluated_at="t", status="passed", geomean_us=geomean(medians),
             profile="full", machine=MACHINE,
             bench_median_us=dict(zip(CASES, medians, strict=True))))
-    return table, tmp_path / "pop"
 
 
 def test_full_tables_put_seeds_baselines_and_best_evolved_side_by_side(inputs, capsys) -> None:
@@ -109,15 +114,7 @@ def test_best_source_copies_the_best_written_kernel(inputs, tmp_path, capsys) ->
 
 
 def test_best_source_prints_nothing_when_a_seed_is_best(tmp_path, capsys) -> None:
-    pop = Population(tmp_path / "pop" / "fp8_gemm", "fp8_gemm")
-    for source, origin, gen, medians in (("A = 1", "seed", 0, [10.0, 5.0]),
-                                         ("A = 2", "writer", 1, [50.0, 25.0])):
-        added = pop.add(source, generation=gen, origin=origin,  # type: ignore[arg-type]
-                        seed_file="s.py" if origin == "seed" else "")
-        pop.record(EvaluationRecord(
-            id=added.id, evaluated_at="t", status="passed", geomean_us=geomean(medians),
-            profile="full", machine=MACHINE,
-            bench_median_us=dict(zip(CASES, medians, strict=True))))
+    _population(tmp_path / "pop", seed=[10.0, 5.0], evolved=[50.0, 25.0])
     out_dir = tmp_path / "best"
     assert _module().main(["--population", str(tmp_path / "pop"),
                            "--best-source", str(out_dir)]) == 0

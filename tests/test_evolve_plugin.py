@@ -307,15 +307,20 @@ def custom_kernel(data):
 '''
 
 
-@pytest.mark.slow
-def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> None:
-    """Generations evaluated by the real harness in child pytest sessions on the CPU."""
+def _axpy_with_fast_seed(pytester: pytest.Pytester) -> None:
+    """The toy axpy task in pytester's folder, seeded with FAST_SEED only."""
     task = pytester.mkdir("axpy")
     axpy = TESTS / "data" / "axpy"
     (task / "task.toml").write_text((axpy / "task.toml").read_text())
     (task / "reference.py").write_text((axpy / "reference.py").read_text())
     (task / "seeds").mkdir()
     (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+
+
+@pytest.mark.slow
+def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> None:
+    """Generations evaluated by the real harness in child pytest sessions on the CPU."""
+    _axpy_with_fast_seed(pytester)
     result = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
@@ -353,12 +358,7 @@ def test_real_child_sessions_evaluate_and_improve(pytester: pytest.Pytester) -> 
 
 def test_devices_split_a_generation_over_parallel_sessions(pytester: pytest.Pytester) -> None:
     """--ks-devices: one child session per device at once, one salt, results merged."""
-    task = pytester.mkdir("axpy")
-    axpy = TESTS / "data" / "axpy"
-    (task / "task.toml").write_text((axpy / "task.toml").read_text())
-    (task / "reference.py").write_text((axpy / "reference.py").read_text())
-    (task / "seeds").mkdir()
-    (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+    _axpy_with_fast_seed(pytester)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--evolve", "1", "axpy", "--ks-candidates", "3",
         "--ks-llm", "offline", "--ks-profile", "cpu", "--ks-devices", "cpu,cpu",
@@ -409,12 +409,7 @@ def test_bad_devices_are_usage_errors(pytester: pytest.Pytester, args: list[str]
 @pytest.mark.slow
 def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytest.Pytester) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
-    task = pytester.mkdir("axpy")
-    axpy = TESTS / "data" / "axpy"
-    (task / "task.toml").write_text((axpy / "task.toml").read_text())
-    (task / "reference.py").write_text((axpy / "reference.py").read_text())
-    (task / "seeds").mkdir()
-    (task / "seeds" / "chunked.py").write_text(FAST_SEED)
+    _axpy_with_fast_seed(pytester)
     cmd = [
         sys.executable,
         "-m",
