@@ -32,13 +32,21 @@ def describe(need: str) -> str:
 
 def unmet_requirement(spec: BaselineSpec, device: str) -> str:
     """Why ``device`` cannot run the baseline ("" when it can)."""
-    for need in spec.requires:
+    missing = first_unmet(spec.requires, device)
+    if missing is None:
+        return ""
+    need, found = missing
+    return (f"baseline '{spec.name}' requires {need} ({describe(need)}), this run's device is "
+            f"{found}; run it on such a device, or leave it out with --ks-baselines")
+
+
+def first_unmet(needs: list[str], device: str) -> tuple[str, str] | None:
+    """The first of ``needs`` the device lacks and what the device is, or None."""
+    for need in needs:
         found = _lacks(need, device)
         if found:
-            return (f"baseline '{spec.name}' requires {need} ({describe(need)}), this run's "
-                    f"device is {found}; run it on such a device, or leave it out with "
-                    "--ks-baselines")
-    return ""
+            return need, found
+    return None
 
 
 def _lacks(need: str, device: str) -> str:

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from pytest_kscientist import benchmark_bridge, gates
+from pytest_kscientist import benchmark_bridge, gates, requires
 from pytest_kscientist.baselines import (
     bench_beside,
+    describe,
+    first_unmet,
     start_worker,
     unmet_requirement,
     yardstick_only,
@@ -63,10 +65,25 @@ class TaskFile(pytest.File):
                 tolerate=spec.verify == "report",
             )
         for path in candidates:
+            unmet = self._unmet(path, ks.device)
+            if unmet:
+                ks.unmet.setdefault(task.name, {})[path.stem] = unmet
             yield CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry="custom_kernel",
-                tests=profile.tests, benchmarks=profile.benchmarks,
+                tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
             )
+
+    def _unmet(self, path: Path, device: str) -> str:
+        """Why this run's device cannot run the candidate, from its KS_REQUIRES ("" if it can)."""
+        try:
+            missing = first_unmet(requires.declared(path), device)
+        except requires.RequiresError as exc:
+            raise self.CollectError(f"candidate {path}: {exc}") from None
+        if missing is None:
+            return ""
+        need, found = missing
+        return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
+                f"{requires.NAME}), this run's device is {found}; run it on such a device")
 
     def _baselines(self, ks: KsSession, task: Task, stems: list[str]) -> dict[str, str]:
         """Baselines to collect -> why their items skip ("" to run them); errors for bad names."""

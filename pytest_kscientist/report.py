@@ -105,6 +105,7 @@ def baseline_notes(session: Any, task_name: str, cands: list[CandidateResult]) -
              for b in session.baselines.get(task_name, []) if b.status == "skipped"]
     if session.settings.skip_reference:
         lines.insert(0, "reference not timed (--ks-skip-reference): no speedup_vs_ref")
+    lines += [f"not run: {why}" for why in session.unmet.get(task_name, {}).values()]
     seen = set()
     for c in cands:
         for case in c.cases:

@@ -47,6 +47,8 @@ class KsSession:
         self.baselines: dict[str, list[BaselineInfo]] = {}
         # (task name, baseline name) -> the worker shared by every candidate's benchmarks
         self.partners: dict[tuple[str, str], Partner] = {}
+        # task name -> candidate name -> why its items skip (its KS_REQUIRES, unmet here)
+        self.unmet: dict[str, dict[str, str]] = {}
 
     @cached_property
     def device(self) -> str:

@@ -88,3 +88,31 @@ def test_salt_is_reproducible(pytester: pytest.Pytester) -> None:
     import json
 
     assert json.loads((pytester.path / "r.json").read_text())["salt"] == 1234
+
+
+def test_ks_requires_skips_a_gpu_only_candidate_with_the_reason(pytester: pytest.Pytester) -> None:
+    """A hand-written GPU kernel in CPU CI: skipped with why, never failed, never passed."""
+    kernel = pytester.path / "cuda_only.py"
+    kernel.write_text('KS_REQUIRES = ["nvidia", "sm_90"]\n\n'
+                      "def custom_kernel(data):\n    raise RuntimeError('needs CUDA')\n")
+    result = pytester.runpytest(str(AXPY), "--ks-device", "cpu", "--kernel", str(kernel),
+                                "--kernel", str(AXPY / "seeds" / "good.py"))
+    result.assert_outcomes(passed=4, skipped=3)
+    why = ("candidate 'cuda_only' requires nvidia (an NVIDIA GPU, its KS_REQUIRES), this run's "
+           "device is cpu; run it on such a device")
+    result.stdout.fnmatch_lines([f"  not run: {why}"])
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('"tpu"', "KS_REQUIRES names unknown requirement 'tpu'; expected cuda, nvidia, rocm or "
+     "sm_XY (e.g. sm_90)"),
+    ("90", "KS_REQUIRES must be a string or a list of strings such as 'sm_90' or "
+     "['nvidia', 'sm_90'], got 90"),
+])
+def test_bad_ks_requires_is_a_collection_error(pytester: pytest.Pytester, value: str,
+                                               message: str) -> None:
+    kernel = pytester.path / "k.py"
+    kernel.write_text(f"KS_REQUIRES = {value}\n\ndef custom_kernel(data):\n    return data[2]\n")
+    result = pytester.runpytest(str(AXPY), "--kernel", str(kernel))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"candidate {kernel}: k.py:1: {message}"])
