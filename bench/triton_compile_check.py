@@ -25,6 +25,7 @@ from triton.compiler import ASTSource
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_blockscaled.py"
+H200_SMEM = 232448  # shared_memory_per_block_optin of an H100/H200
 INTS = ["M", "N", "K", "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_sam",
         "stride_sak", "stride_sbn", "stride_sbk", "stride_os", "stride_om", "stride_on"]
 
@@ -76,16 +77,19 @@ def main(argv: list[str]) -> None:
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
                        attrs=attrs)
+    stages = module.fitting_stages(cfg, H200_SMEM) if hasattr(module, "fitting_stages") else (
+        cfg["num_stages"])
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": cfg["num_warps"],
-                                     "num_stages": cfg["num_stages"]})
+                            options={"num_warps": cfg["num_warps"], "num_stages": stages})
     ptx = kernel.asm["ptx"]
     loads = Counter(re.findall(r"ld\.global(?:\.[a-z0-9]+)*", ptx))
     waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)))
     async_copies = len(re.findall(r"cp\.async\.c[ag]", ptx))
     spills = len(re.findall(r"(?:ld|st)\.local", ptx))
     print(f"{path.name} {cfg} (triton {triton.__version__}, sm_90)")
-    print(f"shared memory: {kernel.metadata.shared} B")
+    fits = "fits" if kernel.metadata.shared <= H200_SMEM else "DOES NOT FIT"
+    print(f"num_stages used: {stages}; shared memory: {kernel.metadata.shared} B ({fits} in "
+          f"the H200's {H200_SMEM})")
     print(f"wgmma.mma_async: {ptx.count('wgmma.mma_async')}, wait_group depths: {waits}")
     print(f"mma.sync: {ptx.count('mma.sync')}, cp.async: {async_copies}, "
           f"TMA: {ptx.count('cp.async.bulk.tensor')}, local (spill) ld/st: {spills}")

@@ -126,3 +126,18 @@ def test_seed_matches_reference(interpreted_results, point, shape):
     assert result["shape"] == [m, n]
     # ratio = max |out - ref| / (atol + rtol |ref|); NaN (an unwritten element) also fails.
     assert result["ratio"] <= 1.0, result
+
+
+def test_stages_are_lowered_until_the_tiles_fit_in_shared_memory() -> None:
+    """Knob points asking for more shared memory than an H200 block has run with fewer stages
+    (bench/triton_compile_check.py compiled each of these within 232448 B for sm_90)."""
+    spec = importlib.util.spec_from_file_location("seed_stages", SEED)
+    seed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed)
+    h200 = 232448
+    point = dict(seed.TUNABLES, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_stages=4)
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16"), h200) == 3  # 4 x 64 KiB do not fit
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16_kmajor", BLOCK_N=256), h200) == 2
+    assert seed.fitting_stages(dict(point, LAYOUT="direct", BLOCK_N=256), h200) == 4
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16", num_stages=2), h200) == 2  # never up
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16", BLOCK_N=256), 100_000) == 1
