@@ -49,7 +49,6 @@ SCALE_BLOCK = 128
 # bench/triton_compile_check.py with triton 3.9: 1 KiB for the fp16 layouts, up to 16 KiB for
 # the fp8 ones, whose tiles are converted on the way); twice that is kept free.
 SMEM_EXTRA = {1: 32 * 1024, 2: 4 * 1024}
-_SMEM_LIMIT: dict[int, int] = {}  # device index -> bytes of shared memory one block may use
 
 
 def fitting_stages(cfg: dict, limit: int) -> int:
@@ -154,12 +153,9 @@ def custom_kernel(data):
     out = c.unsqueeze(0) if partials is None else partials
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]), split)
     stages = cfg["num_stages"]
-    if c.is_cuda:
-        index = c.device.index if c.device.index is not None else torch.cuda.current_device()
-        if index not in _SMEM_LIMIT:
-            props = torch.cuda.get_device_properties(index)
-            _SMEM_LIMIT[index] = getattr(props, "shared_memory_per_block_optin", 232448)
-        stages = fitting_stages(cfg, _SMEM_LIMIT[index])
+    if c.is_cuda:  # bytes of shared memory one block may use (torch caches the properties)
+        props = torch.cuda.get_device_properties(c.device)
+        stages = fitting_stages(cfg, getattr(props, "shared_memory_per_block_optin", 232448))
     _fp8_block_scaled_gemm[grid](
         a, b, a_scale, b_scale, out,
         m, n, k,
