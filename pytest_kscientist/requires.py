@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pytest_kscientist.task import REQUIREMENT
+from pytest_kscientist.task import unknown_requirement
 
 NAME = "KS_REQUIRES"
 
@@ -48,10 +48,8 @@ def declared(path: Path) -> list[str]:
                 f"as 'sm_90' or ['nvidia', 'sm_90'], got {ast.unparse(node.value)}"  # type: ignore[arg-type]
             )
         for need in needs:
-            if not REQUIREMENT.match(need):
-                raise RequiresError(
-                    f"{path.name}:{node.lineno}: {NAME} names unknown requirement {need!r}; "
-                    "expected cuda, nvidia, rocm or sm_XY (e.g. sm_90)"
-                )
+            problem = unknown_requirement(need)
+            if problem:
+                raise RequiresError(f"{path.name}:{node.lineno}: {NAME} names {problem}")
         return list(needs)
     return []

@@ -60,6 +60,13 @@ class BenchSpec(BaseModel):
 # elements is not doing the task: it fails like a strict one (cuBLAS fp8 on the H200: 0.3%).
 REPORT_MAX_SHARE = 0.05
 REQUIREMENT = re.compile(r"^(cuda|nvidia|rocm|sm_(\d+)(\d))$")
+
+
+def unknown_requirement(need: str) -> str | None:
+    """Why ``need`` is not a device requirement (baselines' requires, KS_REQUIRES), or None."""
+    if REQUIREMENT.match(need):
+        return None
+    return f"unknown requirement {need!r}; expected cuda, nvidia, rocm or sm_XY (e.g. sm_90)"
 BASELINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -92,11 +99,9 @@ class BaselineSpec(BaseModel):
     @classmethod
     def _known(cls, value: list[str]) -> list[str]:
         for need in value:
-            if not REQUIREMENT.match(need):
-                raise ValueError(
-                    f"unknown requirement {need!r}; expected cuda, nvidia, rocm or sm_XY "
-                    "(e.g. sm_90)"
-                )
+            problem = unknown_requirement(need)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("name")
