@@ -49,6 +49,12 @@ SCALE_BLOCK = 128
 # bench/triton_compile_check.py with triton 3.9: 1 KiB for the fp16 layouts, up to 16 KiB for
 # the fp8 ones, whose tiles are converted on the way); twice that is kept free.
 SMEM_EXTRA = {1: 32 * 1024, 2: 4 * 1024}
+# Bytes of shared memory one block may use on this process's GPU, read once at import, out of
+# the timed call (the harness imports a candidate on the device it runs it on); None without one.
+SMEM_LIMIT = (
+    torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
+    if torch.cuda.is_available() else None
+)
 
 
 def fitting_stages(cfg: dict, limit: int) -> int:
@@ -152,10 +158,7 @@ def custom_kernel(data):
         partials = torch.empty((split, m, n), dtype=torch.float32, device=c.device)
     out = c.unsqueeze(0) if partials is None else partials
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]), split)
-    stages = cfg["num_stages"]
-    if c.is_cuda:  # bytes of shared memory one block may use (torch caches the properties)
-        props = torch.cuda.get_device_properties(c.device)
-        stages = fitting_stages(cfg, getattr(props, "shared_memory_per_block_optin", 232448))
+    stages = cfg["num_stages"] if SMEM_LIMIT is None else fitting_stages(cfg, SMEM_LIMIT)
     _fp8_block_scaled_gemm[grid](
         a, b, a_scale, b_scale, out,
         m, n, k,
