@@ -61,6 +61,12 @@ def pytest_kscientist_make_writer(config, task):
 """
 
 
+def _evolve_cmd(generations: str, task: str) -> list[str]:
+    """``python -m pytest --evolve N TASK`` with the offline scientist, for a subprocess."""
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--evolve", generations,
+            task, "--ks-llm", "offline"]
+
+
 @pytest.fixture
 def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester folder holding the toy task, the fake-role conftest and an ini file."""
@@ -205,18 +211,7 @@ def test_kill_9_mid_generation_then_resume(toy: pytest.Pytester) -> None:
         KS_FAKE_READY_FD=str(write_fd),
         KS_FAKE_CALL_LOG=str(calls),
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "--evolve",
-        "3",
-        "toy",
-        "--ks-llm",
-        "offline",
-    ]
+    cmd = _evolve_cmd("3", "toy")
     proc = subprocess.Popen(
         cmd,
         cwd=toy.path,
@@ -258,18 +253,7 @@ def test_kill_9_mid_generation_then_resume(toy: pytest.Pytester) -> None:
 
 def test_two_concurrent_runs_share_one_population_safely(toy: pytest.Pytester) -> None:
     env = dict(os.environ, KS_FAKE_EVALUATOR="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "--evolve",
-        "3",
-        "toy",
-        "--ks-llm",
-        "offline",
-    ]
+    cmd = _evolve_cmd("3", "toy")
     procs = [
         subprocess.Popen(
             cmd, cwd=toy.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -411,16 +395,7 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
     """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
     _axpy_with_fast_seed(pytester)
     cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "--evolve",
-        "1",
-        "axpy",
-        "--ks-llm",
-        "offline",
+        *_evolve_cmd("1", "axpy"),
         "--ks-candidates",
         "2",
     ]
