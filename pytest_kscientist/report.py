@@ -99,8 +99,9 @@ def _align(rows: list[tuple[str, ...]]) -> list[str]:
     ]
 
 
-def baseline_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> list[str]:
-    """Why a declared baseline has no numbers: skipped in this run, or failed beside someone."""
+def run_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> list[str]:
+    """What has no numbers and why: the reference left untimed, a declared baseline skipped in
+    this run or failed beside someone, a candidate whose KS_REQUIRES this device lacks."""
     lines = [f"baseline {b.name} not timed: {b.reason}"
              for b in session.baselines.get(task_name, []) if b.status == "skipped"]
     if session.settings.skip_reference:
@@ -156,7 +157,7 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("")
             for line in lines:
                 tr.write_line("  " + line)
-        for line in baseline_notes(session, task_name, cands):
+        for line in run_notes(session, task_name, cands):
             tr.write_line("  " + line)
         for c in cands:
             if c.review:
