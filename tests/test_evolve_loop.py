@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from pytest_kscientist.evolve.evaluate import (
 )
 from pytest_kscientist.evolve.loop import Budget, Evolution
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
-from pytest_kscientist.evolve.population import Population, PopulationWarning
+from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
 from pytest_kscientist.evolve.report import Terminal
 from pytest_kscientist.evolve.roles import TaskBrief
 from pytest_kscientist.results import CandidateResult, CaseResult, MachineInfo, RunResults
@@ -55,11 +57,14 @@ class Run:
         candidates: int = 3,
         time_limit_s: float | None = None,
         clock: object = None,
+        sleep: object = None,
     ) -> int:
         self.pop = Population(self.root, "toy")
         self.evaluator = evaluator or FakeEvaluator()
         chosen = roles or offline()
         kwargs = {"clock": clock} if clock is not None else {}
+        if sleep is not None:
+            kwargs["sleep"] = sleep
         evo = Evolution(
             task="toy",
             seeds=sorted(self.seeds.glob("*.py")),
@@ -341,3 +346,54 @@ def test_parallel_sessions_raise_the_first_failure_after_all_end() -> None:
     with pytest.raises(EvaluationError, match="exited with code 4"):
         parallel.evaluate([Path("c0002.py"), Path("c0003.py")], None)
     assert healthy.got == [(["c0002"], ())] and failing.got == [(["c0003"], ())]
+
+
+def _other_run(run: Run, pid: int) -> Population:
+    """A second run of the same population that started in process ``pid`` and stored the
+    seed before this one, so this run's seed is a duplicate the other run will evaluate."""
+    other = Population(run.root, "toy", run_id="other")
+    start = Event(at=now(), run_id="other", pid=pid, host=HOST, kind="run_start")
+    with open(run.root / "events.jsonl", "a", encoding="utf-8") as f:
+        f.write(start.model_dump_json() + "\n")
+    other.add(SEED, generation=0, origin="seed", seed_file="tunable.py")
+    return other
+
+
+def test_a_run_waits_for_a_seed_another_live_run_is_evaluating(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        other = _other_run(run, sleeper.pid)
+        naps: list[float] = []
+
+        def sleep(seconds: float) -> None:  # the other run finishes during the third nap
+            naps.append(seconds)
+            if len(naps) == 3:
+                path = other.source_path("c0001")
+                results = FakeEvaluator().evaluate([path], None)
+                other.record(to_record("c0001", results.candidates[0], results, "other"))
+
+        code = run(1, sleep=sleep)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert code == 0, run.out.getvalue()
+    assert len(naps) == 3
+    assert f"gen 0/1 | wait     | c0001 being evaluated by another run (pid {sleeper.pid})" in (
+        run.out.getvalue()
+    )
+    assert run.evaluator.calls == [["c0002", "c0003", "c0004"]]  # never c0001: not ours
+
+
+def test_a_killed_runs_seed_is_evaluated_not_waited_for(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    _other_run(run, int(dead.stdout))
+
+    def sleep(seconds: float) -> None:
+        raise AssertionError("waited on a run that is no longer alive")
+
+    assert run(1, sleep=sleep) == 0, run.out.getvalue()
+    assert run.evaluator.calls[0] == ["c0001"]
+    assert "wait" not in run.out.getvalue()

@@ -17,6 +17,7 @@ from pytest_kscientist.evolve.population import (
     now,
     source_sha,
 )
+from pytest_kscientist.files import atomic_target
 
 SRC = "def custom_kernel(data):\n    return data\n"
 
@@ -159,3 +160,22 @@ def test_concurrent_processes_lose_and_corrupt_nothing(tmp_path: Path) -> None:
         assert len(ids_i) == 1
         assert sum(not e.data["duplicate"] for e in shared if e.generation == i) == 1
     assert not list(root.glob(".*.tmp")) and not list(root.glob(".new-*"))
+
+
+def test_two_runs_writing_one_document_at_once_both_succeed(tmp_path: Path) -> None:
+    """Two ``--evolve`` runs on one population finish together: each writes lineage.md and
+    progress.png. Overlapping writes must each land (last one wins), never rename the other's
+    temp file away; a write that fails keeps the previous document."""
+    path = tmp_path / "progress.png"
+    with atomic_target(path, suffix=".tmp.png") as first:
+        with atomic_target(path, suffix=".tmp.png") as second:
+            assert first != second and first.name.endswith(".tmp.png")
+            first.write_bytes(b"run A")
+            second.write_bytes(b"run B")
+        assert path.read_bytes() == b"run B"
+    assert path.read_bytes() == b"run A"
+    with pytest.raises(RuntimeError), atomic_target(path) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("savefig failed")
+    assert path.read_bytes() == b"run A"
+    assert [p.name for p in tmp_path.iterdir()] == ["progress.png"]

@@ -32,6 +32,8 @@ from pytest_kscientist.evolve.population import Event, Member, Population
 from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 
 FINDINGS = "findings.md"
+WAIT_POLL_S = 0.2  # how often a run checks on candidates another live run is evaluating
+WAIT_NOTE_S = 30.0  # how often it says it is still waiting
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Evolution:
         budget: Budget,
         terminal: report.Terminal,
         clock: Any = time.monotonic,
+        sleep: Any = time.sleep,
     ) -> None:
         self.task = task
         self.seeds = seeds
@@ -75,6 +78,7 @@ class Evolution:
         self.budget = budget
         self.term = terminal
         self.clock = clock
+        self.sleep = sleep
         self.start = clock()
         self.roles: Roles | None = None
         self.brief: TaskBrief | None = None
@@ -134,12 +138,15 @@ class Evolution:
                 added.append(result.id)
         self._stage("seed", f"{len(added)} new of {len(self.seeds)} seed(s): {' '.join(added)}")
         self._evaluate_pending()
+        self._await_other_runs()
         self._close_generation(0)
 
     # -- generations 1.. ----------------------------------------------------------------------
     def _generation(self, g: int) -> None:
         self.generation = g
         members = self.pop.members()
+        if not any(m.geomean_us is not None for m in members) and self._await_other_runs():
+            members = self.pop.members()
         if not any(m.geomean_us is not None for m in members):
             raise Stop("no candidate passes its checks; fix a seed so there is a base to evolve", 1)
         roles, brief = self._roles(members)
@@ -299,12 +306,41 @@ class Evolution:
             raise Stop(f"the {role} failed: {type(exc).__name__}: {exc}", 3) from None
 
     # -- evaluation ---------------------------------------------------------------------------
+    def _await_other_runs(self) -> bool:
+        """Wait for candidates that other live runs of this population are evaluating; return
+        whether there were any.
+
+        Two runs started together on one population store a shared seed once, and only the run
+        that stored it evaluates it. The other must wait for those results rather than close
+        generation 0 without them or stop because nothing has passed yet.
+        """
+        waited, noted = False, None
+        while True:
+            live = self.pop.live_runs()
+            busy = [m for m in self.pop.members() if m.evaluation is None and m.meta.run_id in live]
+            if not busy:
+                return waited
+            waited, now = True, self.clock()
+            if noted is None or now - noted >= WAIT_NOTE_S:
+                noted = now
+                pids = sorted({live[m.meta.run_id] for m in busy})
+                self._stage(
+                    "wait",
+                    f"{' '.join(m.id for m in busy)} being evaluated by another run "
+                    f"(pid {', '.join(map(str, pids))})",
+                )
+            self._remaining()
+            self.sleep(WAIT_POLL_S)
+
     def _evaluate_pending(self, resumed: bool = False) -> None:
-        """Evaluate this run's unevaluated candidates; on resume, everyone's (a killed run's)."""
+        """Evaluate this run's unevaluated candidates; on resume, also those of ended runs (a
+        killed run's), not those a live concurrent run is evaluating."""
+        live = self.pop.live_runs() if resumed else {}
         pending = [
             m
             for m in self.pop.members()
-            if m.evaluation is None and (resumed or m.meta.run_id == self.pop.run_id)
+            if m.evaluation is None
+            and (m.meta.run_id == self.pop.run_id or (resumed and m.meta.run_id not in live))
         ]
         if not pending:
             return

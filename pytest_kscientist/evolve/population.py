@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from pytest_kscientist.results import CandidateResult, MachineInfo
 SCHEMA_VERSION = 1
 EVENTS = "events.jsonl"
 LOCK_TIMEOUT_S = 120.0
+HOST = socket.gethostname()
 _ID = re.compile(r"^c(\d{4,})$")
 
 
@@ -96,6 +98,7 @@ class Event(BaseModel):
     at: str
     run_id: str = ""
     pid: int = 0
+    host: str = ""
     kind: str
     generation: int | None = None
     data: dict[str, Any] = Field(default_factory=dict)
@@ -331,6 +334,7 @@ class Population:
             at=now(),
             run_id=self.run_id,
             pid=os.getpid(),
+            host=HOST,
             kind=kind,
             generation=generation,
             data=data,
@@ -347,9 +351,40 @@ class Population:
                 f.write(line)
         return event
 
+    def live_runs(self) -> dict[str, int]:
+        """Other runs of this population that started, have not ended, and whose process is
+        alive on this host, by run id, with their pid. Runs on other hosts are not counted:
+        their liveness cannot be checked from here, and waiting on a killed one would never end.
+        """
+        started: dict[str, Event] = {}
+        ended: set[str] = set()
+        for event in self.events():
+            if event.kind == "run_start":
+                started[event.run_id] = event
+            elif event.kind == "run_end":
+                ended.add(event.run_id)
+        return {
+            rid: start.pid
+            for rid, start in started.items()
+            if rid != self.run_id and rid not in ended and _alive(start)
+        }
+
     def write_text(self, name: str, text: str) -> Path:
         """Atomically replace a derived document."""
         path = self.root / name
         with self.locked():
             atomic_write(path, text)
         return path
+
+
+def _alive(start: Event) -> bool:
+    """Whether the process that logged ``start`` still runs on this host."""
+    if start.host != HOST or start.pid <= 0 or start.pid == os.getpid():
+        return False  # another host, an old record without a host, or our pid reused
+    try:
+        os.kill(start.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_kscientist.evolve.findings import best, label, lineage
 from pytest_kscientist.evolve.population import Member
+from pytest_kscientist.files import atomic_target
 
 PLOT = "progress.png"
 LINEAGE = "lineage.md"
@@ -152,9 +153,8 @@ def write_plot(members: Sequence[Member], path: Path, task: str) -> str:
         ax.set_title(f"{task}: best geomean per generation")
         ax.legend()
         fig.tight_layout()
-        tmp = path.with_name(f".{path.name}.tmp.png")
-        fig.savefig(tmp)
-        tmp.replace(path)
+        with atomic_target(path, suffix=".tmp.png") as tmp:
+            fig.savefig(tmp)
     finally:
         plt.close(fig)
     return f"plot: {path}"
