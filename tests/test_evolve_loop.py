@@ -356,6 +356,7 @@ def _other_run(run: Run, pid: int) -> Population:
     with open(run.root / "events.jsonl", "a", encoding="utf-8") as f:
         f.write(start.model_dump_json() + "\n")
     other.add(SEED, generation=0, origin="seed", seed_file="tunable.py")
+    other.add(SEED + "OTHER_RUN = True\n", generation=1, origin="writer")  # still pending
     return other
 
 
@@ -382,7 +383,8 @@ def test_a_run_waits_for_a_seed_another_live_run_is_evaluating(tmp_path: Path) -
     assert f"gen 0/1 | wait     | c0001 being evaluated by another run (pid {sleeper.pid})" in (
         run.out.getvalue()
     )
-    assert run.evaluator.calls == [["c0002", "c0003", "c0004"]]  # never c0001: not ours
+    # c0001 is the other run's to evaluate; its pending c0002 is no seed: not waited for
+    assert run.evaluator.calls == [["c0003", "c0004", "c0005"]]
 
 
 def test_a_killed_runs_seed_is_evaluated_not_waited_for(tmp_path: Path) -> None:
@@ -395,5 +397,5 @@ def test_a_killed_runs_seed_is_evaluated_not_waited_for(tmp_path: Path) -> None:
         raise AssertionError("waited on a run that is no longer alive")
 
     assert run(1, sleep=sleep) == 0, run.out.getvalue()
-    assert run.evaluator.calls[0] == ["c0001"]
+    assert run.evaluator.calls[0] == ["c0001", "c0002"]  # resumed: its run is gone
     assert "wait" not in run.out.getvalue()

@@ -129,16 +129,17 @@ class Evolution:
         self.generation = 0
         if not self.seeds:
             raise Stop(f"task '{self.task}' has no seeds to start from; add kernels to seeds/", 1)
-        added = []
+        added, stored = [], set()
         for path in self.seeds:
             result = self.pop.add(
                 path.read_text(encoding="utf-8"), generation=0, origin="seed", seed_file=path.name
             )
+            stored.add(result.id)
             if not result.duplicate:
                 added.append(result.id)
         self._stage("seed", f"{len(added)} new of {len(self.seeds)} seed(s): {' '.join(added)}")
         self._evaluate_pending()
-        self._await_other_runs()
+        self._await_other_runs(stored)
         self._close_generation(0)
 
     # -- generations 1.. ----------------------------------------------------------------------
@@ -306,9 +307,9 @@ class Evolution:
             raise Stop(f"the {role} failed: {type(exc).__name__}: {exc}", 3) from None
 
     # -- evaluation ---------------------------------------------------------------------------
-    def _await_other_runs(self) -> bool:
-        """Wait for candidates that other live runs of this population are evaluating; return
-        whether there were any.
+    def _await_other_runs(self, ids: set[str] | None = None) -> bool:
+        """Wait for candidates (those in ``ids``, or any) that other live runs of this
+        population are evaluating; return whether there were any.
 
         Two runs started together on one population store a shared seed once, and only the run
         that stored it evaluates it. The other must wait for those results rather than close
@@ -317,7 +318,13 @@ class Evolution:
         waited, noted = False, None
         while True:
             live = self.pop.live_runs()
-            busy = [m for m in self.pop.members() if m.evaluation is None and m.meta.run_id in live]
+            busy = [
+                m
+                for m in self.pop.members()
+                if m.evaluation is None
+                and m.meta.run_id in live
+                and (ids is None or m.id in ids)
+            ]
             if not busy:
                 return waited
             waited, now = True, self.clock()
