@@ -1,6 +1,7 @@
 """Where does the harness's per-call time go? One kernel, a few shapes, several ways of timing it.
 
-    python bench/protocol_probe.py [--kernel PATH] [--device cuda] [--reps 30] [--cases 1024,4096,512,17512 ...]
+    python bench/protocol_probe.py [--kernel PATH] [--device cuda] [--reps 30] \
+        [--cases 1024,4096,512,17512 ...]
 
 On the H200 (2026-11-29) the harness reported 200-220 us for Triton seed calls that take 62-73 us
 in a plain event-timed loop, and 199.6 us geomean for cuBLAS on K-major inputs against 49.0 us
@@ -33,7 +34,9 @@ from pytest_kscientist.timing import make_timer  # noqa: E402
 from pytest_kscientist.worker import Worker, sandbox_available  # noqa: E402
 
 TASK = ROOT / "tasks" / "fp8_gemm"
-IDLE_CONTEXT = "import sys, time, torch; torch.zeros(1, device='cuda'); print('up', flush=True); time.sleep(3600)"
+IDLE_CONTEXT = (
+    "import time, torch; torch.zeros(1, device='cuda'); print('up', flush=True); time.sleep(3600)"
+)
 
 
 def parse_case(text: str) -> dict[str, int]:
@@ -59,12 +62,14 @@ def loop_us(kernel, ref, case: dict[str, int], device: str, reps: int) -> float:
     return statistics.median(times)
 
 
-def worker_us(task, kernel_path: Path, case: dict[str, int], device: str, reps: int,
-              sandbox: bool) -> tuple[float, float]:
+def worker_us(
+    task, kernel_path: Path, case: dict[str, int], device: str, reps: int, sandbox: bool
+) -> tuple[float, float]:
     worker = Worker(task.reference, device, task.spec.output_index, 120.0, sandbox=sandbox)
     try:
-        header, _ = worker.request("load", timeout=600, path=str(kernel_path),
-                                   entry="custom_kernel", prepare=None)
+        header, _ = worker.request(
+            "load", timeout=600, path=str(kernel_path), entry="custom_kernel", prepare=None
+        )
         if not header.get("ok"):
             raise SystemExit(f"{kernel_path} did not load in the worker: {header.get('reason')}")
         times, trips = [], []
@@ -84,13 +89,15 @@ def worker_us(task, kernel_path: Path, case: dict[str, int], device: str, reps: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", type=Path,
-                        default=TASK / "seeds" / "triton_blockscaled.py")
+    parser.add_argument("--kernel", type=Path, default=TASK / "seeds" / "triton_blockscaled.py")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--cases", type=parse_case, nargs="+",
-                        default=[parse_case("1024,4096,512,17512"),
-                                 parse_case("6144,4608,7168,65436")])
+    parser.add_argument(
+        "--cases",
+        type=parse_case,
+        nargs="+",
+        default=[parse_case("1024,4096,512,17512"), parse_case("6144,4608,7168,65436")],
+    )
     args = parser.parse_args()
     args.kernel = args.kernel.resolve()  # the worker runs in its own folder
     if not args.kernel.is_file():
@@ -104,27 +111,37 @@ def main() -> None:
         label = f"m{case['m']}-n{case['n']}-k{case['k']}"
         row = {"shape": label, "loop": loop_us(kernel, ref, case, args.device, args.reps)}
         if args.device.startswith("cuda"):
-            other = subprocess.Popen([sys.executable, "-c", IDLE_CONTEXT], stdout=subprocess.PIPE,
-                                     text=True)
+            other = subprocess.Popen(
+                [sys.executable, "-c", IDLE_CONTEXT], stdout=subprocess.PIPE, text=True
+            )
             try:
                 other.stdout.readline()  # its context is up
                 row["loop+ctx"] = loop_us(kernel, ref, case, args.device, args.reps)
             finally:
                 other.kill()
                 other.wait()
-        row["worker"], row["worker trip"] = worker_us(task, args.kernel, case, args.device,
-                                                     args.reps, sandbox=sandbox_ok)
+        row["worker"], row["worker trip"] = worker_us(
+            task, args.kernel, case, args.device, args.reps, sandbox=sandbox_ok
+        )
         row["worker-nosandbox"], row["nosandbox trip"] = worker_us(
-            task, args.kernel, case, args.device, args.reps, sandbox=False)
+            task, args.kernel, case, args.device, args.reps, sandbox=False
+        )
         rows.append(row)
-        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else str(v) for k, v in row.items()),
-              flush=True)
-    print(f"\nsandbox available: {sandbox_ok}; median us per call, {args.reps} calls after 2 warm-up")
+        print(
+            " ".join(f"{k}={v:.1f}" if isinstance(v, float) else str(v) for k, v in row.items()),
+            flush=True,
+        )
+    print(
+        f"\nsandbox available: {sandbox_ok}; median us per call, {args.reps} calls after 2 warm-up"
+    )
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     for row in rows:
-        print("| " + " | ".join(f"{row[k]:.1f}" if isinstance(row[k], float) else row[k]
-                                for k in keys) + " |")
+        print(
+            "| "
+            + " | ".join(f"{row[k]:.1f}" if isinstance(row[k], float) else row[k] for k in keys)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

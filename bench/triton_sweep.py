@@ -26,8 +26,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.evolve.knobs import rewrite_tunables  # noqa: E402
 from pytest_kscientist.evaluate import load_reference  # noqa: E402
+from pytest_kscientist.evolve.knobs import rewrite_tunables  # noqa: E402
 from pytest_kscientist.task import load_task  # noqa: E402
 
 # GPU cycles of the spin kernel queued just before the start event in "idle_preroll" (~1 ms).
@@ -93,8 +93,9 @@ def protocol_us(fn, ref_mod, shape: dict, reps: int, flush: torch.Tensor, mode: 
     data = ref_mod.generate_input(shape["m"], shape["n"], shape["k"], shape["seed"], device="cuda")
     for i in range(reps):
         if mode == "harness":
-            pristine = ref_mod.generate_input(shape["m"], shape["n"], shape["k"], 1000 + i,
-                                              device="cuda")
+            pristine = ref_mod.generate_input(
+                shape["m"], shape["n"], shape["k"], 1000 + i, device="cuda"
+            )
             data = [t.clone() for t in pristine]
             data[4].fill_(float("nan"))
         flush.zero_()
@@ -120,8 +121,13 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--reps", type=int, default=25)
     parser.add_argument("--seconds", type=float, default=150.0)
-    parser.add_argument("--points", nargs="+", choices=sorted(POINTS), default=list(POINTS),
-                        help="only these points (default: all)")
+    parser.add_argument(
+        "--points",
+        nargs="+",
+        choices=sorted(POINTS),
+        default=list(POINTS),
+        help="only these points (default: all)",
+    )
     args = parser.parse_args()
     t0 = time.monotonic()
     task = load_task(ROOT / "tasks" / "fp8_gemm")
@@ -143,11 +149,13 @@ def main() -> None:
         row: dict[str, object] = {"changes": changes, "us": {}, "failed": None}
         try:
             module = load_point(name, changes)
-            for s, data, ref in zip(shapes, inputs, refs):
+            for s, data, ref in zip(shapes, inputs, refs, strict=True):
                 label = f"m{s['m']}-n{s['n']}-k{s['k']}"
                 data[4].fill_(float("nan"))
                 out = module.custom_kernel(data).float()
-                bad = int(((out - ref).abs() > 1e-3 + 2e-2 * ref.abs()).sum()) + int(out.isnan().sum())
+                bad = int(((out - ref).abs() > 1e-3 + 2e-2 * ref.abs()).sum()) + int(
+                    out.isnan().sum()
+                )
                 if bad:
                     row["failed"] = f"{label}: {bad} of {out.numel()} outside tolerance"
                     break
@@ -158,7 +166,10 @@ def main() -> None:
             row["geomean_us"] = math.exp(sum(math.log(v) for v in row["us"].values()) / len(shapes))
         results[name] = row
         args.out.write_text(json.dumps(results, indent=1))
-        print(f"{name}: {row.get('geomean_us', row['failed'])}  (+{time.monotonic() - t0:.0f}s)", flush=True)
+        print(
+            f"{name}: {row.get('geomean_us', row['failed'])}  (+{time.monotonic() - t0:.0f}s)",
+            flush=True,
+        )
     labels = [f"m{s['m']}-n{s['n']}-k{s['k']}" for s in shapes]
     ok = {n: r for n, r in results.items() if not r["failed"]}
     print("\n| shape | " + " | ".join(ok) + " |")
@@ -177,10 +188,14 @@ def main() -> None:
         diag: dict[str, dict[str, float]] = {}
         for s in (shapes[8], shapes[14]):
             label = f"m{s['m']}-n{s['n']}-k{s['k']}"
-            diag[label] = {mode: protocol_us(module.custom_kernel, ref_mod, s, args.reps, flush, mode)
-                           for mode in ("tight", "idle", "idle_preroll", "harness")}
-            print(f"protocol {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in diag[label].items()),
-                  flush=True)
+            diag[label] = {
+                mode: protocol_us(module.custom_kernel, ref_mod, s, args.reps, flush, mode)
+                for mode in ("tight", "idle", "idle_preroll", "harness")
+            }
+            print(
+                f"protocol {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in diag[label].items()),
+                flush=True,
+            )
         results["_protocol"] = diag
         args.out.write_text(json.dumps(results, indent=1))
 

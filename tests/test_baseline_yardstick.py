@@ -10,7 +10,6 @@ baseline.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Any
 

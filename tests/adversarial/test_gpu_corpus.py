@@ -33,7 +33,9 @@ BENCH = {
     # 205 us), so the floor rejects it before the outside measurement is consulted ...
     "work_after_event": "impossible time: fastest call",
     # ... and padded above the floor, the outside measurement does.
-    "work_after_padded_event": "timing disagrees with what the pytest process measures from outside",
+    "work_after_padded_event": (
+        "timing disagrees with what the pytest process measures from outside"
+    ),
     "rewrites_clock_reading": "impossible time: fastest call",
 }
 CONTROLS = ("torch_dequant", "honest_cache", "side_stream")
