@@ -60,6 +60,7 @@ class BenchSpec(BaseModel):
 # elements is not doing the task: it fails like a strict one (cuBLAS fp8 on the H200: 0.3%).
 REPORT_MAX_SHARE = 0.05
 REQUIREMENT = re.compile(r"^(cuda|nvidia|rocm|sm_(\d+)(\d))$")
+BASELINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
 def unknown_requirement(need: str) -> str | None:
@@ -67,7 +68,6 @@ def unknown_requirement(need: str) -> str | None:
     if REQUIREMENT.match(need):
         return None
     return f"unknown requirement {need!r}; expected cuda, nvidia, rocm or sm_XY (e.g. sm_90)"
-BASELINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
 class BaselineSpec(BaseModel):
