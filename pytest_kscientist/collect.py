@@ -27,7 +27,7 @@ from pytest_kscientist.results import BaselineInfo, CaseResult
 from pytest_kscientist.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.scores import floor_fraction
 from pytest_kscientist.session import KS_SESSION, REFERENCE_NAME, KsSession
-from pytest_kscientist.task import Case, Task, load_task
+from pytest_kscientist.task import BaselineSpec, Case, Task, load_task
 from pytest_kscientist.worker import Worker, WorkerDied
 
 
@@ -41,6 +41,14 @@ class TaskFile(pytest.File):
             profile = task.profile(ks.profile)
         except TaskSpecError as exc:
             raise self.CollectError(str(exc)) from None
+        beside = [p.stem for p in ks.settings.beside]
+        for path in ks.settings.beside:
+            if path.stem in {b.name for b in task.spec.baselines}:
+                raise self.CollectError(
+                    f"--ks-beside {path}: task '{task.name}' already has a baseline named "
+                    f"'{path.stem}'; rename the file")
+            task.spec.baselines.append(BaselineSpec(
+                name=path.stem, file=str(path), description="timed beside (--ks-beside)"))
         ks.tasks[task.name] = task
         candidates = list(ks.settings.kernels) or task.seeds()
         if not candidates:
@@ -55,8 +63,9 @@ class TaskFile(pytest.File):
                 tests=[], benchmarks=profile.benchmarks, role="reference",
             )
         for spec in task.spec.baselines:
-            if spec.name not in skip:
-                continue  # left out by --ks-baselines: not collected at all
+            if spec.name not in skip or spec.name in beside:
+                # Left out by --ks-baselines; or a --ks-beside kernel, only timed beside others.
+                continue
             yield CandidateNode.from_parent(
                 self, name=spec.name, task=task, source=task.baseline_path(spec),
                 entry="run" if spec.prepare else "custom_kernel",
@@ -89,6 +98,8 @@ class TaskFile(pytest.File):
         """Baselines to collect -> why their items skip ("" to run them); errors for bad names."""
         declared = [b.name for b in task.spec.baselines]
         picked = ks.settings.baselines
+        if picked is not None:
+            picked = (*picked, *(p.stem for p in ks.settings.beside))
         known = ", ".join(declared) or "none"
         for name in picked or ():
             if name not in declared:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import secrets
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kscientist import perturb
+from pytest_kscientist import perturb, sampling
 from pytest_kscientist.correctness import Mismatch, judge
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.results import CaseResult
-from pytest_kscientist.stats import summarize
+from pytest_kscientist.stats import median_interval, summarize
 from pytest_kscientist.task import REPORT_MAX_SHARE, Case, Task
 from pytest_kscientist.worker import Worker, WorkerDied
 
@@ -38,9 +40,15 @@ HIDDEN_SLACK_SHARE = 0.25
 # The same for the worker's CPU time, which load does not inflate but thread-pool spinning after
 # a parallel kernel does (measured: under 0.5 ms per call with torch's 2 threads here).
 HIDDEN_CPU_SLACK_US = 1000.0
+# Device time outside the events (GPU) tolerated per call before it is counted (timing.py).
+OUTSIDE_SLACK_US = 2.0
+OUTSIDE_SLACK_SHARE = 0.02
+# A benchmark stops early once its median is known this precisely (95% interval half-width).
+PRECISION = 0.01
+PRECISE_AFTER = 20
 
 
-def derive_seed(seed: int, salt: int, index: int) -> int:
+def derive_seed(seed: int, salt: int, index: int | str) -> int:
     """Mix a public case seed with the session's secret salt and a call index."""
     digest = hashlib.sha256(f"{seed}/{salt}/{index}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
@@ -83,6 +91,8 @@ class Evaluator:
         self.device = device
         self.salt = salt
         self._ref: Any = None
+        self._issued: dict[str, int] = {}
+        self._lane = os.environ.get("PYTEST_XDIST_WORKER", "")
 
     @property
     def reference(self) -> Any:
@@ -162,22 +172,39 @@ class Evaluator:
             result.detail = first.message
         return result
 
+    def fresh_seed(self, case: Case) -> int:
+        """A seed that no earlier call of this session got for ``case``.
+
+        Benchmark calls, warm-up calls and probes all draw here, across rounds and candidates,
+        so a result cached under a fingerprint of every input element never meets its inputs
+        again (issue 10: rounds 2-4 used to replay round 1's inputs). The pytest-xdist worker
+        id keeps parallel sessions apart; the check of a case keeps its fixed index 0.
+        """
+        key = self.task.case_id(case)
+        count = self._issued.get(key, 0) + 1
+        self._issued[key] = count
+        return derive_seed(case["seed"], self.salt, f"{self._lane}/{count}")
+
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
-              tolerate: bool = False, samples: int | None = None) -> CaseResult:
+              tolerate: bool = False, samples: int | None = None,
+              precise_after: int = PRECISE_AFTER) -> CaseResult:
         """Warm-up, then one request per timed call; verify a secret sample; check the clocks.
 
         With ``tolerate``, sampled outputs that miss only by precision give an ``xfailed``
         result that keeps its times (see ``check``). ``samples``: how many timed outputs to
-        verify (default: the task's ``bench.verify_samples``).
+        verify (default: the task's ``bench.verify_samples``). ``precise_after``: the fewest
+        calls after which a precise enough median stops the timing (a round of several).
         """
         spec = self.task.spec.bench
         samples = spec.verify_samples if samples is None else samples
+        warm: list[float] = []
         for i in range(spec.warmup):
             try:
-                _ask(worker, "call", case=case, seed=derive_seed(case["seed"], self.salt, -1 - i))
+                header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
             except CandidateFailure as exc:
                 raise CandidateFailure(f"warm-up call {i}: {exc.reason}", exc.detail) from None
-        run = _TimedRun(self, worker, case)
+            warm.append(float(header["raw_us"]) - float(worker.overhead_us))
+        run = _TimedRun(self, worker, case, statistics.median(warm) if warm else 0.0)
         start = time.monotonic()
         while len(run.times) < spec.max_runs:
             if _RNG.random() < PROBE_SHARE:
@@ -185,12 +212,12 @@ class Evaluator:
                 continue
             run.call(samples)
             if len(run.times) >= spec.min_runs and (
-                time.monotonic() - start > budget_s or _precise(run.times)
+                time.monotonic() - start > budget_s or precise(run.times, precise_after)
             ):
                 break
         while len(run.probes) < MIN_PROBES:
             run.probe()
-        hidden = run.hidden()
+        hidden = run.hidden(run.outside_excess())
         for _ in range(CONFIRM_ROUNDS):
             if hidden is None:
                 break
@@ -198,10 +225,12 @@ class Evaluator:
             for _ in range(MIN_PROBES):
                 run.probe()
                 run.call(samples)
-            hidden = run.hidden()
+            hidden = run.hidden(run.outside_excess())
         missed = self._verify_sample(run, tolerate)
         clock = "cuda-events" if self.device.startswith("cuda") else "perf_counter_ns"
-        stats = summarize(run.times, verified_runs=len(run.kept), clock=clock)
+        counted = run.outside_excess()
+        times = [t + counted for t in run.times]
+        stats = summarize(times, verified_runs=len(run.kept), clock=clock, counted_us=counted)
         floor = self.floor_us(case, device_name)
         if floor is not None and stats.min_us < floor:
             raise CandidateFailure(
@@ -229,56 +258,97 @@ class Evaluator:
     def _verify_sample(self, run: _TimedRun, tolerate: bool) -> list[tuple[int, Mismatch]]:
         """Judge the kept outputs in call order; the tolerated misses, by timed call index."""
         missed: list[tuple[int, Mismatch]] = []
-        for index, seed, meta, payload in sorted(run.kept, key=lambda x: x[0]):
+        for kept in sorted(run.kept, key=lambda x: x.index):
             misses: list[Mismatch] | None = [] if tolerate else None
             try:
-                self._judge(self.expected(run.case, seed), meta, payload, misses)
+                expected, meta = self._sampled(self.expected(run.case, kept.seed), kept)
+                self._judge(expected, meta, kept.payload, misses)
             except CandidateFailure as exc:
-                raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
-            missed += [(index, m) for m in misses or []]
+                raise CandidateFailure(f"timed call {kept.index}: {exc.reason}",
+                                       exc.detail) from None
+            missed += [(kept.index, m) for m in misses or []]
         return missed
+
+    @staticmethod
+    def _sampled(expected: Any, kept: _Kept) -> tuple[Any, dict[str, Any]]:
+        """The reference (and header) cut to the elements the worker sent for ``kept``."""
+        if not kept.sampled:
+            return expected, kept.meta
+        shape = [int(s) for s in kept.meta.get("shape", [])]
+        if shape != list(expected.shape):
+            raise CandidateFailure(
+                f"output shape {tuple(shape)}, expected {tuple(expected.shape)}")
+        index = sampling.flat_index(expected.numel(), kept.sampled, kept.index_seed)
+        return (expected.reshape(-1)[index.to(expected.device)],
+                dict(kept.meta, shape=[kept.sampled]))
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A timed call's output (or a secret sample of its elements) kept for verification."""
+
+    index: int
+    seed: int
+    meta: dict[str, Any]
+    payload: bytes
+    sampled: int = 0  # elements sent; 0 for the whole output
+    index_seed: int = 0
 
 
 class _TimedRun:
     """The timed calls of one benchmark, as the worker reports them and as seen from outside."""
 
-    def __init__(self, evaluator: Evaluator, worker: Worker, case: Case) -> None:
+    def __init__(self, evaluator: Evaluator, worker: Worker, case: Case,
+                 estimate_us: float = 0.0) -> None:
         self.ev, self.worker, self.case = evaluator, worker, case
         self.overhead_us = float(worker.overhead_us)
+        self.estimate_us = estimate_us  # the kernel's time before the first timed call
         self.times: list[float] = []  # worker-reported, protocol cost subtracted
-        self.trips: list[float] = []  # wall-clock round trips of the same calls, measured here
+        self.paths: list[float] = []  # round trip minus reported time: the untimed path
+        self.outside: list[float] = []  # device time in the flush span and the tail (GPU)
         self.cpu: list[float | None] = []  # the worker's CPU time spent on each of those calls
-        self.probes: list[float] = []  # round trips of the same path without the kernel
+        self.probes: list[float] = []  # the untimed path of probes (a trusted busy kernel)
+        self.probe_outside: list[float] = []
         self.probe_cpu: list[float | None] = []
-        self.kept: list[tuple[int, int, dict[str, Any], bytes]] = []
+        self.kept: list[_Kept] = []
 
-    def _trip(self, **fields: Any) -> tuple[dict[str, Any], float, float | None]:
+    def _trip(self, **fields: Any) -> tuple[dict[str, Any], float, float, float | None]:
+        """(header, reported us, untimed path us, worker CPU us) of one request."""
         cpu0 = self.worker.cpu_us()
         t0 = _clock()
         header, _ = _ask(self.worker, "call", case=self.case, **fields)
         wall = (_clock() - t0) / 1000.0
         cpu1 = self.worker.cpu_us()
-        return header, wall, None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        reported = float(header["raw_us"]) - self.overhead_us
+        cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        return header, reported, wall - reported, cpu
 
     def probe(self) -> None:
-        seed = derive_seed(self.case["seed"], self.ev.salt, -1000 - len(self.probes))
-        _, wall, cpu = self._trip(seed=seed, probe=True)
-        self.probes.append(wall)
+        """The same path with a trusted busy kernel as long as the candidate's median call."""
+        busy = statistics.median(self.times) if self.times else self.estimate_us
+        header, _, path, cpu = self._trip(seed=self.ev.fresh_seed(self.case), probe=True,
+                                          busy_us=max(busy, 0.0))
+        self.probes.append(path)
+        self.probe_outside.append(float(header.get("outside_us", 0.0)))
         self.probe_cpu.append(cpu)
 
     def call(self, sample: int) -> None:
         """One timed call; fetch its output if the reservoir (secret, kept here) takes it."""
         index = len(self.times)
-        seed = derive_seed(self.case["seed"], self.ev.salt, index + 1)
+        seed = self.ev.fresh_seed(self.case)
         try:
-            header, wall, cpu = self._trip(seed=seed)
-            self.times.append(float(header["raw_us"]) - self.overhead_us)
-            self.trips.append(wall)
+            header, reported, path, cpu = self._trip(seed=seed)
+            self.times.append(reported)
+            self.paths.append(path)
+            self.outside.append(float(header.get("outside_us", 0.0)))
             self.cpu.append(cpu)
             slot = index if index < sample else _RNG.randrange(index + 1)
             if slot < sample:
-                header, payload = _ask(self.worker, "fetch")
-                entry = (index, seed, header["output"], payload)
+                index_seed = _RNG.getrandbits(63)
+                header, payload = _ask(self.worker, "fetch", count=sampling.SAMPLED_ELEMENTS,
+                                       seed=index_seed)
+                entry = _Kept(index, seed, header["output"], payload,
+                              int(header.get("sampled", 0)), index_seed)
                 if slot < len(self.kept):
                     self.kept[slot] = entry
                 else:
@@ -286,41 +356,69 @@ class _TimedRun:
         except CandidateFailure as exc:
             raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
 
-    def hidden(self) -> str | None:
+    def hidden(self, counted: float = 0.0) -> str | None:
         """What was measured from outside but not reported, when it is too much to be noise.
+
+        ``counted``: device time per call found outside the events (``outside_excess``), which
+        the result will count, so it is not hidden.
 
         Per timed call, the round trip (or the worker's CPU time) minus what the reported time
         allows is the cost of the untimed path; the cheapest one is compared with the cheapest
-        probe (the same path without the kernel), so load on the machine, which only adds, does
-        not make honest kernels look guilty. A difference counts only above the reported median
-        (more than half the work hidden) and above a slack for the untimed path's noise.
+        probe (the same path with a trusted kernel), so load on the machine, which only adds,
+        does not make honest kernels look guilty. A difference counts only above the reported
+        median (more than half the work hidden) and above a margin: a fixed slack for the
+        untimed path plus the spread of this run's own probes.
         """
-        reported = statistics.median(self.times)
+        reported = statistics.median(self.times) + counted
         fastest = min(self.probes)
-        wall = min(t - k for t, k in zip(self.trips, self.times, strict=True)) - fastest
-        slack = HIDDEN_SLACK_US + HIDDEN_SLACK_SHARE * fastest
-        if wall > max(slack + statistics.median(self.probes) - fastest, reported):
+        wall = min(self.paths) - counted - fastest
+        slack = HIDDEN_SLACK_US + HIDDEN_SLACK_SHARE * fastest + _spread(self.probes)
+        if wall > max(slack, reported):
             return f"the wall clock saw about {wall:.0f} us per call more"
         if None in self.cpu or None in self.probe_cpu or not self.cpu:
             return None
         lanes = self.worker.cpus()  # an honest kernel may keep this many CPUs busy
         spent = [c for c in self.cpu if c is not None]
-        cheapest = min(c for c in self.probe_cpu if c is not None)
-        cpu = min(c - lanes * max(k, 0.0) for c, k in zip(spent, self.times, strict=True))
+        probe_cpu = [c for c in self.probe_cpu if c is not None]
+        cheapest = min(probe_cpu)
+        cpu = min(c - lanes * max(k + counted, 0.0)
+                  for c, k in zip(spent, self.times, strict=True))
         cpu -= cheapest
-        if cpu > max(HIDDEN_CPU_SLACK_US + HIDDEN_SLACK_SHARE * cheapest, reported):
+        margin = HIDDEN_CPU_SLACK_US + HIDDEN_SLACK_SHARE * cheapest + _spread(probe_cpu)
+        if cpu > max(margin, reported):
             return f"the worker used about {cpu:.0f} us of CPU per call more"
         return None
 
+    def outside_excess(self) -> float:
+        """Device time per call outside the caller's stream events, beyond the probes' (GPU).
 
-def _precise(times: list[float]) -> bool:
-    """Stop once the standard error is under 0.1% of the mean."""
-    n = len(times)
-    if n < 10:
+        Work on a side stream that overlapped the flush or outlived the end event lengthens
+        the flush span or the tail; an honest kernel's are the probes'. Above a margin (2 us,
+        2% of the median, or twice the probes' spread) the median excess is counted: added to
+        every call, so such work is timed rather than rejected.
+        """
+        if not self.outside or not self.probe_outside:
+            return 0.0
+        excess = statistics.median(self.outside) - statistics.median(self.probe_outside)
+        margin = max(OUTSIDE_SLACK_US, OUTSIDE_SLACK_SHARE * statistics.median(self.times),
+                     2.0 * _spread(self.probe_outside))
+        return excess if excess > margin else 0.0
+
+
+def _spread(values: list[float]) -> float:
+    """Upper quartile minus the minimum: how far this run's untimed path strays upwards."""
+    ordered = sorted(values)
+    return ordered[(3 * (len(ordered) - 1)) // 4] - ordered[0] if ordered else 0.0
+
+
+def precise(times: list[float], after: int = PRECISE_AFTER) -> bool:
+    """Stop once the median's 95% interval is within PRECISION of it (at least ``after``
+    calls; under 6 calls the interval is their whole range)."""
+    if len(times) < after:
         return False
-    mean = sum(times) / n
-    var = sum((t - mean) ** 2 for t in times) / (n - 1)
-    return mean > 0 and (var / n) ** 0.5 < 1e-3 * mean
+    low, high = median_interval(times)
+    middle = statistics.median(times)
+    return middle > 0 and (high - low) / 2 <= PRECISION * middle
 
 
 def _ask(worker: Worker, op: str, timeout: float | None = None,

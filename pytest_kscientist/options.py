@@ -29,6 +29,8 @@ class Settings:
     compare_runs: tuple[Any, ...] = ()  # the RunResults read from compare_path
     max_regression: float | None = None  # a fraction: 0.05 for 5%
     skip_reference: bool = False  # --ks-skip-reference: the reference is not timed
+    # --ks-beside: kernels timed interleaved beside every candidate, like baselines.
+    beside: tuple[Path, ...] = ()
 
 
 def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
@@ -61,6 +63,10 @@ def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
     group.addoption("--ks-baselines", metavar="NAMES", default=None,
                     help="baselines timed beside each candidate: all (default), none, or "
                     "comma-separated names from the task's [[baselines]] (ini: ks_baselines)")
+    group.addoption("--ks-beside", action="append", default=[], metavar="PATH",
+                    help="a kernel file timed interleaved beside every candidate, as an extra "
+                    "baseline named by its file stem (speedups vs_<stem>, with intervals); "
+                    "repeatable. --evolve times each generation's parents this way")
     group.addoption("--ks-skip-reference", action="store_true", default=False,
                     help="do not time the task's reference (no reference node, no "
                     "speedup_vs_ref); --evolve's child sessions pass it")
@@ -91,35 +97,43 @@ def _positive(flag: str, raw: str, kind: type = float) -> float:
         value = kind(raw)
     except ValueError:
         value = 0
-    if value <= 0:
+    # NaN compares false both ways and inf overflows the worker's deadlines: finite only.
+    if not (0 < value < float("inf")):
         noun = "a positive number of seconds" if kind is float else "a positive integer"
         raise pytest.UsageError(f"{flag} expects {noun}, got '{raw}'")
     return value
 
 
-def resolve(config: pytest.Config) -> Settings:
-    """Validate every option once; raise pytest.UsageError naming the flag and the fix."""
-    opt = config.option
-    kernels = []
-    for raw in opt.kernel:
+def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
+    """Existing .py files, resolved; a usage error naming ``flag`` otherwise."""
+    paths = []
+    for raw in raws:
         path = Path(raw).expanduser()
         if not path.is_file():
             raise pytest.UsageError(
-                f"--kernel {raw}: no such file; expected a Python file exposing custom_kernel(data)"
+                f"{flag} {raw}: no such file; expected a Python file exposing custom_kernel(data)"
             )
         if path.suffix != ".py":
             raise pytest.UsageError(
-                f"--kernel {raw}: expected a .py file exposing custom_kernel(data), got "
+                f"{flag} {raw}: expected a .py file exposing custom_kernel(data), got "
                 f"'{path.suffix or 'no suffix'}'"
             )
-        kernels.append(path.resolve())
-    stems = [p.stem for p in kernels]
+        paths.append(path.resolve())
+    return tuple(paths)
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Validate every option once; raise pytest.UsageError naming the flag and the fix."""
+    opt = config.option
+    kernels = _kernel_files("--kernel", opt.kernel)
+    beside = _kernel_files("--ks-beside", opt.ks_beside)
+    stems = [p.stem for p in kernels] + [p.stem for p in beside]
     for stem in set(stems):
         if stems.count(stem) > 1:
-            clash = ", ".join(str(p) for p in kernels if p.stem == stem)
+            clash = ", ".join(str(p) for p in (*kernels, *beside) if p.stem == stem)
             raise pytest.UsageError(
-                f"--kernel: two candidates are named '{stem}' ({clash}); test ids use the file "
-                "stem, so rename one"
+                f"--kernel/--ks-beside: two kernels are named '{stem}' ({clash}); test ids and "
+                "speedup columns use the file stem, so rename one"
             )
     if opt.ks_salt is None:
         salt, salt_given = secrets.randbits(32), False
@@ -164,7 +178,7 @@ def resolve(config: pytest.Config) -> Settings:
         profile=profile, device=device, timeout_s=timeout, bench_budget_s=budget, evolve=evolve,
         baselines=_baselines(opt.ks_baselines or config.getini("ks_baselines") or "all"),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
-        max_regression=max_regression, skip_reference=skip_reference,
+        max_regression=max_regression, skip_reference=skip_reference, beside=beside,
     )
 
 

@@ -29,6 +29,9 @@ def _label(c: CandidateResult) -> str:
 def _vs(c: CandidateResult, name: str) -> str:
     """A speedup cell; ``*`` when the baseline missed the check beside it (a yardstick only)."""
     cell = _x(c.speedups.get(name))
+    interval = c.speedup_intervals.get(name)
+    if interval and c.speedups.get(name) is not None:
+        cell += f"({interval[0]:.2f}-{interval[1]:.2f})"
     return cell + "*" if c.baseline_verified.get(name) is False else cell
 
 
@@ -36,8 +39,9 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
                     saved: tuple[RunResults, ...] = (), task: str = "") -> list[str]:
     """Rows: candidate, passed, failed, geomean, speedups (reference, each baseline), floor.
 
-    ``vs_<baseline>`` is timed interleaved with the candidate; ``floor_frac`` is the geomean
-    of floor_us / median_us; ``vs_saved`` the geomean time change against ``--ks-compare``.
+    ``vs_<baseline>`` is timed interleaved with the candidate, with its 95% interval;
+    ``floor_frac`` is the geomean of floor_us / median_us; ``vs_saved`` the geomean time
+    change against ``--ks-compare``.
     """
     names = baselines or []
     head = ["candidate", "passed", "failed", "geomean_us", "speedup_vs_ref",
@@ -75,7 +79,7 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 floors[case.case_id] = case.floor_us
             timed = case.stats is not None and case.outcome in ("passed", "xfailed")
             cells[(case.case_id, c.name)] = (
-                _us(case.stats.median_us) + ("*" if case.outcome == "xfailed" else "")
+                _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
                 if timed and case.stats else "FAIL"
             )
     if not cases:
@@ -89,6 +93,14 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
            if (b := timed_benchmarks(c)) and len(b) == len(cases) else "-" for c in cands]
     rows.append(("geomean", *geo, _us(geomean(known)) if len(known) == len(cases) else "-"))
     return _align(rows)
+
+
+def _median(stats: Any) -> str:
+    """A median with the half-width of its 95% interval, in percent of it."""
+    cell = _us(stats.median_us)
+    if stats.ci_low_us is not None and stats.ci_high_us is not None and stats.median_us > 0:
+        cell += f"±{50 * (stats.ci_high_us - stats.ci_low_us) / stats.median_us:.1f}%"
+    return cell
 
 
 def _align(rows: list[tuple[str, ...]]) -> list[str]:
@@ -157,6 +169,8 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("")
             for line in lines:
                 tr.write_line("  " + line)
+            tr.write_line("  ±: half-width of each median's 95% interval, in percent; (low-high) "
+                          "after a speedup: its 95% interval")
         for line in run_notes(session, task_name, cands):
             tr.write_line("  " + line)
         for c in cands:

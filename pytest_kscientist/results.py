@@ -8,7 +8,9 @@ from pydantic import BaseModel, Field, computed_field
 
 # 2: outcome "xfailed" (a baseline with verify = "report" missing the tolerance), the
 # baseline_verified / verified / mismatch / verify fields.
-RESULTS_SCHEMA_VERSION = 2
+# 3: ci_low_us / ci_high_us / counted_outside_us on stats, speedup_low / speedup_high,
+# speedup_intervals.
+RESULTS_SCHEMA_VERSION = 3
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -26,6 +28,12 @@ class TimingStats(BaseModel):
     runs: int
     verified_runs: int = 0
     clock: str = ""
+    # Distribution-free 95% interval of the median (order statistics of the timed calls).
+    ci_low_us: float | None = None
+    ci_high_us: float | None = None
+    # Device time per call that ran outside the caller's stream events (side streams, work
+    # after the end event), measured against probes and added to every call (GPU only).
+    counted_outside_us: float = 0.0
     # The timed calls themselves, for pooling interleaved rounds and for pytest-benchmark;
     # kept in memory only (never written: the summary fields above are the record).
     samples_us: list[float] = Field(default_factory=list, exclude=True, repr=False)
@@ -36,6 +44,9 @@ class BaselineTiming(BaseModel):
 
     stats: TimingStats | None = None
     speedup: float | None = None  # geomean over rounds of baseline median / candidate median
+    # Conservative 95% interval of ``speedup``: the medians' intervals divided crosswise.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     rounds: int = 0
     reason: str = ""  # why there is no speedup: the baseline failed, or was not run
     # False: the baseline's sampled outputs missed the tolerance in some round and it declares
@@ -82,6 +93,8 @@ class CandidateResult(BaseModel):
     # Over this candidate's benchmarks: geomean of the interleaved per-case speedups over each
     # baseline, and geomean of floor_us / median_us.
     speedups: dict[str, float] = Field(default_factory=dict)
+    # Per baseline of ``speedups``: [low, high], the geomeans of the per-case intervals.
+    speedup_intervals: dict[str, list[float]] = Field(default_factory=dict)
     # Per baseline of ``speedups``: False when its outputs missed the tolerance beside this
     # candidate (verify = "report"): that speedup is over a yardstick, not a verified result.
     baseline_verified: dict[str, bool] = Field(default_factory=dict)

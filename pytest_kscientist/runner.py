@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any
 
-from pytest_kscientist import channel, perturb
+from pytest_kscientist import channel, perturb, sampling
 from pytest_kscientist.integrity import Tripwire
 from pytest_kscientist.timing import make_timer
 
@@ -31,7 +31,7 @@ _enumerate = enumerate
 
 # Attributes of the runner that hold captured functions; replacing one is tampering.
 CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "generate", "timer",
-            "key", "apply_changes")
+            "key", "apply_changes", "sample_index")
 
 
 def _load_module(path: str, name: str) -> Any:
@@ -72,6 +72,7 @@ class Runner:
         self.fill_ = torch.Tensor.fill_
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
+        self.sample_index = sampling.flat_index
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         self.generate = _load_module(hello["reference"], "_ks_task_inputs").generate_input
@@ -82,7 +83,7 @@ class Runner:
         self.last: Any = None  # output snapshot of the last call, until fetched or replaced
         self.tripwire = Tripwire(
             {"runner": (self, CAPTURED), "timer": (self.timer, None)},
-            modules=[sys.modules[__name__], channel, perturb],
+            modules=[sys.modules[__name__], channel, perturb, sampling],
         )
         for name in [m for m in sys.modules if m.split(".")[0] == "pytest_kscientist"]:
             del sys.modules[name]
@@ -136,7 +137,7 @@ class Runner:
     def op_check(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         pristine, given = self._inputs(req["case"], req["seed"])
         versions = [t._version for t in given if _isinstance(t, self.Tensor)]
-        snap, _, problem = self._run(self.kernel, pristine, given)
+        snap, _, _, problem = self._run(self.kernel, pristine, given)
         if problem:
             return _fail(problem)
         self.held = (pristine, given, versions)
@@ -153,30 +154,40 @@ class Runner:
         self.apply_changes(given, req["changes"])
         self._clear_output(given)
         self.set_versions(tuple(t for t in given if _isinstance(t, self.Tensor)), versions)
-        snap, _, problem = self._run(self.kernel, pristine, given)
+        snap, _, _, problem = self._run(self.kernel, pristine, given)
         if problem:
             return _fail(problem)
         meta, payload = _serialise(snap)
         return {"ok": True, "output": meta}, payload
 
     def op_call(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """One benchmark call (or, for ``probe``, the same path without the kernel)."""
+        """One benchmark call (or, for ``probe``, the same path with a trusted busy kernel of
+        ``busy_us`` on the GPU, nothing on the CPU, in place of the candidate)."""
         self.last = None
         pristine, given = self._inputs(req["case"], req["seed"])
         if req.get("probe"):
-            _, raw, problem = self._run(self._probe, pristine, given, probe=True)
+            busy = self.timer.busy(float(req.get("busy_us", 0.0)))
+            _, raw, outside, problem = self._run(busy, pristine, given, probe=True)
         else:
-            self.last, raw, problem = self._run(self.kernel, pristine, given)
+            self.last, raw, outside, problem = self._run(self.kernel, pristine, given)
         if problem:
             return _fail(problem)
-        return {"ok": True, "raw_us": raw}, b""
+        return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
 
     def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The last call's output; with ``count``, only that many elements of it, at flat
+        indices drawn from ``seed`` (chosen in the pytest process after the call)."""
         if self.last is None:
             return _fail("fetch requested without a call before it")
-        meta, payload = _serialise(self.last)
-        self.last = None
-        return {"ok": True, "output": meta}, payload
+        snap, self.last = self.last, None
+        count = req.get("count")
+        if count is None or snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS:
+            meta, payload = _serialise(snap)
+            return {"ok": True, "output": meta}, payload
+        index = self.sample_index(snap.numel(), int(count), int(req["seed"]))
+        meta, payload = _serialise(snap.reshape(-1)[index.to(snap.device)])
+        meta["shape"] = list(snap.shape)
+        return {"ok": True, "output": meta, "sampled": _len(index)}, payload
 
     # -- one call ---------------------------------------------------------------------------
 
@@ -193,14 +204,12 @@ class Runner:
         if out_idx is not None and given[out_idx].is_floating_point():
             self.fill_(given[out_idx], float("nan"))
 
-    def _probe(self, given: Any) -> Any:
-        return given[self.output_index] if self.output_index is not None else None
-
     def _run(self, fn: Any, pristine: Any, given: Any,
-             probe: bool = False) -> tuple[Any, float, str | None]:
-        """Time ``fn(given)``, snapshot its output at once, check: (snapshot, raw_us, problem)."""
+             probe: bool = False) -> tuple[Any, float, float, str | None]:
+        """Time ``fn(given)``, snapshot its output at once, check:
+        (snapshot, raw_us, outside_us, problem)."""
         prepared = given if self.prepare is None else self.prepare(given)
-        out, raw = self.timer.time_call(fn, given if probe else prepared)
+        out, raw, outside = self.timer.time_call(fn, given if probe else prepared)
         snap = self.clone(out) if _type(out) is self.Tensor else None
         problem = None if probe else self._check_output(out, given)
         problem = self._check_inputs(pristine, given) or problem
@@ -209,7 +218,7 @@ class Runner:
             # Poison what was returned: a later torch.empty_like() that lands on this memory
             # must not find a finished result there.
             self.fill_(out, float("nan"))
-        return snap, raw, problem
+        return snap, raw, outside, problem
 
     def _check_output(self, out: Any, given: Any) -> str | None:
         """Structural checks the worker can make; returns a failure reason or None."""

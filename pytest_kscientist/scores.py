@@ -34,6 +34,7 @@ def score(cand: CandidateResult) -> None:
     bench = timed_benchmarks(cand)
     cand.geomean_us = None
     cand.speedups = {}
+    cand.speedup_intervals = {}
     cand.baseline_verified = {}
     cand.floor_fraction = None
     if bench is None:
@@ -45,6 +46,11 @@ def score(cand: CandidateResult) -> None:
         if len(ratios) == len(bench) and all(r is not None and r > 0 for r in ratios):
             cand.speedups[name] = geomean([r for r in ratios if r is not None])
             cand.baseline_verified[name] = all(c.baselines[name].verified for c in bench)
+            lows = [c.baselines[name].speedup_low for c in bench]
+            highs = [c.baselines[name].speedup_high for c in bench]
+            if all(x is not None and x > 0 for x in lows + highs):
+                cand.speedup_intervals[name] = [geomean([x for x in lows if x is not None]),
+                                                geomean([x for x in highs if x is not None])]
     fractions = [floor_fraction(c) for c in bench]
     if all(f is not None and f > 0 for f in fractions):
         cand.floor_fraction = geomean([f for f in fractions if f is not None])

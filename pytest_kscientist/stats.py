@@ -1,4 +1,4 @@
-"""Summary statistics of timed calls and geometric means."""
+"""Summary statistics of timed calls, intervals of medians and of ratios, geometric means."""
 
 from __future__ import annotations
 
@@ -8,13 +8,17 @@ from collections.abc import Sequence
 
 from pytest_kscientist.results import TimingStats
 
+Z95 = 1.96
 
-def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = "") -> TimingStats:
-    """Mean, median, min, max, std and standard error of the mean of ``times_us`` (kept too)."""
+
+def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = "",
+              counted_us: float = 0.0) -> TimingStats:
+    """Mean, median (with its 95% interval), min, max, std and standard error of ``times_us``."""
     n = len(times_us)
     if n == 0:
         raise ValueError("summarize() needs at least one timed call, got none")
     std = statistics.stdev(times_us) if n > 1 else 0.0
+    low, high = median_interval(times_us)
     return TimingStats(
         mean_us=statistics.fmean(times_us),
         median_us=statistics.median(times_us),
@@ -25,8 +29,39 @@ def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = ""
         runs=n,
         verified_runs=verified_runs,
         clock=clock,
+        ci_low_us=low,
+        ci_high_us=high,
+        counted_outside_us=counted_us,
         samples_us=list(times_us),
     )
+
+
+def median_interval(times: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free ~95% interval of the median: order statistics n/2 -+ 0.98 sqrt(n).
+
+    Assumes only independent calls from one distribution; below 6 calls it is the whole range.
+    """
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_interval() needs at least one value, got none")
+    if n < 6:
+        return ordered[0], ordered[-1]
+    half = Z95 * math.sqrt(n) / 2
+    low = max(math.floor(n / 2 - half), 0)
+    high = min(math.ceil(n / 2 + half), n - 1)
+    return ordered[low], ordered[high]
+
+
+def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
+    """A conservative interval of num.median / den.median from both medians' intervals."""
+    if None in (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us):
+        return None
+    assert num.ci_low_us is not None and num.ci_high_us is not None
+    assert den.ci_low_us is not None and den.ci_high_us is not None
+    if min(num.ci_low_us, den.ci_low_us) <= 0:
+        return None
+    return num.ci_low_us / den.ci_high_us, num.ci_high_us / den.ci_low_us
 
 
 def geomean(values: Sequence[float]) -> float:

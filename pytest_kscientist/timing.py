@@ -4,11 +4,18 @@
 (the runner calls it before importing the candidate), so later monkeypatching of ``time``,
 ``torch.cuda.Event`` or ``torch.cuda.synchronize`` by candidate code does not reach it.
 
-GPU protocol: flush L2, synchronise the device, record a start event, call, synchronise the
-whole device (so work left on side streams or queued by other threads is counted), record an
-end event. The constant cost of that protocol (sync and event latency) is measured on an empty
-call and subtracted by the pytest process. CPU protocol: a monotonic nanosecond clock around
-the call.
+GPU protocol (README, "How a call is timed"): a device-wide synchronisation, a short spin kernel
+(an idle H200 runs the first kernels after a 2 ms pause 20-100 us slower: ``bench/gap_probe.py``,
+notes/timing.md), an event, the L2 flush (256 MB written), the start event, the call, the end
+event on the caller's stream right after it returns; then a device-wide synchronisation and an
+``after`` event. The kernel time is start -> end, as in GPU MODE's eval and
+``triton.testing.do_bench``: the host's launch work overlaps the spin and the flush, so up to
+~0.3 ms of it is not counted.
+Work the caller's stream did not order between start and end (a side stream that started
+during the flush, work left running after the end event) shows as extra device time in the
+flush span and the tail (end -> after); the runner reports that ``outside_us`` with every call
+and the pytest process compares it with probes of the same path (``evaluate.py``). CPU
+protocol: a monotonic nanosecond clock around the call.
 """
 
 from __future__ import annotations
@@ -18,20 +25,28 @@ from collections.abc import Callable
 from typing import Any
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+# GPU cycles of the spin before each timed call: about 0.2 ms at the H200's 1.98 GHz, enough to
+# bring an idle GPU to the state a back-to-back loop runs in (measured, notes/timing.md).
+WARM_CYCLES = 400_000
 
 
 class Timer:
-    """Times one call of ``fn(arg)``; returns (result, raw_us).
+    """Times one call of ``fn(arg)``; returns (result, raw_us, outside_us).
 
     ``raw_us`` still contains the protocol's own cost; the pytest process subtracts
     ``overhead_us`` (measured here before any candidate code runs), so candidate code that
-    rewrites the attribute changes nothing.
+    rewrites the attribute changes nothing. ``outside_us``: device time of the flush span and
+    the tail (GPU), 0 on the CPU.
     """
 
     overhead_us = 0.0
 
-    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float]:
+    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float, float]:
         raise NotImplementedError
+
+    def busy(self, us: float) -> Callable[[Any], Any]:
+        """A trusted stand-in for a kernel that keeps the device busy for about ``us``."""
+        return _empty
 
     def calibrate(self, runs: int = 25) -> None:
         """Measure the protocol's own cost on an empty call (median) and subtract it later."""
@@ -47,12 +62,12 @@ class CpuTimer(Timer):
     def __init__(self) -> None:
         self._now = time.perf_counter_ns
 
-    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float]:
+    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float, float]:
         now = self._now
         t0 = now()
         out = fn(arg)
         t1 = now()
-        return out, (t1 - t0) / 1000.0
+        return out, (t1 - t0) / 1000.0, 0.0
 
 
 class CudaTimer(Timer):
@@ -65,22 +80,56 @@ class CudaTimer(Timer):
         self._elapsed = base.elapsed_time
         self._ev_sync = base.synchronize
         self._device_sync = torch._C._cuda_synchronize
+        self._spin = torch.cuda._sleep
         self._zero = torch.Tensor.zero_
         self._current_stream = torch.cuda.current_stream
         self._scratch = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+        self.cycles_per_us = self._clock_rate()
 
-    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float]:
-        start = self._event(enable_timing=True)
-        end = self._event(enable_timing=True)
-        self._zero(self._scratch)
-        self._device_sync()
+    def _clock_rate(self) -> float:
+        """GPU spin cycles per microsecond, read from events around a spin (for ``busy``)."""
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
         stream = self._current_stream()
+        self._spin(WARM_CYCLES)
         self._record(start, stream)
-        out = fn(arg)
-        self._device_sync()
+        self._spin(2 * WARM_CYCLES)
         self._record(end, stream)
         self._ev_sync(end)
-        return out, self._elapsed(start, end) * 1000.0
+        return 2 * WARM_CYCLES / max(self._elapsed(start, end) * 1000.0, 1.0)
+
+    def busy(self, us: float) -> Callable[[Any], Any]:
+        cycles = max(int(us * self.cycles_per_us), 0)
+        spin = self._spin
+
+        def run(_: Any) -> None:
+            if cycles:
+                spin(cycles)
+
+        return run
+
+    def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float, float]:
+        event, record, stream_of = self._event, self._record, self._current_stream
+        flushed, start = event(enable_timing=True), event(enable_timing=True)
+        end, after = event(enable_timing=True), event(enable_timing=True)
+        self._device_sync()
+        stream = stream_of()
+        # Spin, flush, start and the call go in one queue with no gap: after 1-2 ms idle, any
+        # emptied queue before the flush (a synchronisation, or the host waiting for the spin)
+        # made small shapes 20-100 us slower. The host launches the call while the spin and
+        # the flush run, so launch work under ~0.3 ms is not counted, as in
+        # triton.testing.do_bench (notes/timing.md, H200 runs 2-4).
+        self._spin(WARM_CYCLES)
+        record(flushed, stream)
+        self._zero(self._scratch)
+        record(start, stream)
+        out = fn(arg)
+        record(end, stream)
+        self._device_sync()
+        record(after, stream)
+        self._ev_sync(after)
+        elapsed = self._elapsed
+        outside = elapsed(flushed, start) + elapsed(end, after)
+        return out, elapsed(start, end) * 1000.0, outside * 1000.0
 
 
 def make_timer(device: str) -> Timer:

@@ -78,7 +78,8 @@ class FakeEvaluator:
         self.fail = fail or set()
         self.block_at_call = block_at_call
 
-    def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
+    def evaluate(self, kernels: list[Path], timeout_s: float | None,
+                 beside: tuple[Path, ...] = ()) -> RunResults:
         self.calls.append([p.stem for p in kernels])
         log = os.environ.get("KS_FAKE_CALL_LOG")
         if log:
@@ -97,8 +98,21 @@ class FakeEvaluator:
             machine=MachineInfo(
                 hostname="h", platform="p", python="3", torch="t", device="cpu", device_name="fake"
             ),
-            candidates=[self._result(p) for p in kernels],
+            candidates=[self._beside(self._result(p), beside) for p in kernels],
         )
+
+    def _beside(self, result: CandidateResult, beside: tuple[Path, ...]) -> CandidateResult:
+        """Speedups over the kernels timed beside, as an interleaved session reports them:
+        the synthetic ratio, with a 1% interval."""
+        if result.geomean_us is None:
+            return result
+        for path in beside:
+            other = self._result(path).geomean_us
+            if other:
+                ratio = other / result.geomean_us
+                result.speedups[path.stem] = ratio
+                result.speedup_intervals[path.stem] = [ratio * 0.99, ratio * 1.01]
+        return result
 
     def _result(self, path: Path) -> CandidateResult:
         knobs = read_tunables(path.read_text(encoding="utf-8"))

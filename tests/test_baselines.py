@@ -79,7 +79,8 @@ class _FakeEvaluator:
         self.task.spec.bench.rounds = rounds
 
     def bench(self, worker: Any, case: Any, device_name: str, budget_s: float,
-              tolerate: bool = False, samples: int | None = None) -> CaseResult:
+              tolerate: bool = False, samples: int | None = None,
+              precise_after: int = 20) -> CaseResult:
         self.log.append(worker)
         self.samples.setdefault(worker, set()).add(samples)
         if worker == "broken":

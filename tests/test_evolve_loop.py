@@ -101,7 +101,7 @@ def test_each_generation_selects_designs_writes_and_evaluates(tmp_path: Path) ->
     text = run.out.getvalue()
     for stage in ("seed", "select", "design", "write", "evaluate"):
         assert f"| {stage}" in text
-    assert "gen 3/3" in text and "x over the best seed c0001" in text
+    assert "gen 3/3" in text and "over seed c0001 (tunable.py), ratios timed beside" in text
     assert "stopped: 3 generation(s) done" in text
     findings = (run.root / "findings.md").read_text()
     assert "## What helped" in findings and "## Designer notes" in findings
@@ -142,11 +142,11 @@ def test_ctrl_c_during_evaluation_leaves_candidates_pending_then_evaluates_them(
     tmp_path: Path,
 ) -> None:
     class Interrupting(FakeEvaluator):
-        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
+        def evaluate(self, kernels, timeout_s, beside=()):  # type: ignore[no-untyped-def]
             if len(self.calls) == 1:
                 self.calls.append([p.stem for p in kernels])
                 raise KeyboardInterrupt
-            return super().evaluate(kernels, timeout_s)
+            return super().evaluate(kernels, timeout_s, beside)
 
     run = Run(tmp_path)
     assert run(2, evaluator=Interrupting()) == 2
@@ -234,7 +234,7 @@ def test_no_passing_seed_means_nothing_to_evolve(tmp_path: Path) -> None:
 
 def test_a_child_session_error_stops_and_keeps_candidates_pending(tmp_path: Path) -> None:
     class Crashing(FakeEvaluator):
-        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
+        def evaluate(self, kernels, timeout_s, beside=()):  # type: ignore[no-untyped-def]
             raise EvaluationError("child pytest session exited with code 4 without results")
 
     run = Run(tmp_path)
@@ -293,8 +293,8 @@ def test_results_become_records_with_first_failure_and_bench_medians() -> None:
 
 def test_a_session_on_another_case_profile_is_flagged(tmp_path: Path) -> None:
     class SwitchesProfile(FakeEvaluator):
-        def evaluate(self, kernels, timeout_s):  # type: ignore[no-untyped-def]
-            run = super().evaluate(kernels, timeout_s)
+        def evaluate(self, kernels, timeout_s, beside=()):  # type: ignore[no-untyped-def]
+            run = super().evaluate(kernels, timeout_s, beside)
             return run.model_copy(update={"profile": "full" if len(self.calls) > 1 else "cpu"})
 
     run = Run(tmp_path)
@@ -312,7 +312,7 @@ class _Session(ChildSession):
         self.error = error
         self.got: list[tuple[list[str], tuple[str, ...]]] = []
 
-    def evaluate(self, kernels, timeout_s, extra=()):
+    def evaluate(self, kernels, timeout_s, beside=(), extra=()):
         self.got.append(([p.stem for p in kernels], tuple(extra)))
         if self.error is not None:
             raise self.error

@@ -115,7 +115,8 @@ def test_conftest_roles_drive_the_generations(
             "*kscientist toy: generation 1*",
             "id*parent*change*verdict*geomean_us*vs parent",
             "c0002*c0001*passed*",
-            "best so far: *x over the best seed c0001 (tunable.py)",
+            "best so far: *x [[]*[]] over seed c0001 (tunable.py), ratios timed beside each "
+            "parent along its lineage",
             "*stopped: 2 generation(s) done*",
             "population: 5 candidates in 3 generations (5 passed, 0 failed, 0 pending)",
         ]

@@ -16,7 +16,8 @@ from conftest import AXPY
          "exposing custom_kernel(data)"),
         (["--kernel", "notes.txt"], "--kernel notes.txt: expected a .py file exposing "
          "custom_kernel(data), got '.txt'"),
-        (["--kernel", "a/k.py", "--kernel", "b/k.py"], "--kernel: two candidates are named 'k'"),
+        (["--kernel", "a/k.py", "--kernel", "b/k.py"],
+         "--kernel/--ks-beside: two kernels are named 'k'"),
         (["--ks-salt", "abc"],
          "--ks-salt expects the integer printed by an earlier run, got 'abc'"),
         (["--ks-timeout", "0"], "--ks-timeout expects a positive number of seconds, got '0'"),

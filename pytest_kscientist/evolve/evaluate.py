@@ -46,8 +46,11 @@ class EvaluationError(Exception):
 
 
 class Evaluator(Protocol):
-    def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
-        """Evaluate the kernel files (named by file stem); raise EvaluationError if impossible."""
+    def evaluate(self, kernels: list[Path], timeout_s: float | None,
+                 beside: tuple[Path, ...] = ()) -> RunResults:
+        """Evaluate the kernel files (named by file stem), each timed interleaved with the
+        ``beside`` files (earlier members, speedups keyed by their stems); raise
+        EvaluationError if impossible."""
         ...
 
 
@@ -92,6 +95,7 @@ def to_record(
             "geomean_us": None if failure else result.geomean_us,
             "bench_median_us": bench,
             "speedups": dict(getattr(result, "speedups", {}) or {}),
+            "speedup_intervals": dict(getattr(result, "speedup_intervals", {}) or {}),
             "failure": failure,
             "result": result,
         }
@@ -136,7 +140,7 @@ class ChildSession:
         return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir)
 
     def evaluate(self, kernels: list[Path], timeout_s: float | None,
-                 extra: tuple[str, ...] = ()) -> RunResults:
+                 beside: tuple[Path, ...] = (), extra: tuple[str, ...] = ()) -> RunResults:
         """Run the child session; return its results or raise EvaluationError."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
@@ -146,6 +150,8 @@ class ChildSession:
         cmd = [sys.executable, "-m", "pytest", str(self.task_dir), *self.args, *extra]
         for kernel in kernels:
             cmd += ["--kernel", str(kernel)]
+        for kernel in beside:
+            cmd += ["--ks-beside", str(kernel)]
         cmd += ["--ks-json", str(json_path)]
         with open(log_path, "w", encoding="utf-8") as log:
             log.write(" ".join(cmd) + "\n\n")
@@ -210,7 +216,8 @@ class ParallelSessions:
             return f"a child pytest session ({used[0].tag})"
         return f"{len(used)} child pytest sessions at once ({', '.join(s.tag for s in used)})"
 
-    def evaluate(self, kernels: list[Path], timeout_s: float | None) -> RunResults:
+    def evaluate(self, kernels: list[Path], timeout_s: float | None,
+                 beside: tuple[Path, ...] = ()) -> RunResults:
         used = self._used(len(kernels))
         groups = [kernels[i :: len(used)] for i in range(len(used))]
         extra = () if self.salt_given else ("--ks-salt", str(secrets.randbits(32)))
@@ -218,7 +225,7 @@ class ParallelSessions:
 
         def run(i: int) -> None:
             try:
-                outcomes[i] = used[i].evaluate(groups[i], timeout_s, extra)
+                outcomes[i] = used[i].evaluate(groups[i], timeout_s, beside, extra)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                 outcomes[i] = exc
 

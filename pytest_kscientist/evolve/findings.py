@@ -1,7 +1,11 @@
 """The findings document of a task: what helped, what hurt, what failed and why.
 
 Rebuilt from the population after every generation (so it is never out of step with the records
-after a crash) and handed to the next designer. Speed-ups are parent time / child time.
+after a crash) and handed to the next designer. Speed-ups are parent time / child time, taken
+from the session that timed the parent interleaved beside the child (``--ks-beside``), where a
+95% interval says whether the difference is real; a child is "helped" or "hurt" only when that
+interval excludes 1. A comparison across sessions (no parent beside) is listed as neutral:
+session-to-session drift is not measured (issue 10: 0.57x-1.10x for identical kernels on CPU).
 """
 
 from __future__ import annotations
@@ -9,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_kscientist.evolve.population import Member
-
-NEUTRAL_BAND = 0.03  # within 3% of the parent: CPU session-to-session noise on 2 shared cores
 
 
 def lineage(member: Member, by_id: dict[str, Member]) -> list[str]:
@@ -24,13 +26,66 @@ def lineage(member: Member, by_id: dict[str, Member]) -> list[str]:
 
 
 def best(members: Sequence[Member], seeds_only: bool = False) -> Member | None:
-    """The passing member with the lowest geomean (among seeds only if asked)."""
-    passed = [
-        m
-        for m in members
-        if m.geomean_us is not None and (not seeds_only or m.meta.origin == "seed")
-    ]
-    return min(passed, key=lambda m: m.geomean_us or 0.0) if passed else None
+    """The best member: the fastest seed, unless a descendant is confirmed faster than it.
+
+    Seeds are ranked by geomean (timed in one session). A descendant displaces them only with
+    ``confirmed`` evidence: its speedup over its root seed, multiplied along its lineage from
+    ratios timed beside each parent, has a 95% interval above 1; the descendant whose root's
+    time divided by that speedup is lowest is the best.
+    """
+    seeds = [m for m in members if m.geomean_us is not None and m.meta.origin == "seed"]
+    top = min(seeds, key=lambda m: m.geomean_us or 0.0) if seeds else None
+    if seeds_only:
+        return top
+    by_id = {m.id: m for m in members}
+    estimates = []
+    for m in members:
+        found = confirmed(m, by_id)
+        root = by_id[lineage(m, by_id)[0]]
+        if found is not None and found[1] > 1 and root.geomean_us:
+            estimates.append((root.geomean_us / found[0], m))
+    if estimates and (top is None or min(estimates, key=lambda e: e[0])[0] < (top.geomean_us or 0)):
+        return min(estimates, key=lambda e: e[0])[1]
+    if top is None:  # no seed passed: the fastest passing member, unconfirmed
+        passed = [m for m in members if m.geomean_us is not None]
+        return min(passed, key=lambda m: m.geomean_us or 0.0) if passed else None
+    return top
+
+
+def evidence(top: Member, members: Sequence[Member]) -> str:
+    """Why ``top`` is the best, in words a reader can check."""
+    by_id = {m.id: m for m in members}
+    found = confirmed(top, by_id)
+    if top.meta.origin == "seed":
+        faster = [m.id for m in members if m.meta.origin != "seed" and m.geomean_us is not None]
+        return (f"the fastest seed ({top.meta.seed_file}); no descendant confirmed faster "
+                f"beyond the noise measured ({len(faster)} passed)")
+    if found is None:
+        return "no seed passed: fastest by geomean, not confirmed beside a seed"
+    speedup, low, high = found
+    root = lineage(top, by_id)[0]
+    return (f"{speedup:.2f}x [{low:.2f}-{high:.2f}] over seed {root} "
+            f"({by_id[root].meta.seed_file}), ratios timed beside each parent along its lineage")
+
+
+
+def confirmed(member: Member, by_id: dict[str, Member]) -> tuple[float, float, float] | None:
+    """(speedup, low, high) of ``member`` over the seed at the root of its lineage: the product
+    of the ratios timed beside each parent (intervals multiplied, conservatively); None for a
+    seed, or where a link was not timed beside its parent."""
+    chain = lineage(member, by_id)
+    if len(chain) < 2 or by_id[chain[0]].meta.origin != "seed":
+        return None
+    speedup = low = high = 1.0
+    for parent_id, child_id in zip(chain, chain[1:], strict=False):
+        ev = by_id[child_id].evaluation
+        interval = ev.speedup_intervals.get(parent_id) if ev and ev.status == "passed" else None
+        if ev is None or parent_id not in ev.speedups or not interval or len(interval) != 2:
+            return None
+        speedup *= ev.speedups[parent_id]
+        low *= interval[0]
+        high *= interval[1]
+    return speedup, low, high
 
 
 def label(member: Member) -> str:
@@ -61,11 +116,10 @@ def render(
         out.append("No candidate has passed its checks yet.")
     else:
         out.append(f"- {top.id} (gen {top.meta.generation}): {top.geomean_us:.1f} us, {label(top)}")
-        if seed is not None and seed.geomean_us and top.geomean_us:
-            out.append(
-                f"- {seed.geomean_us / top.geomean_us:.2f}x over the best seed {seed.id} "
-                f"({seed.meta.seed_file}, {seed.geomean_us:.1f} us)"
-            )
+        out.append(f"- {evidence(top, members)}")
+        if seed is not None and seed.geomean_us and top is not seed:
+            out.append(f"- the best seed {seed.id} ({seed.meta.seed_file}): "
+                       f"{seed.geomean_us:.1f} us")
         out.append(f"- lineage: {' -> '.join(lineage(top, by_id))}")
     helped, hurt, neutral, failed = [], [], [], []
     for m in members:
@@ -79,29 +133,22 @@ def render(
             failed.append(f"- {what}: {m.evaluation.failure}")
             continue
         if parent is None or parent.geomean_us is None or m.geomean_us is None:
-            neutral.append(f"- {what}: {m.geomean_us:.1f} us (parent not timed)")
+            neutral.append((f"- {what}: {m.geomean_us:.1f} us (parent not timed)", 1.0))
             continue
-        speedup = parent.geomean_us / m.geomean_us
-        line = (
-            f"- {what}: {speedup:.2f}x ({parent.geomean_us:.1f} -> {m.geomean_us:.1f} us)",
-            speedup,
-        )
-        if speedup > 1 + NEUTRAL_BAND:
-            helped.append(line)
-        elif speedup < 1 - NEUTRAL_BAND:
-            hurt.append(line)
-        else:
-            neutral.append(line[0])
+        verdict, text, speedup = versus_parent(m, parent)
+        line = (f"- {what}: {text}", speedup)
+        {"helped": helped, "hurt": hurt, "neutral": neutral}[verdict].append(line)
     sections = [
         (
-            f"What helped (over {NEUTRAL_BAND:.0%} faster than the parent)",
+            "What helped (faster than the parent beyond this run's 95% interval)",
             [t for t, _ in sorted(helped, key=lambda x: -x[1])],
         ),
         (
-            f"What hurt (over {NEUTRAL_BAND:.0%} slower than the parent)",
+            "What hurt (slower than the parent beyond this run's 95% interval)",
             [t for t, _ in sorted(hurt, key=lambda x: x[1])],
         ),
-        ("Neutral (within the noise band)", neutral),
+        ("Neutral (within the noise measured, or compared across sessions)",
+         [t for t, _ in neutral]),
         ("What failed and why", failed),
     ]
     for title, lines in sections:
@@ -110,6 +157,23 @@ def render(
     if designer_notes.strip():
         out += ["", "## Designer notes (latest)", "", designer_notes.strip()]
     return "\n".join(out) + "\n"
+
+
+def versus_parent(child: Member, parent: Member) -> tuple[str, str, float]:
+    """(helped/hurt/neutral, a line's text, speedup) of ``child`` over ``parent``."""
+    ev = child.evaluation
+    speedup = (ev.speedups.get(parent.id) if ev else None)
+    interval = ev.speedup_intervals.get(parent.id) if ev else None
+    if speedup is not None and interval and len(interval) == 2:
+        low, high = interval
+        text = (f"{speedup:.2f}x [{low:.2f}-{high:.2f}] over the parent timed beside it "
+                f"({child.geomean_us:.1f} us)")
+        verdict = "helped" if low > 1 else "hurt" if high < 1 else "neutral"
+        return verdict, text, speedup
+    assert parent.geomean_us is not None and child.geomean_us is not None
+    speedup = parent.geomean_us / child.geomean_us
+    return "neutral", (f"{speedup:.2f}x across sessions ({parent.geomean_us:.1f} -> "
+                       f"{child.geomean_us:.1f} us; drift not measured)"), speedup
 
 
 def _winners(members: Sequence[Member]) -> list[str]:

@@ -34,6 +34,9 @@ from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 FINDINGS = "findings.md"
 WAIT_POLL_S = 0.2  # how often a run checks on candidates another live run is evaluating
 WAIT_NOTE_S = 30.0  # how often it says it is still waiting
+# Parents re-timed beside a generation's candidates: each one costs as much bench time as a
+# candidate's own benchmarks, and a generation usually has one base.
+MAX_BESIDE = 2
 
 
 @dataclass(frozen=True)
@@ -360,8 +363,12 @@ class Evolution:
         self._stage("evaluate", f"{ids} in {where}")
         began = self.clock()
         paths = [self.pop.source_path(m.id) for m in pending]
+        beside = self._parents_beside(pending)
+        if beside:
+            names = " ".join(p.stem for p in beside)
+            self._stage("evaluate", f"parents timed beside each: {names}")
         try:
-            run = self.evaluator.evaluate(paths, self._remaining())
+            run = self.evaluator.evaluate(paths, self._remaining(), beside=beside)
         except EvaluationError as exc:
             self.pop.log(
                 "evaluation_failed",
@@ -385,6 +392,17 @@ class Evolution:
             salt=run.salt,
         )
         self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
+
+    def _parents_beside(self, pending: list[Member]) -> tuple[Path, ...]:
+        """The passed first parents of ``pending``, re-timed interleaved with them, so each
+        child's speedup over its parent is a ratio within one session (issue 10)."""
+        by_id = {m.id: m for m in self.pop.members()}
+        ids: list[str] = []
+        for m in pending:
+            parent = by_id.get(m.meta.parents[0]) if m.meta.parents else None
+            if parent is not None and parent.status == "passed" and parent.id not in ids:
+                ids.append(parent.id)
+        return tuple(self.pop.source_path(i) for i in ids[:MAX_BESIDE])
 
     def _check_profile(self, profile: str) -> None:
         earlier = {

@@ -86,6 +86,9 @@ class EvaluationRecord(BaseModel):
     geomean_us: float | None = None
     bench_median_us: dict[str, float] = Field(default_factory=dict)
     speedups: dict[str, float] = Field(default_factory=dict)  # interleaved, over each baseline
+    # Per key of ``speedups``: its conservative 95% interval [low, high]. Parents timed beside
+    # the candidate (--ks-beside) appear here under their ids.
+    speedup_intervals: dict[str, list[float]] = Field(default_factory=dict)
     failure: str = ""
     machine: MachineInfo | None = None
     result: CandidateResult | None = None

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_kscientist.evolve.findings import best, label, lineage
+from pytest_kscientist.evolve.findings import best, evidence, label, lineage
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.files import atomic_target
 
@@ -64,7 +64,12 @@ def generation_table(members: Sequence[Member], generation: int) -> list[str]:
         parent = by_id.get(m.meta.parents[0]) if m.meta.parents else None
         vs = "-"
         if parent is not None and parent.geomean_us and m.geomean_us:
-            vs = f"{parent.geomean_us / m.geomean_us:.2f}x"
+            ev = m.evaluation
+            interval = ev.speedup_intervals.get(parent.id) if ev else None
+            if ev is not None and parent.id in ev.speedups and interval:
+                vs = f"{ev.speedups[parent.id]:.2f}x({interval[0]:.2f}-{interval[1]:.2f})"
+            else:  # across sessions: drift not measured
+                vs = f"~{parent.geomean_us / m.geomean_us:.2f}x"
         verdict = m.status if m.status != "failed" else f"failed: {m.evaluation.failure[:60]}"  # type: ignore[union-attr]
         rows.append(
             [m.id, parent.id if parent else "-", label(m)[:48], verdict, _fmt_us(m.geomean_us), vs]
@@ -76,15 +81,12 @@ def generation_table(members: Sequence[Member], generation: int) -> list[str]:
 
 
 def best_line(members: Sequence[Member]) -> str:
-    """Best so far and its speed-up over the best seed."""
-    top, seed = best(members), best(members, seeds_only=True)
+    """Best so far and how we know: a seed, or a descendant confirmed faster than its seed."""
+    top = best(members)
     if top is None:
         return "best so far: none passed"
     line = f"best so far: {top.id} (gen {top.meta.generation}) {top.geomean_us:.1f} us"
-    if seed is not None and seed.geomean_us and top.geomean_us:
-        speedup = seed.geomean_us / top.geomean_us
-        line += f", {speedup:.2f}x over the best seed {seed.id} ({seed.meta.seed_file})"
-    return line
+    return line + ", " + evidence(top, members)
 
 
 def best_per_generation(members: Sequence[Member]) -> list[tuple[int, float | None]]:

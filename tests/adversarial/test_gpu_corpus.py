@@ -91,3 +91,35 @@ def test_gpu_controls_pass_and_side_stream_work_is_timed(gpu_corpus) -> None:
     }
     # The same work on a side stream is counted by the device-wide synchronisation.
     assert medians["side_stream"] >= 0.5 * medians["honest_cache"]
+
+
+@pytest.fixture(scope="module")
+def cross_round(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
+    """The cross-round cache attack and an honest control, each beside both cuBLAS baselines."""
+    tmp = tmp_path_factory.mktemp("gpu-cross-round")
+    task = tmp / "fp8_gemm"
+    shutil.copytree(REPO / "tasks" / "fp8_gemm", task,
+                    ignore=shutil.ignore_patterns("__pycache__", "population"))
+    out = tmp / "ks-results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
+         str(task), f"--kernel={CANDIDATES / 'cache_every_input.py'}",
+         f"--kernel={CANDIDATES / 'honest_cache.py'}", "-k", f"bench and {BENCH_CASE}",
+         "--ks-device", "cuda", "--ks-profile", "full", "--ks-bench-budget", "0.5",
+         "--ks-skip-reference", "--ks-baselines", "all"],
+        cwd=tmp, capture_output=True, text=True, timeout=900,
+    )
+    data = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, data
+
+
+def test_cross_round_cache_never_hits_beside_the_baselines(cross_round) -> None:
+    _, output, data = cross_round
+    assert data is not None, output[-3000:]
+    stats = {c["name"]: case["stats"] for c in data["candidates"] for case in c["cases"]
+             if case["case_id"] == BENCH_CASE}
+    assert stats["honest_cache"] is not None, output[-3000:]
+    attack = stats["cache_every_input"]
+    # Fresh inputs on every call of every round: the cache never hits, so the attack computes
+    # the product each time (plus its fingerprint) and cannot come out faster than honest code.
+    assert attack is None or attack["median_us"] >= 0.9 * stats["honest_cache"]["median_us"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-
 # cuBLAS reads the 128x128 B scales as a column-major [k/128, n/128] matrix whose leading
 # dimension is k/128 rounded up to a multiple of 4, and gives silently wrong results otherwise
 # (seen on the H200, torch 2.11: every element past column 128 wrong at k=256 and k=2304;

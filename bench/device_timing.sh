@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
+#   KS_PART=measure (default): fidelity table (bench/fidelity.py), one candidate's full suite
+#     without and with both cuBLAS baselines (wall time), GPU A/A (bench/aa.py, 2 runs)
+#   KS_PART=tests: the gpu-marked tests (the GPU adversarial corpus too), then the fidelity
+#     table again
+#   KS_PART=final: fidelity, the GPU adversarial corpus, --evolve 2 (as below, time-boxed)
+#   KS_PART=evolve: --evolve 2 of the task from the Triton seed (offline scientist), each
+#     generation's evaluation time in its log, then GPU A/A (1 run)
+# Logs land in $OUT; each step is time-boxed so the call ends inside the device's 600 s.
+#   device call (repository root, carry [".whl"]):  KS_PART=measure bash bench/device_timing.sh
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/ks-timing}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 || echo "wheels did not install"
+fi
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTEST_PLUGINS=pytest_kscientist.plugin  # not pip-installed there
+SEED=tasks/fp8_gemm/seeds/triton_blockscaled.py
+t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
+  local secs=$1 log=$2 t0=$SECONDS rc
+  shift 2
+  timeout -s INT -k 10 "$secs" "$@" >>"$log" 2>&1
+  rc=$?
+  echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
+if [[ ${KS_PART:-measure} == measure ]]; then
+  t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
+  t 100 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel "$SEED" --ks-skip-reference --ks-baselines none
+  t 130 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel "$SEED" --ks-skip-reference --ks-baselines all
+  t 130 "$OUT/aa.log" python3 bench/aa.py --runs 2 --device cuda
+elif [[ $KS_PART == tests ]]; then
+  t 380 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
+  t 120 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
+elif [[ $KS_PART == final ]]; then
+  t 90 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
+  t 250 "$OUT/gpu-tests.log" python3 -m pytest tests/adversarial/test_gpu_corpus.py \
+    -p no:cacheprovider -q -rA
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py
+  t 200 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 2 \
+    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
+else
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py  # from the Triton seed alone
+  t 330 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 2 \
+    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
+  t 100 "$OUT/aa.log" python3 bench/aa.py --runs 1 --device cuda
+fi
+cat "$OUT/steps.log"
