@@ -166,6 +166,7 @@ class CandidateNode(pytest.Collector):
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
         self.load_failure: CandidateFailure | None = None
+        self.load_failure_where = ""
 
     def collect(self) -> Any:
         items: list[pytest.Item] = []
@@ -197,7 +198,8 @@ class CandidateNode(pytest.Collector):
     def live_worker(self) -> Worker:
         """The candidate's worker, spawned and loaded on first use or after a failure."""
         if self.load_failure is not None:
-            raise self.load_failure
+            # The detail (a traceback) was shown at the first item; once is enough.
+            raise CandidateFailure(self.load_failure.reason, self.load_failure_where)
         if self.worker is not None and self.worker.alive():
             return self.worker
         try:
@@ -205,6 +207,7 @@ class CandidateNode(pytest.Collector):
                                        self.ks.device, self.ks.settings.timeout_s)
         except CandidateFailure as exc:
             self.load_failure = exc
+            self.load_failure_where = f"(details under the first failed item of {self.name})"
             raise
         return self.worker
 

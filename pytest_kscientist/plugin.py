@@ -48,6 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if extension is not None and settings.evolve is not None:
             extension.validate(config)
     ks = KsSession(config, settings)
+    if settings.device not in ("auto", "cpu"):
+        # A device asked for by name is checked now, so its absence is a usage error rather
+        # than a collection error inside a traceback (issue 11).
+        _ = ks.device
     config.stash[KS_SESSION] = ks
     config.pluginmanager.register(KsHooks(ks), "kscientist-session")
     if not config.pluginmanager.has_plugin("kscientist-fixtures"):

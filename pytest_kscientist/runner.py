@@ -15,6 +15,7 @@ call, out of reach of candidate code, which outputs to ``fetch`` for verificatio
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import traceback
 from typing import Any
@@ -46,6 +47,20 @@ def _load_module(path: str, name: str) -> Any:
 def _one_line(exc: BaseException) -> str:
     text = f"{_type(exc).__name__}: {exc}".strip().splitlines()
     return text[0][:300] if text else _type(exc).__name__
+
+
+_HARNESS_DIR = os.path.dirname(os.path.abspath(channel.__file__))
+
+
+def _their_traceback(exc: BaseException) -> str:
+    """The traceback without the harness's and importlib's frames: the candidate's own."""
+    found = traceback.TracebackException.from_exception(exc)
+    found.stack = traceback.StackSummary.from_list([
+        frame for frame in found.stack
+        if not (os.path.abspath(frame.filename).startswith(_HARNESS_DIR + os.sep)
+                or frame.filename.startswith("<frozen importlib"))
+    ])
+    return "".join(found.format())
 
 
 def _fail(reason: str) -> tuple[dict[str, Any], bytes]:
@@ -107,7 +122,7 @@ class Runner:
             try:
                 header, payload = handler(req)
             except BaseException as exc:  # noqa: BLE001 - isolation boundary: candidate code
-                header = {"ok": False, "reason": _one_line(exc), "detail": traceback.format_exc()}
+                header = {"ok": False, "reason": _one_line(exc), "detail": _their_traceback(exc)}
                 payload = b""
             header["op"] = op
             self.send(header, payload)

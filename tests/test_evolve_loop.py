@@ -25,6 +25,7 @@ from pytest_kscientist.evolve.evaluate import (
     _plugin_args,
     to_record,
 )
+from pytest_kscientist.evolve.findings import best as best_member
 from pytest_kscientist.evolve.loop import Budget, Evolution
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
 from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
@@ -103,6 +104,10 @@ def test_each_generation_selects_designs_writes_and_evaluates(tmp_path: Path) ->
         assert f"| {stage}" in text
     assert "gen 3/3" in text and "over seed c0001 (tunable.py), ratios timed beside" in text
     assert "stopped: 3 generation(s) done" in text
+    top = best_member(members)
+    assert top is not None
+    assert f"best kernel: {run.pop.source_path(top.id)}" in text
+    assert f"check it again: pytest <task folder> --kernel {run.pop.source_path(top.id)}" in text
     findings = (run.root / "findings.md").read_text()
     assert "## What helped" in findings and "## Designer notes" in findings
     assert "`c0001`" in (run.root / "lineage.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import AXPY
 
@@ -21,10 +22,18 @@ from conftest import AXPY
         (["--ks-salt", "abc"],
          "--ks-salt expects the integer printed by an earlier run, got 'abc'"),
         (["--ks-timeout", "0"], "--ks-timeout expects a positive number of seconds, got '0'"),
+        (["--ks-timeout", "nan"], "--ks-timeout expects a positive number of seconds, got 'nan'"),
+        (["--ks-timeout", "inf"], "--ks-timeout expects a positive number of seconds, got 'inf'"),
+        (["--ks-bench-budget", "nan"], "--ks-bench-budget expects a positive number of seconds, "
+         "got 'nan'"),
+        (["--ks-beside", "nope.py"], "--ks-beside nope.py: no such file"),
         (["--ks-bench-budget", "soon"], "--ks-bench-budget expects a positive number of seconds, "
          "got 'soon'"),
         (["--ks-device", "tpu"], "--ks-device expects auto, cpu, cuda or cuda:N, got 'tpu'"),
         (["--evolve", "0"], "--evolve expects a positive integer, got '0'"),
+        pytest.param(["--ks-device", "cuda"], "--ks-device cuda: no CUDA/ROCm device is visible "
+                     "to torch", marks=pytest.mark.skipif(
+                         torch.cuda.is_available(), reason="a CUDA device is visible here")),
         (["--evolve", "2", "--kernel", "a/k.py"], "--evolve cannot be combined with --kernel"),
         (["--evolve", "2", "--ks-json", "r.json"], "--evolve cannot be combined with --ks-json"),
         (["--ks-skip-reference", "--ks-min-speedup", "reference=2"],

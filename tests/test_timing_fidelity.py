@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import AXPY, CANDIDATES, REPO, case_reasons, run_pytest
+from conftest import AXPY, DATA, REPO, case_reasons, run_pytest
 from pytest_kscientist import evaluate, sampling
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.evaluate import Evaluator, _Kept, _TimedRun, precise
@@ -96,7 +96,7 @@ def beside_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]
     honest = tmp / "honest_twin.py"
     shutil.copy(FP8 / "seeds" / "torch_dequant.py", honest)
     return run_pytest([str(task), "-k", "bench", "--ks-skip-reference",
-                       f"--kernel={CANDIDATES / 'refuses_repeats.py'}",
+                       f"--kernel={DATA / 'probes' / 'refuses_repeats.py'}",
                        f"--ks-beside={honest}", "--ks-bench-budget", "0.3"], cwd=tmp)
 
 

@@ -50,6 +50,16 @@ def test_each_failure_kind_has_its_reason(corpus_run, name: str) -> None:
     assert EXPECTED[name] in reason
 
 
+def test_a_load_failure_shows_the_candidates_traceback_once(corpus_run) -> None:
+    _, output, data = corpus_run
+    (syntax,) = [c for c in data["candidates"] if c["name"] == "syntax"]
+    first, *rest = syntax["cases"]
+    assert 'syntax.py", line 1' in first["detail"] and "SyntaxError" in first["detail"]
+    assert "pytest_kscientist" not in first["detail"]  # the harness's frames are left out
+    assert rest and all(c["detail"] == "(details under the first failed item of syntax)"
+                        for c in rest)
+
+
 def test_hang_fails_the_rest_of_the_candidate_at_once(corpus_run) -> None:
     _, _, data = corpus_run
     outcome, reason = case_reasons(data)[("hangs", "n4096-s3")]

@@ -72,8 +72,10 @@ class Evolution:
         terminal: report.Terminal,
         clock: Any = time.monotonic,
         sleep: Any = time.sleep,
+        task_dir: Path | None = None,
     ) -> None:
         self.task = task
+        self.task_dir = task_dir
         self.seeds = seeds
         self.pop = population
         self.evaluator = evaluator
@@ -442,6 +444,12 @@ class Evolution:
             note = report.write_plot(members, self.pop.root / report.PLOT, self.task)
             self.term.line(note)
         self.term.line(f"population: {self.pop.root} (findings.md, lineage.md, events.jsonl)")
+        top = findings_doc.best(members)
+        if top is not None:
+            path = self.pop.source_path(top.id)
+            where = self.task_dir if self.task_dir is not None else "<task folder>"
+            self.term.line(f"best kernel: {path}")
+            self.term.line(f"check it again: pytest {where} --kernel {path}")
 
 
 def run_evolution(config: pytest.Config, task_dir: Path) -> int:
@@ -473,5 +481,6 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
         make_roles=make_roles_factory(config, task, population.root),
         budget=Budget(int(config.option.evolve), settings.candidates, settings.time_limit_s),
         terminal=report.Terminal.for_config(config),
+        task_dir=task_dir,
     )
     return evolution.run()
