@@ -5,8 +5,8 @@
 Times the Triton seed and cuBLAS on K-major copies (prepare untimed) on a few fp8_gemm shapes,
 each in several modes, all in this one process:
 - ``plain``: the GPU MODE protocol back to back (sync, L2 flush, start, call, end, sync);
-- ``strict``: the protocol the harness used up to 2026-11-30 (flush, sync, start, call, sync,
-  end), its empty-call cost subtracted;
+- ``strict``: the harness's own timer (``pytest_kscientist.timing``; up to 2026-11-30 that was
+  flush, sync, start, call, sync, end), its empty-call cost subtracted;
 - ``events``: sync, flush, start, call, end, sync, then an ``after`` event: the kernel time
   between start and end, with the tail (end -> after) and the flush printed beside it;
 - ``gap``: ``events`` with ``--gap-ms`` of host sleep between calls (the GPU idles, as it does
@@ -59,7 +59,7 @@ def run_mode(mode, fn, prep, ref, shape, reps, gap_s, scratch, timer):
             torch.cuda.synchronize()
             time.sleep(gap_s)
         if mode == "strict":
-            _, raw = timer.time_call(fn, arg)
+            _, raw, _ = timer.time_call(fn, arg)
             us = raw - timer.overhead_us
         else:
             f0, s, e, a = (torch.cuda.Event(enable_timing=True) for _ in range(4))

@@ -56,7 +56,7 @@ def loop_us(kernel, ref, case: dict[str, int], device: str, reps: int) -> float:
         data = ref.generate_input(case["m"], case["n"], case["k"], 1000 + i, device=device)
         data = [t.clone() for t in data]
         data[4].fill_(float("nan"))
-        _, raw = timer.time_call(kernel, data)
+        _, raw, _ = timer.time_call(kernel, data)
         if i >= 2:  # two warm-up calls
             times.append(raw - timer.overhead_us)
     return statistics.median(times)

@@ -167,6 +167,7 @@ class CandidateNode(pytest.Collector):
         self.worker: Worker | None = None
         self.load_failure: CandidateFailure | None = None
         self.load_failure_where = ""
+        self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
 
     def collect(self) -> Any:
         items: list[pytest.Item] = []
@@ -247,20 +248,28 @@ class CaseItem(CandidateItem):
         evaluator = ks.evaluator(cand.task)
         case_id = cand.task.case_id(self.case)
         try:
+            if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
+                raise CandidateFailure(f"not timed: {cand.failed_check}")
             worker = cand.live_worker()
             if self.kind == "check":
                 result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
             else:
                 result = self._bench(worker)
         except (CandidateFailure, WorkerDied) as exc:
-            # A worker that failed once may hold a sticky device error: start afresh next time.
-            cand.drop_worker()
+            if not (isinstance(exc, CandidateFailure) and exc.wrong_result):
+                # A worker that failed may hold a sticky device error or a candidate's patches:
+                # start afresh next time. One that only computed a wrong result is kept.
+                cand.drop_worker()
             failure = exc if isinstance(exc, CandidateFailure) else CandidateFailure(
                 exc.reason, exc.log_tail)
             if isinstance(exc, WorkerDied) and exc.hung:
                 # Each further case would wait out the whole timeout again: fail them at once.
                 cand.load_failure = CandidateFailure(
                     f"not run: the candidate hung on {self.kind} {case_id} and was killed")
+            if self.kind == "check" and not cand.failed_check:
+                # Timing a candidate that fails a check cannot give a passing benchmark: its
+                # benchmarks fail at once instead of spending their budget (issue 10).
+                cand.failed_check = f"check {case_id} failed earlier in this run"
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
                           reason=failure.reason, detail=failure.detail[-4000:])
             raise failure from None

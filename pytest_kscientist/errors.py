@@ -16,12 +16,21 @@ class ChannelError(KsError):
 
 
 class CandidateFailure(KsError):
-    """A candidate's verdict on one case is a failure: a one-line reason plus detail."""
+    """A candidate's verdict on one case is a failure: a one-line reason plus detail.
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    ``wrong_result``: the worker answered and the pytest process judged its output wrong; the
+    worker itself is fine to keep (every other failure replaces it).
+    """
+
+    def __init__(self, reason: str, detail: str = "", wrong_result: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
+        self.wrong_result = wrong_result
+
+    def prefixed(self, prefix: str) -> CandidateFailure:
+        """The same failure with ``prefix`` before its reason."""
+        return CandidateFailure(prefix + self.reason, self.detail, self.wrong_result)
 
 
 class GateFailure(KsError):

@@ -141,7 +141,7 @@ class Evaluator:
                 misses.append(found)
                 return
             reason += f" (over {REPORT_MAX_SHARE:.0%} of them: more than a precision miss)"
-        raise CandidateFailure(reason, found.message)
+        raise CandidateFailure(reason, found.message, wrong_result=True)
 
     def check(self, worker: Worker, case: Case, tolerate: bool = False) -> CaseResult:
         """Fresh inputs, then the same tensors again with a few elements changed.
@@ -162,7 +162,8 @@ class Evaluator:
         except CandidateFailure as exc:
             raise CandidateFailure(
                 f"re-run in the same input tensors with {len(changes)} elements changed: "
-                f"{exc.reason} (a result cached across calls?)", exc.detail) from None
+                f"{exc.reason} (a result cached across calls?)", exc.detail,
+                exc.wrong_result) from None
         result = CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
                             outcome="passed")
         if misses:
@@ -264,8 +265,7 @@ class Evaluator:
                 expected, meta = self._sampled(self.expected(run.case, kept.seed), kept)
                 self._judge(expected, meta, kept.payload, misses)
             except CandidateFailure as exc:
-                raise CandidateFailure(f"timed call {kept.index}: {exc.reason}",
-                                       exc.detail) from None
+                raise exc.prefixed(f"timed call {kept.index}: ") from None
             missed += [(kept.index, m) for m in misses or []]
         return missed
 
@@ -277,7 +277,8 @@ class Evaluator:
         shape = [int(s) for s in kept.meta.get("shape", [])]
         if shape != list(expected.shape):
             raise CandidateFailure(
-                f"output shape {tuple(shape)}, expected {tuple(expected.shape)}")
+                f"wrong result: output shape {tuple(shape)}, expected {tuple(expected.shape)}",
+                wrong_result=True)
         index = sampling.flat_index(expected.numel(), kept.sampled, kept.index_seed)
         return (expected.reshape(-1)[index.to(expected.device)],
                 dict(kept.meta, shape=[kept.sampled]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import AXPY
+from helpers import AXPY
 
 LOOP_ADD = """
 import torch

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 from baseline_sources import with_baselines
+from helpers import run_pytest
 
-from conftest import run_pytest
 from pytest_kscientist.correctness import judge
 from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.task import load_task

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from baseline_sources import BASELINES, with_baselines
+from helpers import AXPY, run_pytest
 
-from conftest import AXPY, run_pytest
 from pytest_kscientist.baselines import bench_beside, describe, unmet_requirement
 from pytest_kscientist.errors import CandidateFailure, TaskSpecError
 from pytest_kscientist.results import CaseResult, RunResults

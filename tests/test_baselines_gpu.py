@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import REPO, run_pytest
+from helpers import REPO, run_pytest
 
 pytestmark = pytest.mark.gpu
 

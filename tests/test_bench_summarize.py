@@ -6,8 +6,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-from conftest import REPO
 from pytest_kscientist.evolve.population import EvaluationRecord, Population
 from pytest_kscientist.results import (
     BaselineInfo,

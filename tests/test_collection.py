@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import AXPY, CANDIDATES
+from helpers import AXPY, CANDIDATES
 
 
 def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:

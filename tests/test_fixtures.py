@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import AXPY, CANDIDATES
+from helpers import AXPY, CANDIDATES
 
 
 def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:

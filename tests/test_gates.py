@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from baseline_sources import with_baselines
+from helpers import AXPY, run_pytest
 
-from conftest import AXPY, run_pytest
 from pytest_kscientist import gates
 from pytest_kscientist.results import (
     BaselineTiming,

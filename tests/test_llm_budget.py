@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 
+import fake_llm_server as fake_server
 import pytest
-
-from pytest_kscientist.evolve.llm import fake_server
-from pytest_kscientist.evolve.llm.errors import BudgetExhausted
-from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeReply
+from fake_scientist import (
     fake_settings,
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeReply
+
+from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.ledger import CostLedger, Usage, load_ledger
 from pytest_kscientist.evolve.llm.settings import Prices, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import read_calls

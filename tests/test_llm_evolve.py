@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fake_llm_server import FakeLLMServer
+from fake_scientist import ScientistResponder
 
-from pytest_kscientist.evolve.llm.fake_scientist import ScientistResponder
-from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer
 from pytest_kscientist.evolve.llm.transcript import read_calls
 
 REPO = Path(__file__).parent.parent

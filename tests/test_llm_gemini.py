@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 
+import fake_llm_server as fake_server
 import pytest
-
-from pytest_kscientist.evolve.llm import fake_server
-from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
-from pytest_kscientist.evolve.llm.factory import LLMRoles, build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeLLMServer, FakeReply
+from fake_scientist import (
     FAKE_KEY,
     fake_settings,
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, FakeReply
+
+from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
+from pytest_kscientist.evolve.llm.factory import LLMRoles, build_roles
 from pytest_kscientist.evolve.llm.settings import LLMSettings, RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 
+import fake_llm_server as fake_server
 import pytest
-
-from pytest_kscientist.evolve.llm import fake_server
-from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
-from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeReply
+from fake_scientist import (
     FAKE_KEY,
     SEED_SOURCE,
     ScientistResponder,
@@ -17,7 +15,9 @@ from pytest_kscientist.evolve.llm.fake_scientist import (
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeReply
+
+from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
+from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fake_scientist import sample_population
 
 from pytest_kscientist.evolve.llm import prompts
-from pytest_kscientist.evolve.llm.fake_scientist import sample_population
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan
 
 

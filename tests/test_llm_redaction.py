@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 
+import fake_llm_server as fake_server
 import pytest
-
-from pytest_kscientist.evolve.llm import fake_server
-from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
-from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeReply
+from fake_scientist import (
     FAKE_KEY,
     fake_settings,
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeReply
+
+from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
+from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.transcript import REDACTED
 from pytest_kscientist.evolve.roles import ExperimentPlan
 

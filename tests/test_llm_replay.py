@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from pytest_kscientist.evolve.llm.errors import BudgetExhausted, ProviderError, ReplayMiss
-from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeLLMServer, FakeReply
+from fake_scientist import (
     ScientistResponder,
     fake_settings,
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, FakeReply
+
+from pytest_kscientist.evolve.llm.errors import BudgetExhausted, ProviderError, ReplayMiss
+from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.settings import LLMSettings, Prices, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import CandidateSummary

@@ -3,18 +3,19 @@ one repair round with the exact problem, then a typed ``DraftRejected``."""
 
 from __future__ import annotations
 
+import fake_llm_server as fake_server
 import pytest
-
-from pytest_kscientist.evolve.llm import draft, fake_server
-from pytest_kscientist.evolve.llm.errors import DraftRejected
-from pytest_kscientist.evolve.llm.factory import build_roles
-from pytest_kscientist.evolve.llm.fake_scientist import (
+from fake_llm_server import FakeReply
+from fake_scientist import (
     SEED_SOURCE,
     fake_settings,
     sample_population,
     sample_task,
 )
-from pytest_kscientist.evolve.llm.fake_server import FakeReply
+
+from pytest_kscientist.evolve.llm import draft
+from pytest_kscientist.evolve.llm.errors import DraftRejected
+from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import AXPY
+from helpers import AXPY
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import AXPY
 
-from conftest import AXPY
 from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.task import load_task
 

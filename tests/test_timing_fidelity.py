@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import AXPY, DATA, REPO, case_reasons, run_pytest
 
-from conftest import AXPY, DATA, REPO, case_reasons, run_pytest
 from pytest_kscientist import evaluate, sampling
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.evaluate import Evaluator, _Kept, _TimedRun, precise
@@ -181,4 +181,21 @@ def test_a_large_output_wrong_in_a_few_elements_fails_its_benchmark(tmp_path: Pa
     assert outcome == "failed", reason
     assert re.match(r"timed call \d+: wrong result: \d+ of 65536 elements outside", reason), reason
     assert reasons[("good", "n300000-s3")] == ("passed", "")
+    assert code == 1
+
+
+def test_a_wrong_result_keeps_the_worker_and_skips_the_benchmarks(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    log = tmp_path / "workers.log"  # outside the run's folder, which the sandbox keeps read-only
+    monkeypatch.setenv("WORKER_LOG", str(log))
+    (tmp_path / "run").mkdir()
+    code, output, data = run_pytest(
+        [str(AXPY), f"--kernel={DATA / 'probes' / 'wrong_once_per_worker.py'}"],
+        cwd=tmp_path / "run")
+    reasons = case_reasons(data)
+    assert [o for (_, case), (o, _) in reasons.items() if case != "n4096-s3"] == ["failed"] * 2
+    assert reasons[("wrong_once_per_worker", "n4096-s3")] == (
+        "failed", "not timed: check n1000-s1 failed earlier in this run")
+    tokens = log.read_text().split()
+    assert len(tokens) == 2 and len(set(tokens)) == 1, tokens  # one worker served both checks
     assert code == 1

@@ -119,3 +119,22 @@ def test_fp8_gemm_reference_matches_blockwise_definition() -> None:
     out = ref.ref_kernel((a, b, sa, sb, c))
     assert out.dtype == torch.bfloat16
     assert compare(out, expected.bfloat16(), 1e-3, 2e-2) is None
+
+
+def test_tests_that_start_processes_are_marked_slow() -> None:
+    import types
+
+    from helpers import spawns
+
+    module = types.ModuleType("fake_tests")
+    exec(  # noqa: S102 - a module of sample tests
+        "import subprocess\n"
+        "def helper():\n    subprocess.run(['true'])\n"
+        "def test_through_a_helper():\n    helper()\n"
+        "def test_in_a_comprehension():\n    return [subprocess.Popen for _ in range(1)]\n"
+        "def test_pure():\n    return sorted([3, 1])\n",
+        module.__dict__,
+    )
+    assert spawns(module.test_through_a_helper, module)
+    assert spawns(module.test_in_a_comprehension, module)
+    assert not spawns(module.test_pure, module)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO, case_reasons
 
-from conftest import REPO, case_reasons
 from pytest_kscientist.results import RunResults
 from pytest_kscientist.worker import protected_paths, sandbox_available
 

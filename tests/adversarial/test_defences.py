@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import REPO
 
-from conftest import REPO
 from pytest_kscientist import evaluate, perturb
 from pytest_kscientist.correctness import compare
 from pytest_kscientist.errors import CandidateFailure

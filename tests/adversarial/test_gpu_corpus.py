@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import REPO, case_reasons
 
 from adversarial.test_corpus import CANDIDATES, PATCHED, RERUN
-from conftest import REPO, case_reasons
 
 pytestmark = [
     pytest.mark.gpu,

@@ -12,7 +12,8 @@ import re
 import threading
 from typing import Any
 
-from pytest_kscientist.evolve.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+from fake_llm_server import FakeLLMServer, FakeReply, FakeRequest
+
 from pytest_kscientist.evolve.llm.settings import LLMSettings, Prices, RetryPolicy
 from pytest_kscientist.evolve.roles import CandidateSummary, TaskBrief
 

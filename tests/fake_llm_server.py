@@ -7,7 +7,7 @@ be an HTTP error, a raw malformed body, a slow answer (to trip client timeouts) 
 one. Every request is kept in ``requests``. The fixture ``ks_fake_llm`` yields a started server;
 a test module (or conftest) makes it available with::
 
-    from pytest_kscientist.evolve.llm import fake_server
+    import fake_llm_server as fake_server
     ks_fake_llm = fake_server.ks_fake_llm
 """
 

@@ -1,0 +1,84 @@
+"""Paths and helpers shared by the project's tests (imported as ``helpers``; conftest.py keeps
+only fixtures and hooks)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+DATA = Path(__file__).parent / "data"
+AXPY = DATA / "axpy"
+CANDIDATES = DATA / "candidates"
+REPO = Path(__file__).parent.parent
+
+
+def run_pytest(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, str, Any]:
+    """Run pytest in a subprocess with --ks-json; return (exit code, output, parsed JSON)."""
+    out = cwd / "ks-results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
+         *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+    data = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, data
+
+
+def case_reasons(data: Any) -> dict[tuple[str, str], tuple[str, str]]:
+    """(candidate, case_id) -> (outcome, reason) from a RunResults JSON."""
+    return {
+        (c["name"], case["case_id"]): (case["outcome"], case["reason"])
+        for c in data["candidates"]
+        for case in c["cases"]
+    }
+
+
+# Names whose use means a process is started: a worker, a pytest session, a subprocess.
+SPAWNING = frozenset({
+    "run_pytest", "runpytest", "runpytest_subprocess", "runpytest_inprocess", "subprocess",
+    "Popen", "Worker", "start_worker", "ks_evaluate", "evaluate_child",
+})
+
+
+def _names(code: Any) -> set[str]:
+    """The global and attribute names a code object uses, its nested code (comprehensions,
+    lambdas, inner functions) included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _names(const)
+    return names
+
+
+def spawns(func: Any, module: ModuleType, seen: set[str] | None = None) -> bool:
+    """Whether ``func``, a fixture it requests or a module-level function it calls (in
+    ``module``) names something in SPAWNING."""
+    seen = set() if seen is None else seen
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    used = _names(code)
+    if SPAWNING & used:
+        return True
+    names = sorted(used)
+    try:
+        names += list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        pass
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        found = getattr(module, name, None)
+        if found is None:
+            continue
+        target = inspect.unwrap(found) if hasattr(found, "__wrapped__") else found
+        if inspect.isfunction(target) and target.__module__ == module.__name__ and spawns(
+                target, module, seen):
+            return True
+    return False
