@@ -61,6 +61,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     if file_path.name == SPEC_NAME:
         from pytest_kscientist.collect import TaskFile
+        from pytest_kscientist.session import KS_SESSION
+
+        if parent.config.stash[KS_SESSION].settings.evolve is not None:
+            return None  # --evolve is its own mode: child sessions run the task's items
 
         return TaskFile.from_parent(parent, path=file_path)
     return None
@@ -71,6 +75,7 @@ class KsHooks:
 
     def __init__(self, ks: Any) -> None:
         self.ks = ks
+        self.evolve_code: int | None = None  # the exit code of an --evolve run
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -78,6 +83,7 @@ class KsHooks:
             return None
         if session.testsfailed:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+        from pytest_kscientist.errors import TaskSpecError
         from pytest_kscientist.evolve.loop import run_evolution
 
         dirs = [Path(a) for a in session.config.args]
@@ -87,8 +93,10 @@ class KsHooks:
                 f"'{' '.join(session.config.args) or 'none'}'; "
                 "e.g. pytest --evolve 3 tasks/fp8_gemm"
             )
-        if run_evolution(session.config, dirs[0].resolve()) != 0:
-            session.testsfailed += 1
+        try:
+            self.evolve_code = run_evolution(session.config, dirs[0].resolve())
+        except TaskSpecError as exc:
+            raise pytest.UsageError(f"--evolve {dirs[0]}: {exc}") from None
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -107,6 +115,10 @@ class KsHooks:
                                     value["sha256"], GateResult.model_validate(value))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.evolve_code is not None:
+            # The loop's codes follow pytest's: 0 done, 1 nothing passes, 2 interrupted,
+            # 3 a role or child session failed (evolve/loop.py, run_evolution).
+            session.exitstatus = self.evolve_code
         ks = self.ks
         ks.close_partners()
         ks.finalize()

@@ -174,3 +174,32 @@ def test_offline_scientist_improves_the_seed_over_generations() -> None:
     assert len({config(c) for c in pop}) == len(pop) == 16
     best = min(c.geomean_us or math.inf for c in pop)
     assert (pop[0].geomean_us or 0) / best > 1.5
+
+
+def test_builtin_scientists_are_trylast_hooks_a_plugin_can_replace_one_by_one(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kscientist.evolve.assemble import register_builtin_roles
+
+    for key in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    config = pytester.parseconfigure()
+    builtin = register_builtin_roles(config, pytester.path)
+    assert register_builtin_roles(config, pytester.path) is builtin  # registered once
+    for role in ("selector", "designer", "writer"):
+        hook = getattr(config.hook, f"pytest_kscientist_make_{role}")
+        ours = [impl for impl in hook.get_hookimpls() if impl.plugin is builtin]
+        assert len(ours) == 1 and ours[0].trylast
+
+    mine = OfflineSelector()
+
+    class OnlyASelector:
+        def pytest_kscientist_make_selector(self, config, task):  # type: ignore[no-untyped-def]
+            return mine
+
+    config.pluginmanager.register(OnlyASelector())
+    brief = TaskBrief(name="toy", description="", reference_source="", hardware="",
+                      benchmark_ids=[])
+    assert config.hook.pytest_kscientist_make_selector(config=config, task=brief) is mine
+    designer = config.hook.pytest_kscientist_make_designer(config=config, task=brief)
+    assert isinstance(designer, OfflineDesigner)  # no LLM configured: the offline scientist
+    assert builtin.made(brief)[0][1] is designer

@@ -119,8 +119,13 @@ def test_conftest_roles_drive_the_generations(
             "parent along its lineage",
             "*stopped: 2 generation(s) done*",
             "population: 5 candidates in 3 generations (5 passed, 0 failed, 0 pending)",
+            "best kernel: *c000*.py",
+            "check it again: pytest *toy --kernel *c000*.py",
+            "*= 2 generations in *",
         ]
     )
+    result.stdout.no_fnmatch_line("*no tests ran*")
+    assert "::tunable::" not in result.stdout.str()  # the task's items are not collected here
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls[0]["role"] == "selector"
     assert calls[0]["task"]["name"] == "toy"
@@ -443,3 +448,10 @@ def test_all_devices_without_a_gpu_is_a_usage_error(pytester: pytest.Pytester) -
     result = pytester.runpytest("--evolve", "1", "axpy", "--ks-devices", "all")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--ks-devices all: this machine has no CUDA device" in result.stderr.str()
+
+
+def test_a_broken_task_under_evolve_is_a_usage_error(toy: pytest.Pytester) -> None:
+    (toy.path / "toy" / "task.toml").write_text('name = "toy"\ncase_keys = 3\n')
+    result = toy.runpytest("--evolve", "1", "toy")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--evolve toy: *task.toml*"])

@@ -1,8 +1,9 @@
 """Who plays the three roles of a run, and what they are told about the task (the brief).
 
 Each role comes from the first ``pytest_kscientist_make_<role>`` hook that returns one (a
-``conftest.py`` can replace any role); roles left open go to the LLM scientist when one is
-configured, else to the offline scientist.
+``conftest.py`` or plugin can replace any role). The built-in scientists are ``trylast``
+implementations of the same hooks (``BuiltinRoles``): the LLM scientist when a provider is
+configured, else the offline scientist; pluggy calls them only for roles nobody else filled.
 """
 
 from __future__ import annotations
@@ -83,10 +84,68 @@ def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[
     return roles, notes
 
 
+class BuiltinRoles:
+    """The built-in scientists as ``trylast`` hook implementations, registered by ``--evolve``.
+
+    The three roles of one task are made together (the LLM roles share a session and a cost
+    ledger) the first time any of them is asked for, and kept for the run.
+    """
+
+    def __init__(self, log_dir: Callable[[TaskBrief], Path]) -> None:
+        self._log_dir = log_dir
+        self._made: dict[str, tuple[tuple[Any, Any, Any], list[str]]] = {}
+
+    def made(self, task: TaskBrief) -> tuple[tuple[Any, Any, Any], list[str]]:
+        """(selector, designer, writer) and the notes about them, for ``task``."""
+        if task.name not in self._made:
+            raise KeyError(task.name)
+        return self._made[task.name]
+
+    def _roles(self, config: pytest.Config, task: TaskBrief) -> tuple[Any, Any, Any]:
+        if task.name not in self._made:
+            llm, notes = _llm_roles(config, task, self._log_dir(task))
+            if llm is None:
+                from pytest_kscientist.evolve.offline import (
+                    OfflineDesigner,
+                    OfflineSelector,
+                    OfflineWriter,
+                )
+
+                llm = (OfflineSelector(), OfflineDesigner(), OfflineWriter())
+            self._made[task.name] = (tuple(llm), notes)  # type: ignore[assignment]
+        return self._made[task.name][0]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_kscientist_make_selector(self, config: pytest.Config, task: TaskBrief) -> Any:
+        return self._roles(config, task)[0]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_kscientist_make_designer(self, config: pytest.Config, task: TaskBrief) -> Any:
+        return self._roles(config, task)[1]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_kscientist_make_writer(self, config: pytest.Config, task: TaskBrief) -> Any:
+        return self._roles(config, task)[2]
+
+
+BUILTIN_ROLES = "kscientist-builtin-roles"
+
+
+def register_builtin_roles(config: pytest.Config, root: Path) -> BuiltinRoles:
+    """Register (once) the built-in scientists; LLM logs go under ``root / "llm"``."""
+    found = config.pluginmanager.get_plugin(BUILTIN_ROLES)
+    if isinstance(found, BuiltinRoles):
+        return found
+    builtin = BuiltinRoles(lambda _brief: root / "llm")
+    config.pluginmanager.register(builtin, BUILTIN_ROLES)
+    return builtin
+
+
 def make_roles_factory(
     config: pytest.Config, task: Task, root: Path
 ) -> Callable[[Sequence[Member]], tuple[Roles, TaskBrief]]:
     """A callable building the run's roles once the seeds are measured (the brief needs them)."""
+    builtin = register_builtin_roles(config, root)
 
     def make(members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
         brief = task_brief(task, members)
@@ -96,19 +155,12 @@ def make_roles_factory(
             "writer": config.hook.pytest_kscientist_make_writer(config=config, task=brief),
         }
         notes: list[str] = []
-        if any(v is None for v in chosen.values()):
-            llm, notes = _llm_roles(config, brief, root / "llm")
-            if llm is None:
-                from pytest_kscientist.evolve.offline import (
-                    OfflineDesigner,
-                    OfflineSelector,
-                    OfflineWriter,
-                )
-
-                llm = (OfflineSelector(), OfflineDesigner(), OfflineWriter())
-            for (role, value), fallback in zip(chosen.items(), llm, strict=True):
-                if value is None:
-                    chosen[role] = fallback
+        try:
+            made, notes = builtin.made(brief)
+            if not any(any(v is m for m in made) for v in chosen.values()):
+                notes = []  # every role came from elsewhere: nothing to say about ours
+        except KeyError:
+            pass
         for role, value in chosen.items():
             if not isinstance(value, PROTOCOLS[role]):
                 method = {"selector": "select", "designer": "design", "writer": "write"}[role]

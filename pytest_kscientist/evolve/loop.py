@@ -111,6 +111,9 @@ class Evolution:
             code, reason = int(pytest.ExitCode.INTERRUPTED), "interrupted (Ctrl-C)"
         self.pop.log("run_end", reason=reason, code=code)
         self._finish(reason)
+        # The session's last line says what the run holds, not "no tests ran" (issue 11).
+        done = max(self._done())
+        self.term.count("generation" if done == 1 else "generations", done)
         return code
 
     def _done(self) -> set[int]:
