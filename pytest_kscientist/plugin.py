@@ -11,6 +11,12 @@ from pytest_kscientist import hookspecs
 from pytest_kscientist.options import add_options, resolve
 from pytest_kscientist.task import SPEC_NAME
 
+# The option registrations of --evolve and of its LLM scientist, beside options.py's.
+OPTION_MODULES = (
+    "pytest_kscientist.evolve.run_options",
+    "pytest_kscientist.evolve.llm.llm_options",
+)
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
@@ -18,7 +24,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = add_options(parser)
-    for module in ("pytest_kscientist.evolve.cli", "pytest_kscientist.evolve.llm.cli"):
+    for module in OPTION_MODULES:
         extension = _optional(module)
         if extension is not None:
             extension.add_options(parser, group)
@@ -43,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kscientist: a pytest-kscientist task case")
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device")
     settings = resolve(config)
-    for module in ("pytest_kscientist.evolve.cli", "pytest_kscientist.evolve.llm.cli"):
+    for module in OPTION_MODULES:
         extension = _optional(module)
         if extension is not None and settings.evolve is not None:
             extension.validate(config)

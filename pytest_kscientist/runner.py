@@ -30,6 +30,16 @@ _len = len
 _zip = zip
 _enumerate = enumerate
 
+# The worker side of the process boundary: the only harness modules that may be loaded beside
+# candidate code (standard library and torch besides). Each is small and imports nothing heavy;
+# Runner() refuses to start if any other pytest_kscientist module got loaded, and the harness
+# modules are dropped from sys.modules before the candidate is imported.
+WORKER_MODULES = frozenset({
+    "pytest_kscientist", "pytest_kscientist.runner", "pytest_kscientist.channel",
+    "pytest_kscientist.errors", "pytest_kscientist.integrity", "pytest_kscientist.perturb",
+    "pytest_kscientist.sampling", "pytest_kscientist.timing",
+})
+
 # Attributes of the runner that hold captured functions; replacing one is tampering.
 CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "generate", "timer",
             "key", "apply_changes", "sample_index")
@@ -100,7 +110,12 @@ class Runner:
             {"runner": (self, CAPTURED), "timer": (self.timer, None)},
             modules=[sys.modules[__name__], channel, perturb, sampling],
         )
-        for name in [m for m in sys.modules if m.split(".")[0] == "pytest_kscientist"]:
+        loaded = {m for m in sys.modules if m.split(".")[0] == "pytest_kscientist"}
+        if loaded - WORKER_MODULES:
+            raise RuntimeError(
+                f"harness modules {sorted(loaded - WORKER_MODULES)} are loaded in the worker, "
+                "outside runner.WORKER_MODULES; keep the worker side small (runner.py)")
+        for name in loaded:
             del sys.modules[name]
         self.send({"op": "hello", "ok": True, "overhead_us": self.timer.overhead_us})
 

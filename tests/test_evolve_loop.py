@@ -18,19 +18,19 @@ from evolve_fakes import (
 )
 
 from pytest_kscientist.evolve.assemble import Roles
-from pytest_kscientist.evolve.evaluate import (
+from pytest_kscientist.evolve.findings import best as best_member
+from pytest_kscientist.evolve.loop import Budget, Evolution
+from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
+from pytest_kscientist.evolve.progress import Terminal
+from pytest_kscientist.evolve.roles import TaskBrief
+from pytest_kscientist.evolve.sessions import (
     ChildSession,
     EvaluationError,
     ParallelSessions,
     _plugin_args,
     to_record,
 )
-from pytest_kscientist.evolve.findings import best as best_member
-from pytest_kscientist.evolve.loop import Budget, Evolution
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
-from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
-from pytest_kscientist.evolve.report import Terminal
-from pytest_kscientist.evolve.roles import TaskBrief
 from pytest_kscientist.results import CandidateResult, CaseResult, MachineInfo, RunResults
 
 BRIEF = TaskBrief(name="toy", description="", reference_source="", hardware="", benchmark_ids=[])

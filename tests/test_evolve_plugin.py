@@ -8,6 +8,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ CONFTEST = f"""
 import json, os, sys
 sys.path.insert(0, {str(TESTS)!r})
 from evolve_fakes import FakeEvaluator, ScriptedDesigner, ScriptedSelector, ScriptedWriter
-from pytest_kscientist.evolve.evaluate import EVALUATOR_KEY
+from pytest_kscientist.evolve.sessions import EVALUATOR_KEY
 
 
 def pytest_configure(config):
@@ -397,6 +398,14 @@ def test_bad_devices_are_usage_errors(pytester: pytest.Pytester, args: list[str]
 
 
 @pytest.mark.slow
+def _child_reported_an_item(sessions: Path) -> bool:
+    """Whether the newest of two or more child-session logs has output past its command line."""
+    logs = sorted(sessions.glob("*.log"))
+    if len(logs) < 2:
+        return False
+    return bool(logs[-1].read_text(errors="replace").partition("\n\n")[2].strip())
+
+
 def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytest.Pytester) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
     _axpy_with_fast_seed(pytester)
@@ -423,6 +432,14 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
             break
     else:
         pytest.fail("the run never started generation 1's evaluation:\n" + "".join(seen))
+    # Interrupt only once the child session is inside its test loop (it has reported an item),
+    # not while it is still starting: the announcement comes before the child exists, and a
+    # loaded machine used to let SIGINT land during its start-up.
+    sessions = pytester.path / "population" / "axpy" / "sessions"
+    deadline = time.monotonic() + 120
+    while not _child_reported_an_item(sessions):
+        assert time.monotonic() < deadline, "generation 1's child session never ran an item"
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out = "".join(seen) + proc.stdout.read()
     assert proc.wait(timeout=120) != 0

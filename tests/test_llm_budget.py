@@ -13,9 +13,9 @@ from fake_scientist import (
     sample_task,
 )
 
-from pytest_kscientist.evolve.llm.errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.ledger import CostLedger, Usage, load_ledger
+from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.settings import Prices, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import read_calls
 

@@ -14,8 +14,8 @@ from fake_scientist import (
     sample_task,
 )
 
-from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import LLMRoles, build_roles
+from pytest_kscientist.evolve.llm.llm_errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.settings import LLMSettings, RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan

@@ -16,8 +16,8 @@ from fake_scientist import (
     sample_task,
 )
 
-from pytest_kscientist.evolve.llm.errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.llm_errors import MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import read_calls
 

@@ -14,8 +14,8 @@ from fake_scientist import (
     sample_task,
 )
 
-from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.llm_errors import DraftRejected, MalformedOutput, ProviderError
 from pytest_kscientist.evolve.llm.transcript import REDACTED
 from pytest_kscientist.evolve.roles import ExperimentPlan
 

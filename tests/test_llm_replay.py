@@ -13,8 +13,8 @@ from fake_scientist import (
     sample_task,
 )
 
-from pytest_kscientist.evolve.llm.errors import BudgetExhausted, ProviderError, ReplayMiss
 from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted, ProviderError, ReplayMiss
 from pytest_kscientist.evolve.llm.settings import LLMSettings, Prices, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import CandidateSummary

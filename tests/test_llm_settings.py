@@ -119,8 +119,8 @@ def test_every_bad_value_names_the_option_the_expectation_and_the_fix(raw, env, 
 
 SHOW = """
 def test_show(pytestconfig):
-    from pytest_kscientist.evolve.llm import cli
-    s = cli.settings(pytestconfig)
+    from pytest_kscientist.evolve.llm import llm_options
+    s = llm_options.settings(pytestconfig)
     print("SETTINGS", s.provider, s.model, s.budget_usd, s.prices.input_per_mtok)
 """
 
@@ -163,7 +163,7 @@ def test_help_lists_the_llm_flags_and_imports_no_client(pytester):
     pytester.makepyfile(
         check="""
 import sys, subprocess
-import pytest_kscientist.evolve.llm.cli, pytest_kscientist.evolve.llm.factory
+import pytest_kscientist.evolve.llm.llm_options, pytest_kscientist.evolve.llm.factory
 heavy = [m for m in sys.modules if m.startswith(("google.genai", "httpx", "torch"))]
 print("HEAVY", heavy)
 """

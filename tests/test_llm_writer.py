@@ -14,8 +14,8 @@ from fake_scientist import (
 )
 
 from pytest_kscientist.evolve.llm import draft
-from pytest_kscientist.evolve.llm.errors import DraftRejected
 from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.llm_errors import DraftRejected
 from pytest_kscientist.evolve.llm.transcript import read_calls
 from pytest_kscientist.evolve.roles import ExperimentPlan
 

@@ -138,3 +138,16 @@ def test_tests_that_start_processes_are_marked_slow() -> None:
     assert spawns(module.test_through_a_helper, module)
     assert spawns(module.test_in_a_comprehension, module)
     assert not spawns(module.test_pure, module)
+
+
+def test_the_worker_side_loads_only_its_declared_modules() -> None:
+    import subprocess
+    import sys
+
+    from pytest_kscientist.runner import WORKER_MODULES
+
+    probe = ("import sys, pytest_kscientist.runner; print(' '.join(sorted(m for m in sys.modules "
+             "if m.split('.')[0] == 'pytest_kscientist')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert set(out) <= WORKER_MODULES, set(out) - WORKER_MODULES

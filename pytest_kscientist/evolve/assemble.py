@@ -41,7 +41,7 @@ class Roles:
 def is_budget_exhausted(exc: BaseException) -> bool:
     """Whether a role's error is the LLM budget running out (a clean stop, not a failure)."""
     try:
-        from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+        from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted
     except ImportError:
         return False
     return isinstance(exc, BudgetExhausted)

@@ -18,18 +18,18 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.evolve import findings as findings_doc
-from pytest_kscientist.evolve import report
+from pytest_kscientist.evolve import progress
 from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted
-from pytest_kscientist.evolve.evaluate import (
+from pytest_kscientist.evolve.population import Event, Member, Population
+from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
+from pytest_kscientist.evolve.sessions import (
     EVALUATOR_KEY,
     ChildSession,
     EvaluationError,
-    Evaluator,
+    GenerationEvaluator,
     ParallelSessions,
     to_record,
 )
-from pytest_kscientist.evolve.population import Event, Member, Population
-from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 
 FINDINGS = "findings.md"
 WAIT_POLL_S = 0.2  # how often a run checks on candidates another live run is evaluating
@@ -66,10 +66,10 @@ class Evolution:
         task: str,
         seeds: list[Path],
         population: Population,
-        evaluator: Evaluator,
+        evaluator: GenerationEvaluator,
         make_roles: Any,
         budget: Budget,
-        terminal: report.Terminal,
+        terminal: progress.Terminal,
         clock: Any = time.monotonic,
         sleep: Any = time.sleep,
         task_dir: Path | None = None,
@@ -432,19 +432,19 @@ class Evolution:
         self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, notes, g))
         self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
-        for line in report.generation_table(members, g):
+        for line in progress.generation_table(members, g):
             self.term.line(line)
 
     def _finish(self, reason: str) -> None:
         members = self.pop.members()
         self.term.sep(f"kscientist evolution of {self.task}")
-        for line in report.summary(members, reason, self.clock() - self.start):
+        for line in progress.summary(members, reason, self.clock() - self.start):
             self.term.line(line)
         for message in self.pop.skipped:
             self.term.line(f"warning: {message}", yellow=True)
         if members:
-            self.pop.write_text(report.LINEAGE, report.lineage_markdown(self.task, members))
-            note = report.write_plot(members, self.pop.root / report.PLOT, self.task)
+            self.pop.write_text(progress.LINEAGE, progress.lineage_markdown(self.task, members))
+            note = progress.write_plot(members, self.pop.root / progress.PLOT, self.task)
             self.term.line(note)
         self.term.line(f"population: {self.pop.root} (findings.md, lineage.md, events.jsonl)")
         top = findings_doc.best(members)
@@ -462,11 +462,11 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     N counts the population's generations after the seeds (generation 0), so rerunning the same
     command after an interruption finishes the job, and a larger N continues a finished run.
     """
-    from pytest_kscientist.evolve import cli
+    from pytest_kscientist.evolve import run_options
     from pytest_kscientist.evolve.assemble import make_roles_factory
     from pytest_kscientist.task import load_task
 
-    settings = cli.resolve(config)
+    settings = run_options.resolve(config)
     task = load_task(task_dir)
     population = Population(settings.population_root / task.name, task.name)
     evaluator = config.stash.get(EVALUATOR_KEY, None)
@@ -483,7 +483,7 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
         evaluator=evaluator,
         make_roles=make_roles_factory(config, task, population.root),
         budget=Budget(int(config.option.evolve), settings.candidates, settings.time_limit_s),
-        terminal=report.Terminal.for_config(config),
+        terminal=progress.Terminal.for_config(config),
         task_dir=task_dir,
     )
     return evolution.run()

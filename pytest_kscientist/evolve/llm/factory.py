@@ -61,16 +61,16 @@ class LLMRoles(NamedTuple):
 
 def llm_notice(config: pytest.Config) -> str:
     """The one-line notice when ``--ks-llm auto`` chose offline, else ""."""
-    from pytest_kscientist.evolve.llm import cli
+    from pytest_kscientist.evolve.llm import llm_options
 
-    return cli.settings(config).notice
+    return llm_options.settings(config).notice
 
 
 def make_llm_roles(config: pytest.Config, task: TaskBrief, log_dir: Path) -> LLMRoles | None:
     """The LLM roles for this pytest run, or None when the scientist runs offline."""
-    from pytest_kscientist.evolve.llm import cli
+    from pytest_kscientist.evolve.llm import llm_options
 
-    return build_roles(cli.settings(config), task, log_dir)
+    return build_roles(llm_options.settings(config), task, log_dir)
 
 
 def _provider(settings: LLMSettings, redact: Redactor) -> Provider:

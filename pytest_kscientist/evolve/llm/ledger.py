@@ -13,7 +13,7 @@ from pathlib import Path
 from filelock import FileLock
 from pydantic import BaseModel, Field
 
-from pytest_kscientist.evolve.llm.errors import BudgetExhausted
+from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.settings import Prices
 from pytest_kscientist.files import atomic_write
 

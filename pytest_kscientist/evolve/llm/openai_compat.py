@@ -13,8 +13,8 @@ import random
 import time
 from typing import Any
 
-from pytest_kscientist.evolve.llm.errors import MalformedReply, ProviderError
 from pytest_kscientist.evolve.llm.ledger import Usage
+from pytest_kscientist.evolve.llm.llm_errors import MalformedReply, ProviderError
 from pytest_kscientist.evolve.llm.provider import LLMReply, LLMRequest
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor

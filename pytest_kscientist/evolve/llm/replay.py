@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from pytest_kscientist.evolve.llm.errors import (
+from pytest_kscientist.evolve.llm.llm_errors import (
     BudgetExhausted,
     MalformedReply,
     ProviderError,

@@ -2,7 +2,7 @@
 
 ``LLMSelector`` picks a base and a reference kernel, ``LLMDesigner`` brainstorms avenues, plans
 experiments and grows the findings document, ``LLMWriter`` writes a complete kernel file per plan
-(with one repair round). Failures are the typed errors of ``errors.py``.
+(with one repair round). Failures are the typed errors of ``llm_errors.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from pytest_kscientist.evolve.llm import draft as drafts
 from pytest_kscientist.evolve.llm import prompts
-from pytest_kscientist.evolve.llm.errors import DraftRejected, MalformedReply
+from pytest_kscientist.evolve.llm.llm_errors import DraftRejected, MalformedReply
 from pytest_kscientist.evolve.llm.session import Session
 from pytest_kscientist.evolve.roles import (
     CandidateSummary,

@@ -15,14 +15,14 @@ from pydantic import BaseModel, ValidationError
 
 from pytest_kscientist.evolve.llm import prompts
 from pytest_kscientist.evolve.llm.draft import KnownSources
-from pytest_kscientist.evolve.llm.errors import (
+from pytest_kscientist.evolve.llm.ledger import CostLedger
+from pytest_kscientist.evolve.llm.llm_errors import (
     BudgetExhausted,
     LLMError,
     MalformedOutput,
     MalformedReply,
     ProviderError,
 )
-from pytest_kscientist.evolve.llm.ledger import CostLedger
 from pytest_kscientist.evolve.llm.provider import LLMReply, LLMRequest, Provider, truncated
 from pytest_kscientist.evolve.llm.settings import RetryPolicy, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import CallLog, CallRecord, Redactor, request_sha256
@@ -54,7 +54,7 @@ class Session:
         self._lock = threading.Lock()
 
     def call(self, role: str, prompt: str, schema: type[BaseModel] | None = None) -> LLMReply:
-        """One budgeted, logged provider call; raises the typed errors of ``errors.py``."""
+        """One budgeted, logged provider call; raises the typed errors of ``llm_errors.py``."""
         prompt = self.redact(prompt)  # a key echoed into an earlier answer goes no further
         schema_name = schema.__name__ if schema else ""
         digest = request_sha256(role, self.system, prompt, schema_name)

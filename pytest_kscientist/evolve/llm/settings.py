@@ -1,7 +1,7 @@
 """The LLM options resolved once into a frozen ``LLMSettings`` (pure: no pytest, no network).
 
 ``resolve_settings`` takes the raw flag/ini strings and the environment, so the pytest plugin
-(``cli.py``) and a command line outside pytest share one set of rules and messages.
+(``llm_options.py``) and a command line outside pytest share one set of rules and messages.
 """
 
 from __future__ import annotations

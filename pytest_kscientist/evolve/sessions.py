@@ -3,7 +3,7 @@
 The child is ``python -m pytest <task> --kernel c0004.py ... --ks-json <file>``: the same harness,
 isolation and verdicts as a hand-run session. Its output goes to a log file next to its JSON.
 With ``--ks-devices``, ``ParallelSessions`` splits a generation over one child session per device,
-run at once with one salt. Tests inject another ``Evaluator`` through
+run at once with one salt. Tests inject another ``GenerationEvaluator`` through
 ``config.stash[EVALUATOR_KEY]``.
 """
 
@@ -45,7 +45,7 @@ class EvaluationError(Exception):
         self.code = code
 
 
-class Evaluator(Protocol):
+class GenerationEvaluator(Protocol):
     def evaluate(self, kernels: list[Path], timeout_s: float | None,
                  beside: tuple[Path, ...] = ()) -> RunResults:
         """Evaluate the kernel files (named by file stem), each timed interleaved with the
@@ -54,7 +54,7 @@ class Evaluator(Protocol):
         ...
 
 
-EVALUATOR_KEY = pytest.StashKey[Evaluator]()
+EVALUATOR_KEY = pytest.StashKey[GenerationEvaluator]()
 
 
 def to_record(
