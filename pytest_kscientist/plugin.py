@@ -91,6 +91,7 @@ class KsHooks:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         from pytest_kscientist.errors import TaskSpecError
         from pytest_kscientist.evolve.loop import run_evolution
+        from pytest_kscientist.evolve.population import PopulationError
 
         dirs = [Path(a) for a in session.config.args]
         if len(dirs) != 1 or not (dirs[0] / SPEC_NAME).is_file():
@@ -101,7 +102,7 @@ class KsHooks:
             )
         try:
             self.evolve_code = run_evolution(session.config, dirs[0].resolve())
-        except TaskSpecError as exc:
+        except (TaskSpecError, PopulationError) as exc:
             raise pytest.UsageError(f"--evolve {dirs[0]}: {exc}") from None
         return True
 
@@ -136,7 +137,11 @@ class KsHooks:
         if ks.settings.json_path is not None and ks.results:
             ks.write_json(ks.settings.json_path)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_kscientist.report import write_summary
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
+        from pytest_kscientist.report import selection_hints, write_summary
 
         write_summary(terminalreporter, self.ks)
+        keyword = terminalreporter.config.option.keyword
+        if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and keyword:
+            for line in selection_hints(self.ks, keyword):
+                terminalreporter.write_line(line, yellow=True)

@@ -181,3 +181,28 @@ def write_summary(tr: Any, session: Any) -> None:
                       "(--ks-compare); + is slower")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
     tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")
+
+
+def selection_hints(session: Any, keyword: str) -> list[str]:
+    """Why ``-k KEYWORD`` selected nothing, when the words it names are case ids of another
+    profile of a task ("m6144" is in fp8_gemm's full profile, not the CPU one)."""
+    import re
+
+    words = [w for w in re.findall(r"[\w\-]+", keyword) if w not in ("and", "or", "not")]
+    lines = []
+    for task in session.tasks.values():
+        here = session.profile
+        ids_here = {task.case_id(c) for p in [task.spec.profiles.get(here)] if p
+                    for c in [*p.tests, *p.benchmarks]}
+        for name, profile in task.spec.profiles.items():
+            if name == here:
+                continue
+            ids = {task.case_id(c) for c in [*profile.tests, *profile.benchmarks]}
+            hits = sorted(i for i in ids - ids_here if any(w in i for w in words))
+            if hits and not any(w in i for w in words for i in ids_here):
+                lines.append(
+                    f"hint: -k '{keyword}' names cases of task '{task.name}' in its profile "
+                    f"'{name}' ({len(hits)}, e.g. {hits[0]}), not in this run's profile '{here}'; "
+                    f"add --ks-profile {name}" + (" (on a GPU it is picked by default)"
+                                                  if name == "full" else ""))
+    return lines

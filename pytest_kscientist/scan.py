@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
+from pytest_kscientist.kswarnings import KsWarning
 
 MODULES = {
     "gc": "can reach the harness's objects",
@@ -56,7 +56,7 @@ CACHE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakValueDi
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "__setitem__", "pop"}
 
 
-class KsSuspiciousCode(pytest.PytestWarning):
+class KsSuspiciousCode(KsWarning):
     """A candidate uses a construct that cheating kernels rely on; read it before trusting it."""
 
 

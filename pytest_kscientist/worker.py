@@ -29,10 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pytest_kscientist import channel
-from pytest_kscientist.errors import ChannelError
+from pytest_kscientist.errors import ChannelError, KsError
+from pytest_kscientist.kswarnings import KsWarning
 
 SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
@@ -47,11 +46,11 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 
 
-class KsSandboxUnavailable(pytest.PytestWarning):
+class KsSandboxUnavailable(KsWarning):
     """Candidate workers run without the OS sandbox (no user namespaces or no ``unshare``)."""
 
 
-class WorkerDied(Exception):
+class WorkerDied(KsError):
     """The worker did not answer: it exited, crashed, hung or sent something not authentic."""
 
     def __init__(self, reason: str, log_tail: str = "", hung: bool = False) -> None:

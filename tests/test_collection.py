@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from helpers import AXPY, CANDIDATES
+from helpers import AXPY, CANDIDATES, REPO, run_pytest
 
 
 def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:
@@ -115,3 +117,12 @@ def test_bad_ks_requires_is_a_collection_error(pytester: pytest.Pytester, value:
     result = pytester.runpytest(str(AXPY), "--kernel", str(kernel))
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines([f"candidate {kernel}: k.py:1: {message}"])
+
+
+def test_a_selection_of_another_profiles_cases_says_so(tmp_path: Path) -> None:
+    code, output, _ = run_pytest([str(REPO / "tasks" / "fp8_gemm"), "-k", "m6144",
+                                  "--ks-profile", "cpu"], cwd=tmp_path)
+    assert code == 5  # pytest's "no tests collected"
+    assert ("hint: -k 'm6144' names cases of task 'fp8_gemm' in its profile 'full' (9, e.g. "
+            "m6144-n1536-k7168-s6543), not in this run's profile 'cpu'; add --ks-profile full"
+            ) in output

@@ -472,3 +472,12 @@ def test_a_broken_task_under_evolve_is_a_usage_error(toy: pytest.Pytester) -> No
     result = toy.runpytest("--evolve", "1", "toy")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--evolve toy: *task.toml*"])
+
+
+def test_an_unusable_population_folder_is_a_usage_error(toy: pytest.Pytester) -> None:
+    (toy.path / "population").mkdir()
+    (toy.path / "population" / "toy").write_text("not a folder")
+    result = toy.runpytest("--evolve", "1", "toy")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--evolve toy: population folder *toy is a file*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

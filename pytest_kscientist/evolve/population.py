@@ -34,8 +34,10 @@ from typing import Any, Literal
 import filelock
 from pydantic import BaseModel, Field, ValidationError
 
+from pytest_kscientist.errors import KsError
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Selection
 from pytest_kscientist.files import atomic_write
+from pytest_kscientist.kswarnings import KsWarning
 from pytest_kscientist.results import CandidateResult, MachineInfo
 
 SCHEMA_VERSION = 1
@@ -45,11 +47,11 @@ HOST = socket.gethostname()
 _ID = re.compile(r"^c(\d{4,})$")
 
 
-class PopulationWarning(UserWarning):
+class PopulationWarning(KsWarning):
     """A stored record could not be read and was skipped."""
 
 
-class PopulationError(Exception):
+class PopulationError(KsError):
     """The population folder cannot be used (lock timeout, not a directory...)."""
 
 
@@ -176,7 +178,15 @@ class Population:
             raise PopulationError(
                 f"population folder {root} is a file; point --ks-population at a directory"
             )
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise PopulationError(
+                f"population folder {root}: cannot write there ({exc.strerror or exc}); point "
+                "--ks-population at a writable folder") from None
         self.root = root
         self.task = task
         self.run_id = run_id or uuid.uuid4().hex[:12]

@@ -140,6 +140,7 @@ def write_plot(members: Sequence[Member], path: Path, task: str) -> str:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return "plot skipped: matplotlib is not installed (pip install matplotlib)"
     points = [(m.meta.generation, m.geomean_us) for m in members if m.geomean_us is not None]
@@ -156,8 +157,19 @@ def write_plot(members: Sequence[Member], path: Path, task: str) -> str:
             [t for _, t in curve],
             where="post",
             color="C3",
-            label="best so far",
+            label="lowest geomean so far (across sessions)",
         )
+        for g in sorted({m.meta.generation for m in members}):
+            timed = [m for m in members if m.meta.generation == g and m.geomean_us is not None]
+            if timed:  # each generation's fastest, by id
+                fastest = min(timed, key=lambda m: m.geomean_us or 0.0)
+                ax.annotate(fastest.id, (g, fastest.geomean_us), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7)
+        top = best(members)
+        if top is not None and top.geomean_us is not None:
+            ax.scatter([top.meta.generation], [top.geomean_us], marker="*", s=120, color="C2",
+                       zorder=3, label=f"best: {top.id} (confirmed, or the fastest seed)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_yscale("log")
         ax.set_xlabel("generation")
         ax.set_ylabel("geomean of benchmark medians (us)")

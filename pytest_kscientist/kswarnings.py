@@ -1,0 +1,14 @@
+"""The root of pytest-kscientist's warnings: filter them all with
+``-W ignore::pytest_kscientist.kswarnings.KsWarning`` (errors derive from ``errors.KsError``).
+
+Kept apart from ``errors.py`` because the candidate worker loads that one and must not import
+pytest.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+class KsWarning(pytest.PytestWarning):
+    """Base class of pytest-kscientist's warnings."""
