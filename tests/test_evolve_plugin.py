@@ -481,3 +481,24 @@ def test_an_unusable_population_folder_is_a_usage_error(toy: pytest.Pytester) ->
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--evolve toy: population folder *toy is a file*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_evolve_and_llm_options_are_resolved_once_per_run(
+        toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kscientist.evolve import run_options
+    from pytest_kscientist.evolve.llm import llm_options
+
+    calls = {"evolve": 0, "llm": 0}
+
+    def counted(name: str, real):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(run_options, "resolve", counted("evolve", run_options.resolve))
+    monkeypatch.setattr(llm_options, "resolve_settings",
+                        counted("llm", llm_options.resolve_settings))
+    monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
+    assert toy.runpytest("--evolve", "2", "toy", "--ks-llm", "offline").ret == 0
+    assert calls == {"evolve": 1, "llm": 1}

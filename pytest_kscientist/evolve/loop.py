@@ -464,9 +464,11 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     """
     from pytest_kscientist.evolve import run_options
     from pytest_kscientist.evolve.assemble import make_roles_factory
+    from pytest_kscientist.session import KS_SESSION
     from pytest_kscientist.task import load_task
 
-    settings = run_options.resolve(config)
+    ks = config.stash[KS_SESSION]
+    settings = ks.evolve_settings or run_options.resolve(config)
     task = load_task(task_dir)
     population = Population(settings.population_root / task.name, task.name)
     evaluator = config.stash.get(EVALUATOR_KEY, None)
@@ -482,7 +484,7 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
         population=population,
         evaluator=evaluator,
         make_roles=make_roles_factory(config, task, population.root),
-        budget=Budget(int(config.option.evolve), settings.candidates, settings.time_limit_s),
+        budget=Budget(ks.settings.evolve, settings.candidates, settings.time_limit_s),
         terminal=progress.Terminal.for_config(config),
         task_dir=task_dir,
     )

@@ -1,8 +1,8 @@
 """Options of ``--evolve`` runs (flags with ini twins), resolved once into ``EvolveSettings``.
 
 ``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
-``validate(config)`` from ``pytest_configure`` when ``--evolve`` is given. The flag wins over its
-ini twin.
+``resolve(config)`` from ``pytest_configure`` when ``--evolve`` is given (kept on the session
+as ``evolve_settings``). The flag wins over its ini twin.
 """
 
 from __future__ import annotations

@@ -63,7 +63,13 @@ def _raw(config: pytest.Config) -> dict[str, str | None]:
 
 
 def settings(config: pytest.Config) -> LLMSettings:
-    """The resolved LLM settings of this run (the flag wins over its ini twin)."""
+    """The resolved LLM settings of this run (the flag wins over its ini twin): those resolved
+    at configure time when ``--evolve`` runs, else resolved now."""
+    from pytest_kscientist.session import KS_SESSION
+
+    ks = config.stash.get(KS_SESSION, None)
+    if ks is not None and ks.llm_settings is not None:
+        return ks.llm_settings  # type: ignore[no-any-return]
     try:
         return resolve_settings(_raw(config), os.environ)
     except SettingsError as exc:
