@@ -4,6 +4,7 @@
 #     without and with both cuBLAS baselines (wall time), GPU A/A (bench/aa.py, 2 runs)
 #   KS_PART=tests: the gpu-marked tests (the GPU adversarial corpus too), then the fidelity
 #     table again
+#   KS_PART=verify: the gpu-marked tests, then the suite beside both baselines (wall time)
 #   KS_PART=final: fidelity, the GPU adversarial corpus, --evolve 2 (as below, time-boxed)
 #   KS_PART=evolve: --evolve 2 of the task from the Triton seed (offline scientist), each
 #     generation's evaluation time in its log, then GPU A/A (1 run)
@@ -38,6 +39,10 @@ if [[ ${KS_PART:-measure} == measure ]]; then
 elif [[ $KS_PART == tests ]]; then
   t 380 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
   t 120 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
+elif [[ $KS_PART == verify ]]; then
+  t 170 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
+  t 90 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel "$SEED" --ks-skip-reference --ks-baselines all
 elif [[ $KS_PART == final ]]; then
   t 90 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 250 "$OUT/gpu-tests.log" python3 -m pytest tests/adversarial/test_gpu_corpus.py \
