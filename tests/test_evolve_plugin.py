@@ -122,7 +122,7 @@ def test_conftest_roles_drive_the_generations(
             "population: 5 candidates in 3 generations (5 passed, 0 failed, 0 pending)",
             "best kernel: *c000*.py",
             "check it again: pytest *toy --kernel *c000*.py",
-            "*= 2 generations in *",
+            "*2 generations in *",
         ]
     )
     result.stdout.no_fnmatch_line("*no tests ran*")
