@@ -31,64 +31,109 @@ class Settings:
     skip_reference: bool = False  # --ks-skip-reference: the reference is not timed
     # --ks-beside: kernels timed interleaved beside every candidate, like baselines.
     beside: tuple[Path, ...] = ()
+    # With --evolve, its options and the LLM scientist's, resolved at configure time by their
+    # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
+    evolve_options: Any = None
+    llm: Any = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag, its ini twin and its help: a row of an option table.
+
+    The tables: ``CORE_OPTIONS`` here, ``evolve.run_options.EVOLVE_OPTIONS`` and
+    ``evolve.llm.llm_options.LLM_OPTIONS``; ``register`` adds a table to pytest and
+    ``raw_value`` reads one option (the flag wins over its ini twin). Each area's resolver turns
+    the raw values into its part of the frozen ``Settings``, once, at configure time.
+    """
+
+    flag: str
+    help: str
+    metavar: str | None = None
+    ini: str | None = None  # the ini twin's name; None: a flag only
+    ini_default: Any = ""
+    ini_type: str | None = None  # pytest's addini type: None (a string) or "args" (a list)
+    action: str = "store"  # or "append", "store_true"
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+CORE_OPTIONS = (
+    Option("--kernel", "candidate file exposing custom_kernel(data) to evaluate instead of the "
+           "task's seeds; repeat for several", "PATH", action="append"),
+    Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
+    Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
+    Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
+           "profile the task defines", "NAME", ini="ks_profile", ini_default="auto"),
+    Option("--ks-device", "device the candidates run on: auto, cpu, cuda or cuda:N", "DEV",
+           ini="ks_device", ini_default="auto"),
+    Option("--ks-timeout", "a worker that does not answer within SECONDS is killed and its "
+           "test fails (default 120)", "SECONDS", ini="ks_timeout", ini_default="120"),
+    Option("--ks-bench-budget", "time spent timing each benchmark case (default: the task's "
+           "bench.budget_s)", "SECONDS", ini="ks_bench_budget"),
+    Option("--evolve", "evolve the task folder given with the Kernel Scientist (selector, "
+           "designer, writer) until its population has N generations after the seeds, each "
+           "evaluated as a child pytest run; rerun to resume after an interruption", "N"),
+    Option("--ks-baselines", "baselines timed beside each candidate: all (default), none, or "
+           "comma-separated names from the task's [[baselines]]", "NAMES", ini="ks_baselines",
+           ini_default="all"),
+    Option("--ks-beside", "a kernel file timed interleaved beside every candidate, as an extra "
+           "baseline named by its file stem (speedups vs_<stem>, with intervals); repeatable. "
+           "--evolve times each generation's parents this way", "PATH", action="append"),
+    Option("--ks-skip-reference", "do not time the task's reference (no reference node, no "
+           "speedup_vs_ref); --evolve's child sessions pass it", action="store_true"),
+    Option("--ks-min-speedup", "gate: fail a candidate whose geomean speedup over baseline NAME "
+           "(or 'reference') is below FACTOR, e.g. cublas_task_layout=1.5; repeatable (the ini "
+           "twin takes several, space-separated)", "NAME=FACTOR", ini="ks_min_speedup",
+           ini_default=[], ini_type="args", action="append"),
+    Option("--ks-compare", "compare each candidate with its result in PATH, a --ks-json file of "
+           "an earlier run", "PATH", ini="ks_compare"),
+    Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower (geomean over "
+           "common benchmarks) than in --ks-compare, e.g. 5%%", "PERCENT",
+           ini="ks_max_regression"),
+)
+
+
+def register(parser: pytest.Parser, group: pytest.OptionGroup,
+             options: tuple[Option, ...]) -> None:
+    """Add each option of a table to pytest: the flag on ``group``, its ini twin on ``parser``."""
+    for option in options:
+        help_text = option.help + (f" (ini: {option.ini})" if option.ini else "")
+        if option.action == "store_true":
+            group.addoption(option.flag, dest=option.dest, action="store_true", default=False,
+                            help=help_text)
+        else:
+            group.addoption(option.flag, dest=option.dest, action=option.action,
+                            default=[] if option.action == "append" else None,
+                            metavar=option.metavar, help=help_text)
+        if option.ini:
+            parser.addini(option.ini, f"default for {option.flag}", type=option.ini_type,
+                          default=option.ini_default)
+
+
+def raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
+    """The option's raw value, the flag's when given, else its ini twin's, and the name to quote
+    in messages (the flag, or ``name (ini)``)."""
+    value = config.getoption(option.dest, default=None)
+    if value not in (None, [], False) or option.ini is None:
+        return value, option.flag
+    return config.getini(option.ini), f"{option.ini} (ini)"
+
+
+_BY_DEST = {option.dest: option for option in CORE_OPTIONS}
+
+
+def _value(config: pytest.Config, dest: str) -> Any:
+    """A core option's raw value (the flag wins over its ini twin)."""
+    return raw_value(config, _BY_DEST[dest])[0]
 
 
 def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
+    """Register the core options; returns the group the --evolve and LLM tables join."""
     group = parser.getgroup("kscientist", "pytest-kscientist: GPU kernel tasks")
-    group.addoption(
-        "--kernel", action="append", default=[], metavar="PATH",
-        help="candidate file exposing custom_kernel(data) to evaluate instead of the task's "
-        "seeds; repeat for several",
-    )
-    group.addoption("--ks-json", metavar="PATH", default=None,
-                    help="write machine-readable results (versioned JSON) to PATH")
-    group.addoption("--ks-salt", metavar="INT", default=None,
-                    help="reuse the secret seed salt of an earlier run to reproduce it")
-    group.addoption("--ks-profile", metavar="NAME", default=None,
-                    help="case profile: auto (full with a GPU, else cpu), cpu, full or any "
-                    "profile the task defines (ini: ks_profile)")
-    group.addoption("--ks-device", metavar="DEV", default=None,
-                    help="device the candidates run on: auto, cpu, cuda or cuda:N "
-                    "(ini: ks_device)")
-    group.addoption("--ks-timeout", metavar="SECONDS", default=None,
-                    help="a worker that does not answer within SECONDS is killed and its test "
-                    "fails (ini: ks_timeout; default 120)")
-    group.addoption("--ks-bench-budget", metavar="SECONDS", default=None,
-                    help="time spent timing each benchmark case (ini: ks_bench_budget; default: "
-                    "the task's bench.budget_s)")
-    group.addoption("--evolve", metavar="N", default=None,
-                    help="evolve the task folder given with the Kernel Scientist (selector, "
-                    "designer, writer) until its population has N generations after the seeds, "
-                    "each evaluated as a child pytest run; rerun to resume after an interruption")
-    group.addoption("--ks-baselines", metavar="NAMES", default=None,
-                    help="baselines timed beside each candidate: all (default), none, or "
-                    "comma-separated names from the task's [[baselines]] (ini: ks_baselines)")
-    group.addoption("--ks-beside", action="append", default=[], metavar="PATH",
-                    help="a kernel file timed interleaved beside every candidate, as an extra "
-                    "baseline named by its file stem (speedups vs_<stem>, with intervals); "
-                    "repeatable. --evolve times each generation's parents this way")
-    group.addoption("--ks-skip-reference", action="store_true", default=False,
-                    help="do not time the task's reference (no reference node, no "
-                    "speedup_vs_ref); --evolve's child sessions pass it")
-    group.addoption("--ks-min-speedup", action="append", default=[], metavar="NAME=FACTOR",
-                    help="gate: fail a candidate whose geomean speedup over baseline NAME (or "
-                    "'reference') is below FACTOR, e.g. cublas_task_layout=1.5; repeatable "
-                    "(ini: ks_min_speedup, space-separated)")
-    group.addoption("--ks-compare", metavar="PATH", default=None,
-                    help="compare each candidate with its result in PATH, a --ks-json file of "
-                    "an earlier run (ini: ks_compare)")
-    group.addoption("--ks-max-regression", metavar="PERCENT", default=None,
-                    help="gate: fail a candidate more than PERCENT slower (geomean over common "
-                    "benchmarks) than in --ks-compare, e.g. 5%% (ini: ks_max_regression)")
-    parser.addini("ks_profile", "default for --ks-profile", default="auto")
-    parser.addini("ks_device", "default for --ks-device", default="auto")
-    parser.addini("ks_timeout", "default for --ks-timeout", default="120")
-    parser.addini("ks_bench_budget", "default for --ks-bench-budget", default="")
-    parser.addini("ks_baselines", "default for --ks-baselines", default="all")
-    parser.addini("ks_min_speedup", "default for --ks-min-speedup (NAME=FACTOR ...)",
-                  type="args", default=[])
-    parser.addini("ks_compare", "default for --ks-compare", default="")
-    parser.addini("ks_max_regression", "default for --ks-max-regression", default="")
+    register(parser, group, CORE_OPTIONS)
     return group
 
 
@@ -144,16 +189,16 @@ def resolve(config: pytest.Config) -> Settings:
             raise pytest.UsageError(
                 f"--ks-salt expects the integer printed by an earlier run, got '{opt.ks_salt}'"
             ) from None
-    profile = opt.ks_profile or config.getini("ks_profile") or "auto"
-    device = (opt.ks_device or config.getini("ks_device") or "auto").strip()
+    profile = _value(config, "ks_profile") or "auto"
+    device = (_value(config, "ks_device") or "auto").strip()
     if device not in ("auto", "cpu", "cuda") and not (
         device.startswith("cuda:") and device[5:].isdigit()
     ):
         raise pytest.UsageError(
             f"--ks-device expects auto, cpu, cuda or cuda:N, got '{device}'"
         )
-    timeout = _positive("--ks-timeout", opt.ks_timeout or config.getini("ks_timeout"))
-    raw_budget = opt.ks_bench_budget or config.getini("ks_bench_budget")
+    timeout = _positive("--ks-timeout", _value(config, "ks_timeout"))
+    raw_budget = _value(config, "ks_bench_budget")
     budget = _positive("--ks-bench-budget", raw_budget) if raw_budget else None
     evolve = None
     if opt.evolve is not None:
@@ -166,7 +211,7 @@ def resolve(config: pytest.Config) -> Settings:
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
     compare_path, compare_runs, max_regression = _comparison(config)
-    min_speedup = _min_speedups(opt.ks_min_speedup or config.getini("ks_min_speedup"))
+    min_speedup = _min_speedups(_value(config, "ks_min_speedup"))
     skip_reference = bool(opt.ks_skip_reference)
     if skip_reference and any(name == "reference" for name, _ in min_speedup):
         raise pytest.UsageError(
@@ -176,7 +221,7 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(
         kernels=tuple(kernels), json_path=json_path, salt=salt, salt_given=salt_given,
         profile=profile, device=device, timeout_s=timeout, bench_budget_s=budget, evolve=evolve,
-        baselines=_baselines(opt.ks_baselines or config.getini("ks_baselines") or "all"),
+        baselines=_baselines(_value(config, "ks_baselines") or "all"),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
     )
@@ -215,9 +260,8 @@ def _min_speedups(raw: list[str]) -> tuple[tuple[str, float], ...]:
 
 
 def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], float | None]:
-    opt = config.option
-    raw_path = opt.ks_compare or config.getini("ks_compare")
-    raw_max = opt.ks_max_regression or config.getini("ks_max_regression")
+    raw_path = _value(config, "ks_compare")
+    raw_max = _value(config, "ks_max_regression")
     max_regression = None
     if raw_max:
         text = raw_max.strip().removesuffix("%")

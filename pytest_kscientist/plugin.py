@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kscientist: a pytest-kscientist task case")
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device")
     settings = resolve(config)
-    ks = KsSession(config, settings)
     if settings.evolve is not None:
-        # Resolved once, here; the loop and the LLM scientist read them from the session.
+        # Resolved once, here, into the one frozen Settings the loop and the LLM scientist read.
         evolve_options, llm_options = (_optional(m) for m in OPTION_MODULES)
-        if evolve_options is not None:
-            ks.evolve_settings = evolve_options.resolve(config)
-        if llm_options is not None:
-            ks.llm_settings = llm_options.settings(config)
+        settings = dataclasses.replace(
+            settings,
+            evolve_options=evolve_options.resolve(config) if evolve_options else None,
+            llm=llm_options.settings(config) if llm_options else None,
+        )
+    ks = KsSession(config, settings)
     if settings.device not in ("auto", "cpu"):
         # A device asked for by name is checked now, so its absence is a usage error rather
         # than a collection error inside a traceback (issue 11).

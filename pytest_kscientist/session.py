@@ -9,7 +9,6 @@ import socket
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -50,10 +49,7 @@ class KsSession:
         self.partners: dict[tuple[str, str], Partner] = {}
         # task name -> candidate name -> why its items skip (its KS_REQUIRES, unmet here)
         self.unmet: dict[str, dict[str, str]] = {}
-        # With --evolve: its options and the LLM scientist's, resolved once at configure time
-        # (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
-        self.evolve_settings: Any = None
-        self.llm_settings: Any = None
+
 
     @cached_property
     def device(self) -> str:

@@ -468,7 +468,7 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     from pytest_kscientist.task import load_task
 
     ks = config.stash[KS_SESSION]
-    settings = ks.evolve_settings or run_options.resolve(config)
+    settings = ks.settings.evolve_options or run_options.resolve(config)
     task = load_task(task_dir)
     population = Population(settings.population_root / task.name, task.name)
     evaluator = config.stash.get(EVALUATOR_KEY, None)

@@ -1,8 +1,8 @@
 """Options of ``--evolve`` runs (flags with ini twins), resolved once into ``EvolveSettings``.
 
 ``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
-``resolve(config)`` from ``pytest_configure`` when ``--evolve`` is given (kept on the session
-as ``evolve_settings``). The flag wins over its ini twin.
+``resolve(config)`` from ``pytest_configure`` when ``--evolve`` is given (kept in the frozen
+``Settings`` as ``evolve_options``). The flag wins over its ini twin.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from pytest_kscientist.options import Option, raw_value, register
 
 DEFAULT_CANDIDATES = 3
 
@@ -27,55 +29,32 @@ class EvolveSettings:
     devices: tuple[str, ...] = ()
 
 
+EVOLVE_OPTIONS = (
+    Option("--ks-candidates", f"new candidates per --evolve generation (default "
+           f"{DEFAULT_CANDIDATES})", "N", ini="ks_candidates",
+           ini_default=str(DEFAULT_CANDIDATES)),
+    Option("--ks-time-limit", "stop --evolve cleanly after SECONDS of wall-clock time; rerun to "
+           "continue (default: no limit)", "SECONDS", ini="ks_time_limit"),
+    Option("--ks-population", "folder holding the populations of --evolve, one subfolder per "
+           "task (default: <rootdir>/population; the ini twin is relative to the ini file)",
+           "DIR", ini="ks_population"),
+    Option("--ks-devices", "evaluate each --evolve generation in parallel child sessions, one "
+           "per device: comma-separated cuda:N (or cpu) entries, or 'all' for every CUDA device "
+           "(default: one session)", "LIST", ini="ks_devices"),
+)
+_BY_DEST = {option.dest: option for option in EVOLVE_OPTIONS}
+
+
 def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """Register ``--ks-candidates``, ``--ks-time-limit``, ``--ks-population`` and ini twins."""
-    group.addoption(
-        "--ks-candidates",
-        dest="ks_candidates",
-        metavar="N",
-        default=None,
-        help="new candidates per --evolve generation (ini: ks_candidates; default "
-        f"{DEFAULT_CANDIDATES})",
-    )
-    group.addoption(
-        "--ks-time-limit",
-        dest="ks_time_limit",
-        metavar="SECONDS",
-        default=None,
-        help="stop --evolve cleanly after SECONDS of wall-clock time; rerun to continue "
-        "(ini: ks_time_limit; default: no limit)",
-    )
-    group.addoption(
-        "--ks-population",
-        dest="ks_population",
-        metavar="DIR",
-        default=None,
-        help="folder holding the populations of --evolve, one subfolder per task "
-        "(ini: ks_population; default: <rootdir>/population)",
-    )
-    group.addoption(
-        "--ks-devices",
-        dest="ks_devices",
-        metavar="LIST",
-        default=None,
-        help="evaluate each --evolve generation in parallel child sessions, one per device: "
-        "comma-separated cuda:N (or cpu) entries, or 'all' for every CUDA device "
-        "(ini: ks_devices; default: one session)",
-    )
-    parser.addini("ks_candidates", "default for --ks-candidates", default=str(DEFAULT_CANDIDATES))
-    parser.addini("ks_devices", "default for --ks-devices", default="")
-    parser.addini("ks_time_limit", "default for --ks-time-limit (seconds)", default="")
-    parser.addini(
-        "ks_population", "default for --ks-population (relative to the ini file)", default=""
-    )
+    """Register the ``--evolve`` table: ``--ks-candidates``, ``--ks-time-limit``,
+    ``--ks-population``, ``--ks-devices`` and their ini twins."""
+    register(parser, group, EVOLVE_OPTIONS)
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str, str]:
     """The raw value and the name to quote in errors (the flag, or the ini key)."""
-    flag = config.getoption(dest, default=None)
-    if flag is not None:
-        return str(flag), "--" + dest.replace("_", "-")
-    return str(config.getini(dest) or "").strip(), f"{dest} (ini)"
+    value, name = raw_value(config, _BY_DEST[dest])
+    return str(value or "").strip(), name
 
 
 def resolve(config: pytest.Config) -> EvolveSettings:

@@ -18,6 +18,7 @@ from pytest_kscientist.evolve.llm.settings import (
     SettingsError,
     resolve_settings,
 )
+from pytest_kscientist.options import Option, raw_value, register
 
 _HELP = {
     "llm": "LLM provider of the --evolve scientist: auto (gemini when GEMINI_API_KEY or "
@@ -45,20 +46,22 @@ _METAVAR = {
 }
 
 
+LLM_OPTIONS = tuple(
+    Option(flag, _HELP[key], _METAVAR[key], ini=ini, ini_default=None)
+    for key, (flag, ini) in OPTION_NAMES.items()
+)
+
+
 def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """Register the ``--ks-llm*`` flags on ``group`` and their ini twins on ``parser``."""
-    for key, (flag, ini) in OPTION_NAMES.items():
-        group.addoption(flag, dest=ini, default=None, metavar=_METAVAR[key], help=_HELP[key])
-        parser.addini(ini, help=f"default for {flag}", default=None)
+    """Register the ``--ks-llm*`` table: the flags on ``group``, their ini twins on ``parser``."""
+    register(parser, group, LLM_OPTIONS)
 
 
 def _raw(config: pytest.Config) -> dict[str, str | None]:
     raw: dict[str, str | None] = {}
-    for key, (_flag, ini) in OPTION_NAMES.items():
-        value = config.getoption(ini, default=None)
-        if value is None:
-            value = config.getini(ini) or None
-        raw[key] = None if value is None else str(value)
+    for key, option in zip(OPTION_NAMES, LLM_OPTIONS, strict=True):
+        value, _ = raw_value(config, option)
+        raw[key] = None if value in (None, "") else str(value)
     return raw
 
 
@@ -68,8 +71,8 @@ def settings(config: pytest.Config) -> LLMSettings:
     from pytest_kscientist.session import KS_SESSION
 
     ks = config.stash.get(KS_SESSION, None)
-    if ks is not None and ks.llm_settings is not None:
-        return ks.llm_settings  # type: ignore[no-any-return]
+    if ks is not None and ks.settings.llm is not None:
+        return ks.settings.llm  # type: ignore[no-any-return]
     try:
         return resolve_settings(_raw(config), os.environ)
     except SettingsError as exc:
