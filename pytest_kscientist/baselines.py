@@ -120,7 +120,7 @@ class Partner:
                 raise
         return self.worker
 
-    def failed(self, case_id: str, exc: CandidateFailure | WorkerDied) -> None:
+    def failed(self, case_id: str, exc: CandidateFailure) -> None:
         self.errors[case_id] = exc.reason
         if isinstance(exc, WorkerDied) and exc.hung:
             self.broken = f"hung on {case_id} and was killed"
@@ -163,7 +163,7 @@ def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners
                     theirs[who.name].append(evaluator.bench(
                         who.live(), case, device_name, share, tolerate=who.tolerate, samples=1,
                         precise_after=after))
-                except (CandidateFailure, WorkerDied) as exc:
+                except CandidateFailure as exc:
                     who.failed(case_id, exc)
                     failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
     result = pool(mine)

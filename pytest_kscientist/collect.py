@@ -255,13 +255,12 @@ class CaseItem(CandidateItem):
                 result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
             else:
                 result = self._bench(worker)
-        except (CandidateFailure, WorkerDied) as exc:
-            if not (isinstance(exc, CandidateFailure) and exc.wrong_result):
+        except CandidateFailure as exc:
+            if not exc.wrong_result:
                 # A worker that failed may hold a sticky device error or a candidate's patches:
                 # start afresh next time. One that only computed a wrong result is kept.
                 cand.drop_worker()
-            failure = exc if isinstance(exc, CandidateFailure) else CandidateFailure(
-                exc.reason, exc.log_tail)
+            failure = exc
             if isinstance(exc, WorkerDied) and exc.hung:
                 # Each further case would wait out the whole timeout again: fail them at once.
                 cand.load_failure = CandidateFailure(

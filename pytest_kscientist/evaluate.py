@@ -159,6 +159,8 @@ class Evaluator:
             header, payload = _ask(worker, "recheck", changes=changes)
             perturb.apply(data, changes)
             self._judge(self.reference.ref_kernel(data), header["output"], payload, misses)
+        except WorkerDied:
+            raise  # the worker's own verdict (hung, crashed): no context to add
         except CandidateFailure as exc:
             raise CandidateFailure(
                 f"re-run in the same input tensors with {len(changes)} elements changed: "
@@ -202,6 +204,8 @@ class Evaluator:
         for i in range(spec.warmup):
             try:
                 header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
+            except WorkerDied:
+                raise  # the worker's own verdict (hung, crashed): no context to add
             except CandidateFailure as exc:
                 raise CandidateFailure(f"warm-up call {i}: {exc.reason}", exc.detail) from None
             warm.append(float(header["raw_us"]) - float(worker.overhead_us))
@@ -354,6 +358,8 @@ class _TimedRun:
                     self.kept[slot] = entry
                 else:
                     self.kept.append(entry)
+        except WorkerDied:
+            raise  # the worker's own verdict (hung, crashed): no context to add
         except CandidateFailure as exc:
             raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
 

@@ -19,7 +19,6 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.results import CaseResult
 from pytest_kscientist.session import KS_SESSION
 from pytest_kscientist.task import Case, Task, load_task
-from pytest_kscientist.worker import WorkerDied
 
 
 @pytest.fixture
@@ -52,7 +51,7 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
             if kind == "check":
                 return evaluator.check(worker, case)
             return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))
-        except (CandidateFailure, WorkerDied) as exc:
+        except CandidateFailure as exc:
             return CaseResult(kind=kind, case=case, case_id=task.case_id(case), outcome="failed",
                               reason=exc.reason)
         finally:

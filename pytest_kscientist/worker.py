@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kscientist import channel
-from pytest_kscientist.errors import ChannelError, KsError
+from pytest_kscientist.errors import CandidateFailure, ChannelError
 from pytest_kscientist.kswarnings import KsWarning
 
 SECRET_NAME = re.compile(
@@ -50,14 +50,20 @@ class KsSandboxUnavailable(KsWarning):
     """Candidate workers run without the OS sandbox (no user namespaces or no ``unshare``)."""
 
 
-class WorkerDied(KsError):
-    """The worker did not answer: it exited, crashed, hung or sent something not authentic."""
+class WorkerDied(CandidateFailure):
+    """The worker did not answer: it exited, crashed, hung or sent something not authentic.
+
+    A candidate failure like any other (its ``detail`` is the worker's log tail), so callers
+    handle one type; ``hung`` says the watchdog killed it.
+    """
 
     def __init__(self, reason: str, log_tail: str = "", hung: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.log_tail = log_tail
+        super().__init__(reason, log_tail)
         self.hung = hung
+
+    @property
+    def log_tail(self) -> str:
+        return self.detail
 
 
 def clean_environment(device: str) -> dict[str, str]:
