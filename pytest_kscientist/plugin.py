@@ -10,7 +10,7 @@ import pytest
 
 from pytest_kscientist import hookspecs
 from pytest_kscientist.options import add_options, resolve
-from pytest_kscientist.task import SPEC_NAME
+from pytest_kscientist.task import SPEC_NAME, looks_like_task
 
 # The option registrations of --evolve and of its LLM scientist, beside options.py's.
 OPTION_MODULES = (
@@ -70,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
-    if file_path.name == SPEC_NAME:
+    if file_path.name == SPEC_NAME and looks_like_task(file_path):
         from pytest_kscientist.collect import TaskFile
         from pytest_kscientist.session import KS_SESSION
 

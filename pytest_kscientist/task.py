@@ -209,6 +209,24 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+# Top-level keys only this plugin's task specs have: a task.toml without any of them belongs to
+# something else (issue 12: a project's "[task] name = 'build docs'" failed collection).
+OUR_KEYS = frozenset({"case_keys", "profiles"})
+
+
+def looks_like_task(spec_path: Path) -> bool:
+    """Whether ``spec_path`` is a task spec of ours (valid or not) rather than another tool's
+    ``task.toml``: it names ``case_keys`` or ``profiles`` at top level; one that is not valid
+    TOML counts as ours when a ``reference.py`` lies beside it (its error is then reported)."""
+    try:
+        raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return False
+    except tomllib.TOMLDecodeError:
+        return (spec_path.parent / "reference.py").is_file()
+    return bool(OUR_KEYS & set(raw))
+
+
 def load_task(root: Path) -> Task:
     """Load and validate ``root/task.toml``; raise TaskSpecError naming the file and field."""
     spec_path = root / SPEC_NAME

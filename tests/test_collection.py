@@ -126,3 +126,21 @@ def test_a_selection_of_another_profiles_cases_says_so(tmp_path: Path) -> None:
     assert ("hint: -k 'm6144' names cases of task 'fp8_gemm' in its profile 'full' (9, e.g. "
             "m6144-n1536-k7168-s6543), not in this run's profile 'cpu'; add --ks-profile full"
             ) in output
+
+
+def test_another_tools_task_toml_is_left_alone(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", task='[task]\nname = "build docs"\n')
+    pytester.makepyfile(test_docs="def test_docs():\n    assert True\n")
+    result = pytester.runpytest()
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+
+
+def test_a_broken_task_of_ours_is_still_reported(pytester: pytest.Pytester) -> None:
+    folder = pytester.mkdir("mytask")
+    (folder / "task.toml").write_text('name = "mine"\ncase_keys = ["n"]\n')  # no profiles
+    (folder / "reference.py").write_text("")
+    result = pytester.runpytest("mytask")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*mytask/task.toml: invalid task spec (1 error(s)):",
+                                 "*field 'profiles': Field required"])
