@@ -75,3 +75,20 @@ def test_every_environment_key_is_redacted_not_only_the_one_in_use(ks_fake_llm, 
     assert other not in str(info.value)
     assert other not in (tmp_path / "llm-calls.jsonl").read_text()
     assert json.loads((tmp_path / "llm-calls.jsonl").read_text())["error"].count(REDACTED) == 1
+
+
+def test_a_placeholder_key_is_not_redacted_and_field_names_stay_whole(tmp_path) -> None:
+    from pytest_kscientist.evolve.llm.ledger import Usage
+    from pytest_kscientist.evolve.llm.transcript import CallLog, CallRecord, Redactor, read_calls
+
+    # OPENAI_API_KEY=none is a common placeholder for local servers; "ken" is inside
+    # "input_tokens". Neither may be replaced; the real key still is.
+    log = CallLog(tmp_path / "calls.jsonl", Redactor(["none", "ken", FAKE_KEY]))
+    log.append(CallRecord(
+        index=0, role="writer", prompt_sha256="x", occurrence=0, provider="openai", model="m",
+        system="s", prompt=f"if x is none: token = '{FAKE_KEY}'",
+        usage=Usage(input_tokens=11, output_tokens=7)))
+    (record,) = read_calls(tmp_path / "calls.jsonl")
+    assert record.prompt == f"if x is none: token = '{REDACTED}'"
+    assert (record.usage.input_tokens, record.usage.output_tokens) == (11, 7)
+    assert FAKE_KEY not in (tmp_path / "calls.jsonl").read_text()

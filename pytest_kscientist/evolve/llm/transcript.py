@@ -56,12 +56,18 @@ def request_sha256(role: str, system: str, prompt: str, schema_name: str) -> str
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+# Values shorter than this are placeholders, not keys ("none", "EMPTY", "sk-" for local servers,
+# issue 13): replacing them everywhere mangled code in prompts and the log's own field names.
+MIN_SECRET_CHARS = 12
+
+
 class Redactor:
     """Replaces every known secret (API keys) in text that leaves the process."""
 
     def __init__(self, secrets: tuple[str, ...] | list[str]) -> None:
         # Longest first, so a key that contains another is removed whole.
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len,
+                               reverse=True)
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
@@ -81,9 +87,12 @@ class CallLog:
     def append(self, record: CallRecord) -> CallRecord:
         """Give ``record`` the next index, redact it, write it, return what was written."""
         with self._lock:
-            record = record.model_copy(update={"index": self._index, "time": time.time()})
+            text_fields = {name: self.redact(value) for name, value in record
+                           if isinstance(value, str)}  # values only: field names stay intact
+            record = record.model_copy(
+                update={**text_fields, "index": self._index, "time": time.time()})
             self._index += 1
-            line = self.redact(record.model_dump_json())
+            line = record.model_dump_json()
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
         return CallRecord.model_validate_json(line)
