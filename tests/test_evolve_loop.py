@@ -219,8 +219,31 @@ def test_a_failing_writer_skips_only_that_plan(tmp_path: Path) -> None:
     assert "skipped: the writer failed: ValueError: draft did not compile" in run.out.getvalue()
 
 
-def test_a_selector_choosing_an_unknown_base_is_reported(tmp_path: Path) -> None:
+def test_a_selector_choosing_an_unknown_base_is_replaced_for_that_generation(
+        tmp_path: Path) -> None:
     class Lost(ScriptedSelector):
+        def select(self, task, population, findings):  # type: ignore[no-untyped-def]
+            sel = super().select(task, population, findings)
+            return sel.model_copy(update={"base_id": "4050"})
+
+    class Raises(ScriptedSelector):
+        def select(self, task, population, findings):  # type: ignore[no-untyped-def]
+            raise ValueError("the model answered in prose")
+
+    for selector, said in ((Lost(), "chose base '4050'"),
+                           (Raises(), "the selector failed: ValueError: the model answered")):
+        (tmp_path / type(selector).__name__).mkdir()
+        run = Run(tmp_path / type(selector).__name__)
+        assert run(2, Roles(selector, ScriptedDesigner(), ScriptedWriter())) == 0
+        out = run.out.getvalue()
+        assert said in out and "the offline selector stands in for this generation" in out
+        assert run.done() == [0, 1, 2]  # the run went on
+        assert [e.data["role"] for e in run.pop.events() if e.kind == "role_fallback"] == [
+            "selector", "selector"]
+
+
+def test_the_offline_selector_failing_stops_the_run(tmp_path: Path) -> None:
+    class Lost(OfflineSelector):
         def select(self, task, population, findings):  # type: ignore[no-untyped-def]
             sel = super().select(task, population, findings)
             return sel.model_copy(update={"base_id": "c9999"})

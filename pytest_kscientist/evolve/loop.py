@@ -211,18 +211,8 @@ class Evolution:
         summaries = [m.summary() for m in members]
         notes = self.pop.read_text(FINDINGS)
         self._remaining()
-        selection = self._call("selector", roles.selector.select, brief, summaries, notes)
-        if not isinstance(selection, Selection):
-            raise Stop(f"the selector returned {type(selection).__name__}, not a Selection", 3)
         by_id = {s.id: s for s in summaries}
-        if selection.base_id not in by_id or (
-            selection.reference_id is not None and selection.reference_id not in by_id
-        ):
-            raise Stop(
-                f"the selector chose base '{selection.base_id}' / reference "
-                f"'{selection.reference_id}', which are not in the population",
-                3,
-            )
+        selection = self._select(roles.selector, brief, summaries, notes, by_id)
         self._stage("select", selection.reason)
         base, ref = by_id[selection.base_id], by_id.get(selection.reference_id or "")
         self._remaining()
@@ -252,6 +242,31 @@ class Evolution:
             kept=[p.model_dump() for p in kept],
             findings_update=design.findings_update,
         )
+
+    def _select(self, selector: Any, brief: TaskBrief, summaries: list[Any], notes: str,
+                by_id: dict[str, Any]) -> Selection:
+        """The selector's choice; if it fails or names ids not in the population, the offline
+        selector's for this generation (issue 13: one bad answer ended a long LLM run)."""
+        from pytest_kscientist.evolve.offline import OfflineSelector
+
+        try:
+            selection = self._call("selector", selector.select, brief, summaries, notes)
+            problem = _selection_problem(selection, by_id)
+        except Stop as stop:
+            if stop.code != 3:  # the budget ran out: a clean stop
+                raise
+            selection, problem = None, stop.reason
+        if not problem:
+            return selection  # type: ignore[return-value]
+        if isinstance(selector, OfflineSelector):
+            raise Stop(problem, 3)
+        self.pop.log("role_fallback", self.generation, role="selector", error=problem)
+        self._stage("select", f"{problem}; the offline selector stands in for this generation")
+        selection = self._call("selector", OfflineSelector().select, brief, summaries, notes)
+        problem = _selection_problem(selection, by_id)
+        if problem:
+            raise Stop(problem, 3)
+        return selection  # type: ignore[return-value]
 
     def _write(
         self,
@@ -453,6 +468,18 @@ class Evolution:
             where = self.task_dir if self.task_dir is not None else "<task folder>"
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
+
+
+def _selection_problem(selection: Any, by_id: dict[str, Any]) -> str:
+    """What is wrong with a selector's answer ("" when it can be used)."""
+    if not isinstance(selection, Selection):
+        return f"the selector returned {type(selection).__name__}, not a Selection"
+    if selection.base_id not in by_id or (
+        selection.reference_id is not None and selection.reference_id not in by_id
+    ):
+        return (f"the selector chose base '{selection.base_id}' / reference "
+                f"'{selection.reference_id}', which are not in the population")
+    return ""
 
 
 def run_evolution(config: pytest.Config, task_dir: Path) -> int:
