@@ -55,8 +55,14 @@ def _load_module(path: str, name: str) -> Any:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{_type(exc).__name__}: {exc}".strip().splitlines()
-    return text[0][:300] if text else _type(exc).__name__
+    """The failure in one line: its first line and, for a message of several lines, its last
+    (a Triton CompilationError starts "at 3:4:" and ends with the actual cause: issue 13)."""
+    lines = [ln.strip() for ln in f"{_type(exc).__name__}: {exc}".splitlines() if ln.strip()]
+    if not lines:
+        return _type(exc).__name__
+    if _len(lines) == 1:
+        return lines[0][:300]
+    return f"{lines[0][:150]} ... {lines[-1][:250]}"
 
 
 _HARNESS_DIR = os.path.dirname(os.path.abspath(channel.__file__))

@@ -110,6 +110,8 @@ def test_each_generation_selects_designs_writes_and_evaluates(tmp_path: Path) ->
     assert f"check it again: pytest <task folder> --kernel {run.pop.source_path(top.id)}" in text
     findings = (run.root / "findings.md").read_text()
     assert "## What helped" in findings and "## Designer notes" in findings
+    # every generation's notes stay, newest first
+    assert findings.index("### After generation 3") < findings.index("### After generation 2")
     assert "`c0001`" in (run.root / "lineage.md").read_text()
     assert (run.root / "progress.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -203,3 +203,17 @@ def test_builtin_scientists_are_trylast_hooks_a_plugin_can_replace_one_by_one(
     designer = config.hook.pytest_kscientist_make_designer(config=config, task=brief)
     assert isinstance(designer, OfflineDesigner)  # no LLM configured: the offline scientist
     assert builtin.made(brief)[0][1] is designer
+
+
+def test_keep_three_never_keeps_the_same_plan_twice() -> None:
+    from pytest_kscientist.evolve.roles import keep_three
+
+    def plan(title: str, innovation: int, gain: float) -> ExperimentPlan:
+        return ExperimentPlan(title=title, changes="use a 2-stage pipeline",
+                              expected_gain_min_pct=gain, expected_gain_max_pct=gain + 10,
+                              innovation=innovation)
+
+    same = [plan("Pipeline K", 5, 10), plan("pipeline  k", 5, 10), plan("PIPELINE K ", 5, 10)]
+    assert len(keep_three(same)) == 1
+    assert [p.title for p in keep_three([*same, plan("Split K", 3, 1)])] == [
+        "Pipeline K", "Split K"]

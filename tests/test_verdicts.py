@@ -16,6 +16,8 @@ from pytest_kscientist.results import RESULTS_SCHEMA_VERSION, RunResults
 EXPECTED = {
     "wrong": "wrong result: 33 of 33 elements outside",
     "raises": "RuntimeError: boom from the kernel",
+    # A message of several lines keeps its first and its last (the cause, for Triton).
+    "multiline": "RuntimeError: at 3:4: ... ValueError: unsupported tensor layout",
     "exits": "worker exited with code 0 before answering 'check'",
     "sysexit": "SystemExit: 0",
     "hangs": "no answer to 'check' within 4 s (hang?); worker killed",

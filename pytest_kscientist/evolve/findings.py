@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 from pytest_kscientist.evolve.population import Member
 
+NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)
+
 
 def lineage(member: Member, by_id: dict[str, Member]) -> list[str]:
     """Ids from the root seed down to ``member`` along first parents."""
@@ -96,7 +98,8 @@ def label(member: Member) -> str:
 
 
 def render(
-    task: str, members: Sequence[Member], designer_notes: str = "", generation: int = 0
+    task: str, members: Sequence[Member],
+    designer_notes: str | Sequence[tuple[int, str]] = "", generation: int = 0
 ) -> str:
     """The markdown findings document for ``members``."""
     by_id = {m.id: m for m in members}
@@ -154,8 +157,13 @@ def render(
     for title, lines in sections:
         out += ["", f"## {title}", ""] + (lines or ["- none yet"])
     out += ["", "## Fastest per benchmark", ""] + _winners(members)
-    if designer_notes.strip():
-        out += ["", "## Designer notes (latest)", "", designer_notes.strip()]
+    history = ([(generation, designer_notes)] if isinstance(designer_notes, str)
+               else list(designer_notes))
+    history = [(g, text.strip()) for g, text in history if text.strip()][:NOTES_KEPT]
+    if history:
+        out += ["", "## Designer notes (newest first)"]
+        for g, text in history:
+            out += ["", f"### After generation {g}", "", text]
     return "\n".join(out) + "\n"
 
 

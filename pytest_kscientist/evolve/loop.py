@@ -440,11 +440,14 @@ class Evolution:
 
     def _close_generation(self, g: int) -> None:
         members = self.pop.members()
-        notes = ""
-        design = self._design_event(g, quiet=True) if g > 0 else None
-        if design is not None:
-            notes = design.data.get("findings_update", "")
-        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, notes, g))
+        # Every generation's designer notes, newest first (issue 13: each replaced the last).
+        history = []
+        for earlier in range(g, 0, -1):
+            design = self._design_event(earlier, quiet=True)
+            text = design.data.get("findings_update", "") if design is not None else ""
+            if text.strip():
+                history.append((earlier, text))
+        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g))
         self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
         for line in progress.generation_table(members, g):

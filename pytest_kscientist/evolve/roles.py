@@ -100,20 +100,33 @@ def keep_three(plans: list[ExperimentPlan], n_keep: int = 3) -> list[ExperimentP
     """The paper's rule: keep the most innovative, the highest max gain, the highest min gain.
 
     Ties and duplicates fall through to the next-best plan by the same rule, so up to
-    ``n_keep`` distinct plans come back (fewer only when fewer plans exist).
+    ``n_keep`` distinct plans come back (fewer only when fewer distinct plans exist). Plans
+    with the same title, changes and knobs (ignoring case and spacing) are one plan (issue 13:
+    three identical plans could be kept).
     """
     rules = [
         lambda p: p.innovation,
         lambda p: p.expected_gain_max_pct,
         lambda p: p.expected_gain_min_pct,
     ]
+    distinct: list[ExperimentPlan] = []
+    for plan in plans:
+        if not any(_same_plan(plan, d) for d in distinct):
+            distinct.append(plan)
     kept: list[ExperimentPlan] = []
     i = 0
-    while len(kept) < min(n_keep, len(plans)):
+    while len(kept) < min(n_keep, len(distinct)):
         rule = rules[i % len(rules)]
-        for plan in sorted(plans, key=rule, reverse=True):
+        for plan in sorted(distinct, key=rule, reverse=True):
             if all(plan is not k for k in kept):
                 kept.append(plan)
                 break
         i += 1
     return kept
+
+
+def _same_plan(a: ExperimentPlan, b: ExperimentPlan) -> bool:
+    def norm(text: str) -> str:
+        return " ".join(text.lower().split())
+
+    return (norm(a.title), norm(a.changes), a.knobs) == (norm(b.title), norm(b.changes), b.knobs)
