@@ -61,6 +61,9 @@ def test_selector_sends_a_json_mode_request_and_returns_the_selection(ks_fake_ll
     assert request.json_mode
     schema = request.body["generationConfig"]["responseSchema"]
     assert set(schema["properties"]) == {"base_id", "reference_id", "reason"}
+    # The ids are an enum the model's constrained decoding cannot leave.
+    ids = sorted(c.id for c in sample_population())
+    assert schema["properties"]["base_id"]["enum"] == ids
     assert "GPU Kernel Scientist" in request.system
     for expected in ("`g1-broken`", "SyntaxError", "H200", "- a finding", "120.0 us"):
         assert expected in request.prompt

@@ -7,7 +7,9 @@ experiments and grows the findings document, ``LLMWriter`` writes a complete ker
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationInfo, create_model, field_validator
 
 from pytest_kscientist.evolve.llm import draft as drafts
 from pytest_kscientist.evolve.llm import prompts
@@ -54,6 +56,31 @@ class DesignAnswer(BaseModel):
     avenues: list[str] = Field(description=f"{N_AVENUES} one-line avenues of optimisation")
     plans: list[PlanAnswer] = Field(description=f"{N_PLANS} concrete experiments")
     findings_update: str = Field(default="", description="new facts, one '- ' line each")
+
+
+def _selection_schema(ids: list[str]) -> type[SelectionAnswer]:
+    """``SelectionAnswer`` with both ids restricted to ``ids``: the schema the provider gets
+    lists them as an enum the model's constrained decoding cannot leave (issue 13), and an id
+    written with quotes or backticks is still read as the bare id."""
+    choice = Literal[tuple(ids)]  # type: ignore[valid-type]
+
+    def known(cls: type, value: Any, info: ValidationInfo) -> Any:
+        value = _id(value) if isinstance(value, str) else value
+        if value is not None and value not in ids:
+            hint = "; use null for no reference" if info.field_name == "reference_id" else ""
+            raise ValueError(
+                f"{info.field_name} {value!r} is not an id of the population table{hint}")
+        return value
+
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        "SelectionAnswer",
+        __base__=SelectionAnswer,
+        __validators__={"_known": field_validator("base_id", "reference_id", mode="before")(
+            known)},
+        base_id=(choice, Field(description="id of the candidate the next experiments modify")),
+        reference_id=(choice | None, Field(
+            default=None, description="id of another candidate to learn from, or null")),
+    )
 
 
 def _id(text: str | None) -> str | None:
@@ -113,7 +140,8 @@ class LLMSelector:
             history=prompts.history(population),
             findings=prompts.findings_text(findings),
         )
-        answer = self.session.ask("selector", prompt, SelectionAnswer, check)
+        schema = _selection_schema(sorted(ids))
+        answer = self.session.ask("selector", prompt, schema, check)
         # A reference equal to the base teaches nothing: treat it as "no reference".
         reference = None if answer.reference_id == answer.base_id else answer.reference_id
         return Selection(base_id=answer.base_id, reference_id=reference, reason=answer.reason)
