@@ -195,16 +195,16 @@ def test_identical_drafts_are_stored_and_evaluated_once(tmp_path: Path) -> None:
     assert run.out.getvalue().count("identical to c0002, not evaluated again") == 2
 
 
-def test_a_failing_designer_stops_the_run_with_its_error(tmp_path: Path) -> None:
+def test_a_failing_designer_is_logged_with_its_traceback(tmp_path: Path) -> None:
     class Broken(ScriptedDesigner):
         def design(self, *args):  # type: ignore[no-untyped-def]
             raise RuntimeError("model returned nonsense")
 
     run = Run(tmp_path)
-    assert run(2, Roles(ScriptedSelector(), Broken(), ScriptedWriter())) == 3
+    assert run(2, Roles(ScriptedSelector(), Broken(), ScriptedWriter())) == 0  # offline stood in
     assert "the designer failed: RuntimeError: model returned nonsense" in run.out.getvalue()
     failure = [e for e in run.pop.events() if e.kind == "role_failed"]
-    assert "Traceback" in failure[0].data["traceback"] and run.done() == [0]
+    assert "Traceback" in failure[0].data["traceback"] and run.done() == [0, 1, 2]
 
 
 def test_a_failing_writer_skips_only_that_plan(tmp_path: Path) -> None:
@@ -242,6 +242,38 @@ def test_a_selector_choosing_an_unknown_base_is_replaced_for_that_generation(
         assert run.done() == [0, 1, 2]  # the run went on
         assert [e.data["role"] for e in run.pop.events() if e.kind == "role_fallback"] == [
             "selector", "selector"]
+
+
+def test_a_failing_designer_is_replaced_for_that_generation(tmp_path: Path) -> None:
+    class RateLimited(ScriptedDesigner):
+        def design(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("429 after 4 attempts")
+
+    run = Run(tmp_path)
+    assert run(2, Roles(ScriptedSelector(), RateLimited(), ScriptedWriter())) == 0
+    out = run.out.getvalue()
+    assert "the designer failed: RuntimeError: 429 after 4 attempts" in out
+    assert "the offline designer stands in for this generation" in out
+    assert run.done() == [0, 1, 2]
+    assert [e.data["role"] for e in run.pop.events() if e.kind == "role_fallback"] == [
+        "designer", "designer"]
+
+
+def test_a_failing_designer_stops_the_run_when_offline_cannot_stand_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken(ScriptedDesigner):
+        def design(self, *args):  # type: ignore[no-untyped-def]
+            raise RuntimeError("model returned nonsense")
+
+    def fails(self, *args):  # type: ignore[no-untyped-def]
+        raise ValueError("no knobs to vary")
+
+    monkeypatch.setattr(OfflineDesigner, "design", fails)
+    run = Run(tmp_path)
+    assert run(1, Roles(ScriptedSelector(), Broken(), ScriptedWriter())) == 3
+    assert ("the designer failed: RuntimeError: model returned nonsense; the offline designer "
+            "could not stand in: the designer failed: ValueError: no knobs to vary"
+            ) in run.out.getvalue()
 
 
 def test_the_offline_selector_failing_stops_the_run(tmp_path: Path) -> None:

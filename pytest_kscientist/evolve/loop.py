@@ -216,16 +216,7 @@ class Evolution:
         self._stage("select", selection.reason)
         base, ref = by_id[selection.base_id], by_id.get(selection.reference_id or "")
         self._remaining()
-        design = self._call(
-            "designer",
-            roles.designer.design,
-            brief,
-            base,
-            ref,
-            summaries,
-            notes,
-            self.budget.candidates,
-        )
+        design = self._design(roles.designer, brief, base, ref, summaries, notes)
         kept = list(design.kept)[: self.budget.candidates]
         self._stage(
             "design",
@@ -267,6 +258,27 @@ class Evolution:
         if problem:
             raise Stop(problem, 3)
         return selection  # type: ignore[return-value]
+
+    def _design(self, designer: Any, brief: TaskBrief, base: Any, ref: Any,
+                summaries: list[Any], notes: str) -> Any:
+        """The designer's plans; if it fails (a rate limit outlasting the retries, answers that
+        stay malformed), the offline designer's for this generation, when the base has knobs."""
+        from pytest_kscientist.evolve.offline import OfflineDesigner
+
+        args = (brief, base, ref, summaries, notes, self.budget.candidates)
+        try:
+            return self._call("designer", designer.design, *args)
+        except Stop as stop:
+            if stop.code != 3 or isinstance(designer, OfflineDesigner):
+                raise
+            problem = stop.reason
+        self.pop.log("role_fallback", self.generation, role="designer", error=problem)
+        self._stage("design", f"{problem}; the offline designer stands in for this generation")
+        try:
+            return self._call("designer", OfflineDesigner().design, *args)
+        except Stop as stop:
+            raise Stop(f"{problem}; the offline designer could not stand in: {stop.reason}",
+                       stop.code) from None
 
     def _write(
         self,
