@@ -166,7 +166,6 @@ class CandidateNode(pytest.Collector):
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
         self.load_failure: CandidateFailure | None = None
-        self.load_failure_where = ""
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
 
     def collect(self) -> Any:
@@ -200,7 +199,9 @@ class CandidateNode(pytest.Collector):
         """The candidate's worker, spawned and loaded on first use or after a failure."""
         if self.load_failure is not None:
             # The detail (a traceback) was shown at the first item; once is enough.
-            raise CandidateFailure(self.load_failure.reason, self.load_failure_where)
+            where = (f"(details under the first failed item of {self.name})"
+                     if self.load_failure.detail else "")
+            raise CandidateFailure(self.load_failure.reason, where)
         if self.worker is not None and self.worker.alive():
             return self.worker
         try:
@@ -208,7 +209,6 @@ class CandidateNode(pytest.Collector):
                                        self.ks.device, self.ks.settings.timeout_s)
         except CandidateFailure as exc:
             self.load_failure = exc
-            self.load_failure_where = f"(details under the first failed item of {self.name})"
             raise
         return self.worker
 
@@ -260,7 +260,6 @@ class CaseItem(CandidateItem):
                 # A worker that failed may hold a sticky device error or a candidate's patches:
                 # start afresh next time. One that only computed a wrong result is kept.
                 cand.drop_worker()
-            failure = exc
             if isinstance(exc, WorkerDied) and exc.hung:
                 # Each further case would wait out the whole timeout again: fail them at once.
                 cand.load_failure = CandidateFailure(
@@ -270,8 +269,8 @@ class CaseItem(CandidateItem):
                 # benchmarks fail at once instead of spending their budget (issue 10).
                 cand.failed_check = f"check {case_id} failed earlier in this run"
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
-                          reason=failure.reason, detail=failure.detail[-4000:])
-            raise failure from None
+                          reason=exc.reason, detail=exc.detail[-4000:])
+            raise
         result = yardstick_only(cand.name, result)
         self._publish(**result.model_dump())
         if result.kind == "bench":

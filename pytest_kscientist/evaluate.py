@@ -207,7 +207,7 @@ class Evaluator:
             except WorkerDied:
                 raise  # the worker's own verdict (hung, crashed): no context to add
             except CandidateFailure as exc:
-                raise CandidateFailure(f"warm-up call {i}: {exc.reason}", exc.detail) from None
+                raise exc.prefixed(f"warm-up call {i}: ") from None
             warm.append(float(header["raw_us"]) - float(worker.overhead_us))
         run = _TimedRun(self, worker, case, statistics.median(warm) if warm else 0.0)
         start = time.monotonic()
@@ -361,7 +361,7 @@ class _TimedRun:
         except WorkerDied:
             raise  # the worker's own verdict (hung, crashed): no context to add
         except CandidateFailure as exc:
-            raise CandidateFailure(f"timed call {index}: {exc.reason}", exc.detail) from None
+            raise exc.prefixed(f"timed call {index}: ") from None
 
     def hidden(self, counted: float = 0.0) -> str | None:
         """What was measured from outside but not reported, when it is too much to be noise.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pytest_kscientist.gates import saved_change
@@ -186,8 +187,6 @@ def write_summary(tr: Any, session: Any) -> None:
 def selection_hints(session: Any, keyword: str) -> list[str]:
     """Why ``-k KEYWORD`` selected nothing, when the words it names are case ids of another
     profile of a task ("m6144" is in fp8_gemm's full profile, not the CPU one)."""
-    import re
-
     words = [w for w in re.findall(r"[\w\-]+", keyword) if w not in ("and", "or", "not")]
     lines = []
     for task in session.tasks.values():

@@ -211,16 +211,16 @@ class Runner:
         return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
 
     def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """The last call's output; with ``count``, only that many elements of it, at flat
-        indices drawn from ``seed`` (chosen in the pytest process after the call)."""
+        """The last call's output: whole up to ``sampling.FULL_OUTPUT_ELEMENTS`` elements, else
+        ``count`` of them at flat indices drawn from ``seed`` (chosen in the pytest process
+        after the call)."""
         if self.last is None:
             return _fail("fetch requested without a call before it")
         snap, self.last = self.last, None
-        count = req.get("count")
-        if count is None or snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS:
+        if snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS:
             meta, payload = _serialise(snap)
             return {"ok": True, "output": meta}, payload
-        index = self.sample_index(snap.numel(), int(count), int(req["seed"]))
+        index = self.sample_index(snap.numel(), int(req["count"]), int(req["seed"]))
         meta, payload = _serialise(snap.reshape(-1)[index.to(snap.device)])
         meta["shape"] = list(snap.shape)
         return {"ok": True, "output": meta, "sampled": _len(index)}, payload

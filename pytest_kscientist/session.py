@@ -50,7 +50,6 @@ class KsSession:
         # task name -> candidate name -> why its items skip (its KS_REQUIRES, unmet here)
         self.unmet: dict[str, dict[str, str]] = {}
 
-
     @cached_property
     def device(self) -> str:
         wanted = self.settings.device

@@ -55,13 +55,11 @@ def median_interval(times: Sequence[float]) -> tuple[float, float]:
 
 def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
     """A conservative interval of num.median / den.median from both medians' intervals."""
-    if None in (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us):
+    bounds = (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us)
+    if any(b is None or b <= 0 for b in bounds):
         return None
-    assert num.ci_low_us is not None and num.ci_high_us is not None
-    assert den.ci_low_us is not None and den.ci_high_us is not None
-    if min(num.ci_low_us, den.ci_low_us) <= 0:
-        return None
-    return num.ci_low_us / den.ci_high_us, num.ci_high_us / den.ci_low_us
+    num_low, num_high, den_low, den_high = bounds
+    return num_low / den_high, num_high / den_low  # type: ignore[operator]
 
 
 def geomean(values: Sequence[float]) -> float:

@@ -91,19 +91,18 @@ class BuiltinRoles:
     ledger) the first time any of them is asked for, and kept for the run.
     """
 
-    def __init__(self, log_dir: Callable[[TaskBrief], Path]) -> None:
-        self._log_dir = log_dir
+    def __init__(self, log_dir: Path) -> None:
+        self._log_dir = log_dir  # where the LLM scientist logs its calls
         self._made: dict[str, tuple[tuple[Any, Any, Any], list[str]]] = {}
 
-    def made(self, task: TaskBrief) -> tuple[tuple[Any, Any, Any], list[str]]:
-        """(selector, designer, writer) and the notes about them, for ``task``."""
-        if task.name not in self._made:
-            raise KeyError(task.name)
-        return self._made[task.name]
+    def made(self, task: TaskBrief) -> tuple[tuple[Any, Any, Any], list[str]] | None:
+        """(selector, designer, writer) and the notes about them, for ``task``; None when no
+        role of it was asked for."""
+        return self._made.get(task.name)
 
     def _roles(self, config: pytest.Config, task: TaskBrief) -> tuple[Any, Any, Any]:
         if task.name not in self._made:
-            llm, notes = _llm_roles(config, task, self._log_dir(task))
+            llm, notes = _llm_roles(config, task, self._log_dir)
             if llm is None:
                 from pytest_kscientist.evolve.offline import (
                     OfflineDesigner,
@@ -136,7 +135,7 @@ def register_builtin_roles(config: pytest.Config, root: Path) -> BuiltinRoles:
     found = config.pluginmanager.get_plugin(BUILTIN_ROLES)
     if isinstance(found, BuiltinRoles):
         return found
-    builtin = BuiltinRoles(lambda _brief: root / "llm")
+    builtin = BuiltinRoles(root / "llm")
     config.pluginmanager.register(builtin, BUILTIN_ROLES)
     return builtin
 
@@ -154,13 +153,10 @@ def make_roles_factory(
             "designer": config.hook.pytest_kscientist_make_designer(config=config, task=brief),
             "writer": config.hook.pytest_kscientist_make_writer(config=config, task=brief),
         }
-        notes: list[str] = []
-        try:
-            made, notes = builtin.made(brief)
-            if not any(any(v is m for m in made) for v in chosen.values()):
-                notes = []  # every role came from elsewhere: nothing to say about ours
-        except KeyError:
-            pass
+        # Notes about the built-in scientists, when one of them plays a role.
+        made = builtin.made(brief)
+        ours = made is not None and any(v is m for m in made[0] for v in chosen.values())
+        notes = made[1] if made is not None and ours else []
         for role, value in chosen.items():
             if not isinstance(value, PROTOCOLS[role]):
                 method = {"selector": "select", "designer": "design", "writer": "write"}[role]

@@ -43,11 +43,15 @@ def best(members: Sequence[Member], seeds_only: bool = False) -> Member | None:
     estimates = []
     for m in members:
         found = confirmed(m, by_id)
+        if found is None or found[1] <= 1:
+            continue
         root = by_id[lineage(m, by_id)[0]]
-        if found is not None and found[1] > 1 and root.geomean_us:
+        if root.geomean_us:
             estimates.append((root.geomean_us / found[0], m))
-    if estimates and (top is None or min(estimates, key=lambda e: e[0])[0] < (top.geomean_us or 0)):
-        return min(estimates, key=lambda e: e[0])[1]
+    if estimates:
+        time_us, fastest = min(estimates, key=lambda e: e[0])
+        if top is None or time_us < (top.geomean_us or 0):
+            return fastest
     if top is None:  # no seed passed: the fastest passing member, unconfirmed
         passed = [m for m in members if m.geomean_us is not None]
         return min(passed, key=lambda m: m.geomean_us or 0.0) if passed else None
@@ -56,19 +60,18 @@ def best(members: Sequence[Member], seeds_only: bool = False) -> Member | None:
 
 def evidence(top: Member, members: Sequence[Member]) -> str:
     """Why ``top`` is the best, in words a reader can check."""
+    if top.meta.origin == "seed":
+        passed = sum(m.meta.origin != "seed" and m.geomean_us is not None for m in members)
+        return (f"the fastest seed ({top.meta.seed_file}); no descendant confirmed faster "
+                f"beyond the noise measured ({passed} passed)")
     by_id = {m.id: m for m in members}
     found = confirmed(top, by_id)
-    if top.meta.origin == "seed":
-        faster = [m.id for m in members if m.meta.origin != "seed" and m.geomean_us is not None]
-        return (f"the fastest seed ({top.meta.seed_file}); no descendant confirmed faster "
-                f"beyond the noise measured ({len(faster)} passed)")
     if found is None:
         return "no seed passed: fastest by geomean, not confirmed beside a seed"
     speedup, low, high = found
     root = lineage(top, by_id)[0]
     return (f"{speedup:.2f}x [{low:.2f}-{high:.2f}] over seed {root} "
             f"({by_id[root].meta.seed_file}), ratios timed beside each parent along its lineage")
-
 
 
 def confirmed(member: Member, by_id: dict[str, Member]) -> tuple[float, float, float] | None:
@@ -99,9 +102,10 @@ def label(member: Member) -> str:
 
 def render(
     task: str, members: Sequence[Member],
-    designer_notes: str | Sequence[tuple[int, str]] = "", generation: int = 0
+    designer_notes: Sequence[tuple[int, str]] = (), generation: int = 0
 ) -> str:
-    """The markdown findings document for ``members``."""
+    """The markdown findings document for ``members``; ``designer_notes``: (generation, notes)
+    pairs, newest first, of which the first NOTES_KEPT are shown."""
     by_id = {m.id: m for m in members}
     counts = {s: sum(m.status == s for m in members) for s in ("passed", "failed", "pending")}
     out = [
@@ -157,9 +161,7 @@ def render(
     for title, lines in sections:
         out += ["", f"## {title}", ""] + (lines or ["- none yet"])
     out += ["", "## Fastest per benchmark", ""] + _winners(members)
-    history = ([(generation, designer_notes)] if isinstance(designer_notes, str)
-               else list(designer_notes))
-    history = [(g, text.strip()) for g, text in history if text.strip()][:NOTES_KEPT]
+    history = [(g, text.strip()) for g, text in designer_notes if text.strip()][:NOTES_KEPT]
     if history:
         out += ["", "## Designer notes (newest first)"]
         for g, text in history:
@@ -170,7 +172,7 @@ def render(
 def versus_parent(child: Member, parent: Member) -> tuple[str, str, float]:
     """(helped/hurt/neutral, a line's text, speedup) of ``child`` over ``parent``."""
     ev = child.evaluation
-    speedup = (ev.speedups.get(parent.id) if ev else None)
+    speedup = ev.speedups.get(parent.id) if ev else None
     interval = ev.speedup_intervals.get(parent.id) if ev else None
     if speedup is not None and interval and len(interval) == 2:
         low, high = interval

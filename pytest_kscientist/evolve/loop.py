@@ -195,13 +195,21 @@ class Evolution:
                 self._stage("roles", note)
         return self.roles, self.brief
 
-    def _design_event(self, g: int, quiet: bool = False) -> Event | None:
-        designs = [e for e in self.pop.events() if e.kind == "design" and e.generation == g]
-        mine = [e for e in designs if e.run_id == self.pop.run_id]
-        if not designs:
-            return None
-        event = (mine or designs)[-1]
-        if not mine and not quiet:
+    def _designs(self) -> dict[int, Event]:
+        """Per generation, the design this run goes on with: its own latest, else the latest
+        any run logged (one read of the event log)."""
+        chosen: dict[int, Event] = {}
+        for e in self.pop.events():
+            if e.kind != "design" or e.generation is None:
+                continue
+            earlier = chosen.get(e.generation)
+            if earlier is None or e.run_id == self.pop.run_id or earlier.run_id != self.pop.run_id:
+                chosen[e.generation] = e
+        return chosen
+
+    def _design_event(self, g: int) -> Event | None:
+        event = self._designs().get(g)
+        if event is not None and event.run_id != self.pop.run_id:
             self._stage("resume", f"continuing the design logged at {event.at}")
         return event
 
@@ -251,8 +259,7 @@ class Evolution:
             return selection  # type: ignore[return-value]
         if isinstance(selector, OfflineSelector):
             raise Stop(problem, 3)
-        self.pop.log("role_fallback", self.generation, role="selector", error=problem)
-        self._stage("select", f"{problem}; the offline selector stands in for this generation")
+        self._stand_in("selector", "select", problem)
         selection = self._call("selector", OfflineSelector().select, brief, summaries, notes)
         problem = _selection_problem(selection, by_id)
         if problem:
@@ -272,13 +279,17 @@ class Evolution:
             if stop.code != 3 or isinstance(designer, OfflineDesigner):
                 raise
             problem = stop.reason
-        self.pop.log("role_fallback", self.generation, role="designer", error=problem)
-        self._stage("design", f"{problem}; the offline designer stands in for this generation")
+        self._stand_in("designer", "design", problem)
         try:
             return self._call("designer", OfflineDesigner().design, *args)
         except Stop as stop:
             raise Stop(f"{problem}; the offline designer could not stand in: {stop.reason}",
                        stop.code) from None
+
+    def _stand_in(self, role: str, stage: str, problem: str) -> None:
+        """Log and show that the offline ``role`` replaces the run's for this generation."""
+        self.pop.log("role_fallback", self.generation, role=role, error=problem)
+        self._stage(stage, f"{problem}; the offline {role} stands in for this generation")
 
     def _write(
         self,
@@ -453,12 +464,9 @@ class Evolution:
     def _close_generation(self, g: int) -> None:
         members = self.pop.members()
         # Every generation's designer notes, newest first (issue 13: each replaced the last).
-        history = []
-        for earlier in range(g, 0, -1):
-            design = self._design_event(earlier, quiet=True)
-            text = design.data.get("findings_update", "") if design is not None else ""
-            if text.strip():
-                history.append((earlier, text))
+        designs = self._designs()
+        history = [(earlier, designs[earlier].data.get("findings_update", ""))
+                   for earlier in range(g, 0, -1) if earlier in designs]
         self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g))
         self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
@@ -504,13 +512,12 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     N counts the population's generations after the seeds (generation 0), so rerunning the same
     command after an interruption finishes the job, and a larger N continues a finished run.
     """
-    from pytest_kscientist.evolve import run_options
     from pytest_kscientist.evolve.assemble import make_roles_factory
     from pytest_kscientist.session import KS_SESSION
     from pytest_kscientist.task import load_task
 
     ks = config.stash[KS_SESSION]
-    settings = ks.settings.evolve_options or run_options.resolve(config)
+    settings = ks.settings.evolve_options  # resolved at configure time (plugin.py)
     task = load_task(task_dir)
     population = Population(settings.population_root / task.name, task.name)
     evaluator = config.stash.get(EVALUATOR_KEY, None)

@@ -3,15 +3,13 @@ and the timing attacks in their GPU form. Skips cleanly without a CUDA or ROCm d
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import REPO, case_reasons
+from helpers import REPO, case_reasons, run_pytest
 
 from adversarial.test_corpus import CANDIDATES, PATCHED, RERUN
 
@@ -41,28 +39,26 @@ BENCH = {
 CONTROLS = ("torch_dequant", "honest_cache", "side_stream")
 
 
-@pytest.fixture(scope="module")
-def gpu_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
-    tmp = tmp_path_factory.mktemp("gpu-adversarial")
+def _run_on_a_copy(tmp: Path, *args: str) -> tuple[int, str, Any]:
+    """``pytest`` on a private copy of fp8_gemm (its ``full`` profile on the GPU) in ``tmp``."""
     task = tmp / "fp8_gemm"
     shutil.copytree(REPO / "tasks" / "fp8_gemm", task,
                     ignore=shutil.ignore_patterns("__pycache__", "population"))
+    return run_pytest([str(task), *args, "--ks-device", "cuda", "--ks-profile", "full",
+                       "--ks-bench-budget", "0.5"], cwd=tmp, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def gpu_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
+    tmp = tmp_path_factory.mktemp("gpu-adversarial")
     kernels = [f"--kernel={CANDIDATES / n}.py" for n in [*CHECK, *BENCH, *CONTROLS]
                if n != "torch_dequant"]
-    kernels.append(f"--kernel={task / 'seeds' / 'torch_dequant.py'}")
+    kernels.append(f"--kernel={tmp / 'fp8_gemm' / 'seeds' / 'torch_dequant.py'}")
     select = f"not reference and ((check and {CHECK_CASE}) or (bench and {BENCH_CASE}))"
-    out = tmp / "ks-results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
-         str(task), *kernels, "-k", select, "--ks-device", "cuda", "--ks-profile", "full",
-         "--ks-bench-budget", "0.5", "--ks-timeout", "120",
-         # Timed alone, as on the CPU profile (where cuBLAS skips): the attacks are about the
-         # candidate's own timing, and cuBLAS beside each of them would triple the bench time.
-         "--ks-baselines", "none"],
-        cwd=tmp, capture_output=True, text=True, timeout=900,
-    )
-    data = json.loads(out.read_text()) if out.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, data
+    # Timed alone, as on the CPU profile (where cuBLAS skips): the attacks are about the
+    # candidate's own timing, and cuBLAS beside each of them would triple the bench time.
+    return _run_on_a_copy(tmp, *kernels, "-k", select, "--ks-timeout", "120",
+                          "--ks-baselines", "none")
 
 
 @pytest.mark.parametrize(("case", "name"), [
@@ -96,21 +92,11 @@ def test_gpu_controls_pass_and_side_stream_work_is_timed(gpu_corpus) -> None:
 @pytest.fixture(scope="module")
 def cross_round(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
     """The cross-round cache attack and an honest control, each beside both cuBLAS baselines."""
-    tmp = tmp_path_factory.mktemp("gpu-cross-round")
-    task = tmp / "fp8_gemm"
-    shutil.copytree(REPO / "tasks" / "fp8_gemm", task,
-                    ignore=shutil.ignore_patterns("__pycache__", "population"))
-    out = tmp / "ks-results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
-         str(task), f"--kernel={CANDIDATES / 'cache_every_input.py'}",
-         f"--kernel={CANDIDATES / 'honest_cache.py'}", "-k", f"bench and {BENCH_CASE}",
-         "--ks-device", "cuda", "--ks-profile", "full", "--ks-bench-budget", "0.5",
-         "--ks-skip-reference", "--ks-baselines", "all"],
-        cwd=tmp, capture_output=True, text=True, timeout=900,
-    )
-    data = json.loads(out.read_text()) if out.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, data
+    return _run_on_a_copy(
+        tmp_path_factory.mktemp("gpu-cross-round"),
+        f"--kernel={CANDIDATES / 'cache_every_input.py'}",
+        f"--kernel={CANDIDATES / 'honest_cache.py'}", "-k", f"bench and {BENCH_CASE}",
+        "--ks-skip-reference", "--ks-baselines", "all")
 
 
 def test_cross_round_cache_never_hits_beside_the_baselines(cross_round) -> None:
