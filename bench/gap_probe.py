@@ -11,7 +11,8 @@ each in several modes, all in this one process:
   between start and end, with the tail (end -> after) and the flush printed beside it;
 - ``gap``: ``events`` with ``--gap-ms`` of host sleep between calls (the GPU idles, as it does
   between the harness's per-call requests);
-- ``gap+warm``: the same, with a ~0.3 ms spin kernel queued before the flush.
+- ``gap+warm``: the same, with a 400,000-cycle spin kernel (~0.2 ms at 1.98 GHz) queued before the
+  flush.
 The SM clock (NVML) is read after the last calls of each mode. Prints a table, us medians.
 """
 

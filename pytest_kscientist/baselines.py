@@ -143,7 +143,7 @@ def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners
     rounds = spec.rounds
     share = budget_s / rounds
     # Rounds are pooled: each may stop on a precise median after its share of the calls
-    # (a generation of 3 took 87-93 s on the H200 when every round waited for 20).
+    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
     after = max(spec.min_runs, PRECISE_AFTER // rounds)
     case_id = evaluator.task.case_id(case)
     mine: list[CaseResult] = []

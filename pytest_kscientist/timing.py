@@ -117,7 +117,7 @@ class CudaTimer(Timer):
         # emptied queue before the flush (a synchronisation, or the host waiting for the spin)
         # made small shapes 20-100 us slower. The host launches the call while the spin and
         # the flush run, so launch work under ~0.3 ms is not counted, as in
-        # triton.testing.do_bench (notes/timing.md, H200 runs 2-4).
+        # triton.testing.do_bench (notes/timing.md, section 2).
         self._spin(WARM_CYCLES)
         record(flushed, stream)
         self._zero(self._scratch)
