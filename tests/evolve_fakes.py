@@ -73,10 +73,13 @@ def synthetic_us(knobs: dict) -> list[float]:
 class FakeEvaluator:
     """Times kernels from their TUNABLES; ``fail`` names knob settings that fail a check."""
 
-    def __init__(self, fail: set[tuple] | None = None, block_at_call: int | None = None) -> None:
+    def __init__(self, fail: set[tuple] | None = None, block_at_call: int | None = None,
+                 detail: str = "", reason: str = "mismatch at [3]: 1.0 vs 2.0") -> None:
         self.calls: list[list[str]] = []
         self.fail = fail or set()
         self.block_at_call = block_at_call
+        self.detail = detail  # of a failing case: a traceback, say
+        self.reason = reason
 
     def evaluate(self, kernels: list[Path], timeout_s: float | None,
                  beside: tuple[Path, ...] = ()) -> RunResults:
@@ -122,7 +125,8 @@ class FakeEvaluator:
                 case={"n": 16, "seed": 1},
                 case_id="n16-s1",
                 outcome="failed",
-                reason="mismatch at [3]: 1.0 vs 2.0",
+                reason=self.reason,
+                detail=self.detail,
             )
             return CandidateResult(name=path.stem, path=str(path), sha256="x", cases=[case])
         times = synthetic_us(knobs) if knobs else [500.0, 1500.0]

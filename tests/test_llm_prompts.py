@@ -68,3 +68,28 @@ def test_a_plan_reads_with_gains_innovation_and_knobs():
     assert prompts.plan_text(plan) == (
         "**t**\n\nc\n\nExpected gain: -2% to 15%; innovation 7/10.\nKnob settings: k_group=4"
     )
+
+
+def test_a_long_traceback_keeps_its_whole_message_its_last_frames_and_its_causes():
+    from pytest_kscientist.evolve.failure_text import FRAMES_KEPT, trim
+
+    frames = "".join(f'  File "/k/c0009.py", line {i}, in f{i}\n    call_{i}()\n'
+                     for i in range(40))
+    text = (
+        "Traceback (most recent call last):\n  File \"/k/c0009.py\", line 3, in inner\n"
+        "    raise ValueError('x')\nValueError: arange's range must be a power of 2\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n" + frames +
+        "triton.compiler.errors.CompilationError: at 3:4:\n    offs = tl.arange(0, 3)\n"
+        "    ^\nValueError(\"arange's range must be a power of 2\")\n"
+    )
+    short = trim(text, 800)
+    assert len(short) <= 800
+    assert short.startswith(f"Traceback (last {FRAMES_KEPT} of 40 frames):")
+    assert "call_39()" in short and "call_36()" not in short
+    assert short.endswith("(raised from ValueError: arange's range must be a power of 2)")
+    assert "CompilationError: at 3:4:\n    offs = tl.arange(0, 3)\n    ^\nValueError(" in short
+    mismatch = "mismatch at [3, 7]: " + "x" * 5000 + " (worst of 120 elements)"
+    cut = trim(mismatch, 600)
+    assert cut.startswith("mismatch at [3, 7]:") and cut.endswith("(worst of 120 elements)")
+    assert "characters left out" in cut and len(cut) < 700

@@ -10,11 +10,18 @@ session-to-session drift is not measured (issue 10: 0.57x-1.10x for identical ke
 
 from __future__ import annotations
 
+import re
+import textwrap
+from collections import Counter
 from collections.abc import Sequence
 
-from pytest_kscientist.evolve.population import Member
+from pytest_kscientist.evolve.failure_text import trim
+from pytest_kscientist.evolve.population import Member, failure_detail
 
 NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)
+SECTION_LINES = 12  # entries per section; the rest are summarised in one line
+DETAIL_GENERATIONS = 2  # newest generations whose failures keep their traceback
+FINDINGS_DETAIL_CHARS = 1200  # of one failure's traceback in the document
 
 
 def lineage(member: Member, by_id: dict[str, Member]) -> list[str]:
@@ -97,15 +104,22 @@ def label(member: Member) -> str:
     """A short description of what a candidate is: its seed file or its plan title."""
     if member.meta.origin == "seed":
         return f"seed {member.meta.seed_file}"
-    return member.meta.plan.title if member.meta.plan else "(no plan)"
+    title = member.meta.plan.title if member.meta.plan else "(no plan)"
+    return f"{title} (repair of {member.meta.repair_of})" if member.meta.repair_of else title
 
 
 def render(
     task: str, members: Sequence[Member],
-    designer_notes: Sequence[tuple[int, str]] = (), generation: int = 0
+    designer_notes: Sequence[tuple[int, str]] = (), generation: int = 0,
+    rejected: Sequence[tuple[int, str, str]] = (),
 ) -> str:
     """The markdown findings document for ``members``; ``designer_notes``: (generation, notes)
-    pairs, newest first, of which the first NOTES_KEPT are shown."""
+    pairs, newest first, of which the first NOTES_KEPT are shown; ``rejected``: (generation,
+    plan title, why) of drafts rejected before the GPU, newest first.
+
+    Every section keeps its SECTION_LINES most telling entries and summarises the rest in one
+    line, so the document (in every prompt) stays bounded over a long run (issue 13).
+    """
     by_id = {m.id: m for m in members}
     counts = {s: sum(m.status == s for m in members) for s in ("passed", "failed", "pending")}
     out = [
@@ -129,16 +143,14 @@ def render(
                        f"{seed.geomean_us:.1f} us")
         out.append(f"- lineage: {' -> '.join(lineage(top, by_id))}")
     helped, hurt, neutral, failed = [], [], [], []
-    for m in members:
+    for m in sorted(members, key=lambda m: -m.meta.generation):
+        if m.status == "failed":
+            failed.append(m)
+            continue
         if m.meta.origin == "seed" or m.evaluation is None:
-            if m.status == "failed":
-                failed.append(f"- {m.id} ({label(m)}): {m.evaluation.failure}")  # type: ignore[union-attr]
             continue
         parent = by_id.get(m.meta.parents[0]) if m.meta.parents else None
         what = f"{m.id} (gen {m.meta.generation}) `{label(m)}` on {parent.id if parent else '?'}"
-        if m.status == "failed":
-            failed.append(f"- {what}: {m.evaluation.failure}")
-            continue
         if parent is None or parent.geomean_us is None or m.geomean_us is None:
             neutral.append((f"- {what}: {m.geomean_us:.1f} us (parent not timed)", 1.0))
             continue
@@ -148,25 +160,70 @@ def render(
     sections = [
         (
             "What helped (faster than the parent beyond this run's 95% interval)",
-            [t for t, _ in sorted(helped, key=lambda x: -x[1])],
+            _bounded([t for t, _ in sorted(helped, key=lambda x: -x[1])], "helped, smaller gains"),
         ),
         (
             "What hurt (slower than the parent beyond this run's 95% interval)",
-            [t for t, _ in sorted(hurt, key=lambda x: x[1])],
+            _bounded([t for t, _ in sorted(hurt, key=lambda x: x[1])], "hurt, smaller losses"),
         ),
         ("Neutral (within the noise measured, or compared across sessions)",
-         [t for t, _ in neutral]),
-        ("What failed and why", failed),
+         _bounded([t for t, _ in neutral], "neutral, older")),
+        ("What failed and why", _failures(failed, generation)),
+        ("Drafts that never ran (rejected before the GPU, or the writer failed)",
+         _bounded([f"- gen {g} `{title}`: {why}" for g, title, why in rejected], "older")),
     ]
     for title, lines in sections:
         out += ["", f"## {title}", ""] + (lines or ["- none yet"])
     out += ["", "## Fastest per benchmark", ""] + _winners(members)
-    history = [(g, text.strip()) for g, text in designer_notes if text.strip()][:NOTES_KEPT]
+    history = [(g, text.strip()) for g, text in designer_notes if text.strip()]
     if history:
         out += ["", "## Designer notes (newest first)"]
-        for g, text in history:
+        for g, text in history[:NOTES_KEPT]:
             out += ["", f"### After generation {g}", "", text]
+        if len(history) > NOTES_KEPT:
+            older = [g for g, _ in history[NOTES_KEPT:]]
+            out += ["", f"(notes of generations {min(older)}-{max(older)} left out: what they "
+                        "taught is in the sections above)"]
     return "\n".join(out) + "\n"
+
+
+def _bounded(lines: list[str], what: str) -> list[str]:
+    """The first SECTION_LINES of ``lines`` and one line counting the rest."""
+    if len(lines) <= SECTION_LINES:
+        return lines
+    return lines[:SECTION_LINES] + [f"- and {len(lines) - SECTION_LINES} more ({what})"]
+
+
+_ERROR_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Failure))\b")
+
+
+def _failures(failed: Sequence[Member], generation: int) -> list[str]:
+    """Failures newest first: the last DETAIL_GENERATIONS generations' with their trimmed
+    tracebacks or mismatch details, older ones as lines, the oldest counted by kind."""
+    lines = []
+    for m in failed[:SECTION_LINES]:
+        ev = m.evaluation
+        assert ev is not None
+        parent = m.meta.parents[0] if m.meta.parents else None
+        on = f" on {parent}" if parent else ""
+        lines.append(f"- {m.id} (gen {m.meta.generation}) `{label(m)}`{on}: {ev.failure}")
+        detail = failure_detail(ev)
+        if detail and m.meta.generation > generation - DETAIL_GENERATIONS:
+            body = trim(detail, FINDINGS_DETAIL_CHARS)
+            lines.append("  ```text\n" + textwrap.indent(body, "  ") + "\n  ```")
+    older = failed[SECTION_LINES:]
+    if older:
+        kinds = Counter(_kind(m.evaluation.failure if m.evaluation else "") for m in older)
+        gens = [m.meta.generation for m in older]
+        lines.append(f"- and {len(older)} older failures (generations {min(gens)}-{max(gens)}): "
+                     + ", ".join(f"{k} {n}" for k, n in kinds.most_common(6)))
+    return lines
+
+
+def _kind(failure: str) -> str:
+    """What kind of failure a line is: its error's name, else its first word (check, bench)."""
+    found = _ERROR_NAME.search(failure)
+    return found.group(1) if found else (failure.split() or ["unknown"])[0]
 
 
 def versus_parent(child: Member, parent: Member) -> tuple[str, str, float]:

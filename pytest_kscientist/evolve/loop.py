@@ -30,6 +30,7 @@ from pytest_kscientist.evolve.sessions import (
     ParallelSessions,
     to_record,
 )
+from pytest_kscientist.evolve.writing import Stop, WriteStage
 
 FINDINGS = "findings.md"
 WAIT_POLL_S = 0.2  # how often a run checks on candidates another live run is evaluating
@@ -48,16 +49,7 @@ class Budget:
     time_limit_s: float | None = None
 
 
-class Stop(Exception):
-    """Ends the run early, with the reason to show and the exit code to return."""
-
-    def __init__(self, reason: str, code: int = 0) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
-
-
-class Evolution:
+class Evolution(WriteStage):
     """One run of the loop over one task's population."""
 
     def __init__(
@@ -170,10 +162,7 @@ class Evolution:
         base = next((m for m in self.pop.members() if m.id == base_id), None)
         if base is None:
             raise Stop(f"the base {base_id} of generation {g} is no longer readable", 3)
-        for i, plan in enumerate(plans):
-            if i not in done:
-                self._remaining()
-                self._write(g, i, plan, base, design, roles, brief)
+        self._write_stage(g, design, plans, done, base, roles, brief)
         self._evaluate_pending()
         self._close_generation(g)
         if not plans:
@@ -195,11 +184,11 @@ class Evolution:
                 self._stage("roles", note)
         return self.roles, self.brief
 
-    def _designs(self) -> dict[int, Event]:
+    def _designs(self, events: list[Event] | None = None) -> dict[int, Event]:
         """Per generation, the design this run goes on with: its own latest, else the latest
         any run logged (one read of the event log)."""
         chosen: dict[int, Event] = {}
-        for e in self.pop.events():
+        for e in self.pop.events() if events is None else events:
             if e.kind != "design" or e.generation is None:
                 continue
             earlier = chosen.get(e.generation)
@@ -291,56 +280,10 @@ class Evolution:
         self.pop.log("role_fallback", self.generation, role=role, error=problem)
         self._stage(stage, f"{problem}; the offline {role} stands in for this generation")
 
-    def _write(
-        self,
-        g: int,
-        i: int,
-        plan: ExperimentPlan,
-        base: Member,
-        design: Event,
-        roles: Roles,
-        brief: TaskBrief,
-    ) -> None:
-        design_id = design.data["design_id"]
-        try:
-            draft = self._call("writer", roles.writer.write, brief, base.summary(), plan)
-        except Stop as stop:
-            if stop.code == 0:
-                raise
-            self._stage("write", f"plan {i + 1} '{plan.title}' skipped: {stop.reason}")
-            self.pop.log(
-                "plan_done",
-                g,
-                design_id=design_id,
-                plan_index=i,
-                outcome="write_failed",
-                error=stop.reason,
-            )
-            return
-        selection = Selection.model_validate(design.data["selection"])
-        parents = [base.id] + [r for r in [selection.reference_id] if r and r != base.id]
-        added = self.pop.add(
-            draft.source,
-            generation=g,
-            origin="writer",
-            parents=parents,
-            selection=selection,
-            plan=plan,
-            plan_index=i,
-            explanation=draft.explanation,
-            roles=roles.names(),
-        )
-        outcome = "duplicate" if added.duplicate else "added"
-        note = f"identical to {added.id}, not evaluated again" if added.duplicate else "written"
-        self._stage("write", f"{added.id if not added.duplicate else '-'} '{plan.title}': {note}")
-        self.pop.log(
-            "plan_done", g, design_id=design_id, plan_index=i, outcome=outcome, candidate=added.id
-        )
-
-    def _call(self, role: str, method: Any, *args: Any) -> Any:
+    def _call(self, role: str, method: Any, *args: Any, **kwargs: Any) -> Any:
         """Call a role; a role's failure stops the run (code 3) with its traceback logged."""
         try:
-            return method(*args)
+            return method(*args, **kwargs)
         except (KeyboardInterrupt, Stop):
             raise
         except Exception as exc:  # a role is user or LLM code: an isolation boundary
@@ -464,10 +407,12 @@ class Evolution:
     def _close_generation(self, g: int) -> None:
         members = self.pop.members()
         # Every generation's designer notes, newest first (issue 13: each replaced the last).
-        designs = self._designs()
+        events = self.pop.events()
+        designs = self._designs(events)
         history = [(earlier, designs[earlier].data.get("findings_update", ""))
                    for earlier in range(g, 0, -1) if earlier in designs]
-        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g))
+        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g,
+                                                          _rejected(events)))
         self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
         for line in progress.generation_table(members, g):
@@ -491,6 +436,21 @@ class Evolution:
             where = self.task_dir if self.task_dir is not None else "<task folder>"
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
+
+
+def _rejected(events: list[Event]) -> list[tuple[int, str, str]]:
+    """(generation, plan title, why) of every draft rejected before the GPU, newest first."""
+    kept = {e.data.get("design_id"): e.data.get("kept", []) for e in events if e.kind == "design"}
+    found = []
+    for e in events:
+        if e.kind != "plan_done" or e.data.get("outcome") != "write_failed":
+            continue
+        plans = kept.get(e.data.get("design_id"), [])
+        index = e.data.get("plan_index", -1)
+        title = e.data.get("plan_title") or (
+            plans[index].get("title", "?") if 0 <= index < len(plans) else "?")
+        found.append((e.generation or 0, str(title), str(e.data.get("error", ""))))
+    return found[::-1]
 
 
 def _selection_problem(selection: Any, by_id: dict[str, Any]) -> str:

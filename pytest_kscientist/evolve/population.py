@@ -71,6 +71,7 @@ class CandidateMeta(BaseModel):
     selection: Selection | None = None
     plan: ExperimentPlan | None = None
     plan_index: int | None = None
+    repair_of: str = ""  # the failed candidate this one repairs (its plan and parents)
     explanation: str = ""
     roles: dict[str, str] = Field(default_factory=dict)
 
@@ -142,9 +143,20 @@ class Member:
             geomean_us=self.geomean_us,
             bench_median_us=dict(ev.bench_median_us) if ev else {},
             failure=ev.failure if ev else "",
+            failure_detail=failure_detail(ev),
             plan_title=self.meta.plan.title if self.meta.plan else "",
             explanation=self.meta.explanation,
         )
+
+
+def failure_detail(ev: EvaluationRecord | None) -> str:
+    """The trimmed detail (traceback, mismatch) of the first failed case that has one."""
+    from pytest_kscientist.evolve.failure_text import trim
+
+    if ev is None or ev.status != "failed" or ev.result is None:
+        return ""
+    return next((trim(c.detail) for c in ev.result.cases if c.outcome == "failed" and c.detail),
+                "")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ class CandidateSummary(BaseModel):
     geomean_us: float | None = None
     bench_median_us: dict[str, float] = Field(default_factory=dict)
     failure: str = ""
+    failure_detail: str = ""  # the traceback or mismatch detail, trimmed (failure_text.trim)
     plan_title: str = ""
     explanation: str = ""
 
@@ -93,6 +94,11 @@ class Designer(Protocol):
 
 @runtime_checkable
 class Writer(Protocol):
+    """Writes one candidate file per plan. Optional, used when present: a ``reference``
+    keyword of ``write`` (the selector's reference kernel); ``repair(task, failed, base, plan)
+    -> Draft`` (a fix of a candidate that failed when it ran, from its trimmed error);
+    ``concurrent = True`` (the loop may call it from several threads at once)."""
+
     def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft: ...
 
 

@@ -11,7 +11,8 @@ from string import Template
 
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan
 
-TEMPLATES = ("system", "selector", "designer", "writer", "repair", "retry_note")
+TEMPLATES = (
+    "system", "selector", "designer", "writer", "repair", "repair_failed", "retry_note")
 HISTORY_LIMIT = 16  # most recent candidates shown; older ones live on in the findings document
 FAILURE_CHARS = 600  # of a compile/runtime error: enough for the message and the failing line
 
@@ -82,10 +83,18 @@ def candidate_card(candidate: CandidateSummary | None, title: str) -> str:
     if candidate.explanation:
         parts.append(f"Author's explanation: {_first(candidate.explanation, 1500)}")
     if candidate.failure:
-        parts.append(f"Failure: {_first(candidate.failure, FAILURE_CHARS)}")
+        parts.append(failure_text(candidate))
     parts.append(shape_times(candidate))
     parts.append(f"```python\n{candidate.source.rstrip()}\n```")
     return "\n\n".join(parts)
+
+
+def failure_text(candidate: CandidateSummary) -> str:
+    """The failure line and, when there is one, its trimmed traceback or mismatch detail."""
+    text = f"Failure: {_first(candidate.failure, FAILURE_CHARS)}"
+    if candidate.failure_detail:
+        text += f"\n\n```text\n{candidate.failure_detail.rstrip()}\n```"
+    return text
 
 
 def history(population: list[CandidateSummary], limit: int = HISTORY_LIMIT) -> str:

@@ -203,21 +203,49 @@ class LLMDesigner:
 
 
 class LLMWriter:
-    """Stage 3: a complete candidate file for one plan, checked before any GPU time."""
+    """Stage 3: a complete candidate file for one plan, checked before any GPU time.
+
+    Its calls share nothing but the thread-safe session, so the loop makes a generation's
+    calls at once (``concurrent``)."""
+
+    concurrent = True
 
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft:
+    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan,
+              reference: CandidateSummary | None = None) -> Draft:
         """Write, check, repair once; raise ``DraftRejected`` if the file still fails."""
         self.session.known.add(base.source, f"candidate `{base.id}` (the base)")
         prompt = prompts.render(
             "writer",
             **_task_values(task),
             base=prompts.candidate_card(base, "Base kernel"),
+            reference=prompts.candidate_card(reference, "Reference kernel"),
             plan=prompts.plan_text(plan),
         )
-        source, explanation, problem, text = self._attempt("writer", prompt)
+        return self._draft("writer", prompt, plan, base)
+
+    def repair(self, task: TaskBrief, failed: CandidateSummary, base: CandidateSummary,
+               plan: ExperimentPlan) -> Draft:
+        """Fix ``failed`` (written from ``base`` for ``plan``) from its error as it ran."""
+        self.session.known.add(base.source, f"candidate `{base.id}` (the base)")
+        self.session.known.add(failed.source, f"candidate `{failed.id}` (the failed file)")
+        prompt = prompts.render(
+            "repair_failed",
+            **_task_values(task),
+            failure=prompts.failure_text(failed),
+            plan=prompts.plan_text(plan),
+            failed_id=failed.id,
+            failed_source=failed.source.rstrip(),
+            base_id=base.id,
+            base_source=base.source.rstrip(),
+        )
+        return self._draft("repair", prompt, plan, base)
+
+    def _draft(self, role: str, prompt: str, plan: ExperimentPlan,
+               base: CandidateSummary) -> Draft:
+        source, explanation, problem, text = self._attempt(role, prompt)
         if problem:
             first = problem
             repair = prompts.render(
