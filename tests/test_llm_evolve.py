@@ -60,7 +60,11 @@ def test_evolve_with_gemini_then_replay_without_it(pytester, scientist):
     assert live.ret == 0, live.stdout.str()
     live.stdout.fnmatch_lines(
         [
-            "*LLM scientist gemini:gemini-2.5-pro, budget $5.00, calls logged in *llm-calls.jsonl",
+            "*LLM scientist gemini:gemini-2.5-pro, budget $5.00 for this population ($0.00 "
+            "spent so far), calls logged in *llm-calls.jsonl",
+            "*kscientist: 1 more generation(s) of 2 candidate(s) would cost about $0.4* (*from "
+            "typical prompt sizes and a thinking model's output; an estimate); the cap of "
+            "$5.00 ($0.00 spent) covers them",
             "*generation 1*",
         ]
     )

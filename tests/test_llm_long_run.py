@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from evolve_fakes import SEED, FakeEvaluator
 from fake_llm_server import FakeLLMServer, FakeReply, FakeRequest
 from fake_scientist import ScientistResponder, fake_settings
@@ -137,3 +138,24 @@ def test_drafts_rejected_before_the_gpu_appear_in_the_next_prompts(tmp_path):
     designer = prompts_of(server, "# Stage 2")[-1]
     assert "## Drafts that never ran" in designer
     assert f"`{rejected['plan_title']}`: " in designer and "prose without a" in designer
+
+
+def test_the_ledger_survives_a_resume_with_its_spent_total(tmp_path):
+    from pytest_kscientist.evolve.llm.ledger import load_ledger
+    from pytest_kscientist.evolve.llm.transcript import read_calls
+
+    loop = Loop(tmp_path)
+    with FakeLLMServer(ScientistResponder()) as server:
+        assert loop(1, llm_roles(server, tmp_path), FakeEvaluator()) == 0
+        log = loop.pop.root / "llm"
+        after_one = load_ledger(log / "llm-ledger.json").spent_usd
+        assert after_one > 0
+        resumed = build_roles(fake_settings(server), BRIEF, log)  # a new run, a new ledger
+        assert resumed is not None
+        assert f"(${after_one:.2f} spent so far)" in resumed.describe()
+        assert loop(2, Roles(*resumed), FakeEvaluator()) == 0
+    ledger = load_ledger(log / "llm-ledger.json")
+    calls = read_calls(log / "llm-calls.jsonl")
+    assert ledger.runs == 2 and ledger.spent_usd > after_one
+    assert ledger.spent_usd == pytest.approx(sum(c.cost_usd for c in calls))
+    assert sum(t.calls for t in ledger.roles.values()) == len(calls) == len(server.requests)

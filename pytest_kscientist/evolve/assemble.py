@@ -84,6 +84,20 @@ def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[
     return roles, notes
 
 
+def _projection(config: pytest.Config, made: Any, members: Sequence[Member]) -> str:
+    """The projected LLM cost of the generations this run still has to make, or ""."""
+    project = getattr(made, "projection", None)
+    if project is None:
+        return ""
+    from pytest_kscientist.session import KS_SESSION
+
+    ks = config.stash.get(KS_SESSION, None)
+    if ks is None or not ks.settings.evolve:
+        return ""
+    done = max((m.meta.generation for m in members), default=0)
+    return str(project(ks.settings.evolve - done, ks.settings.evolve_options.candidates))
+
+
 class BuiltinRoles:
     """The built-in scientists as ``trylast`` hook implementations, registered by ``--evolve``.
 
@@ -111,7 +125,8 @@ class BuiltinRoles:
                 )
 
                 llm = (OfflineSelector(), OfflineDesigner(), OfflineWriter())
-            self._made[task.name] = (tuple(llm), notes)  # type: ignore[assignment]
+            self._made[task.name] = (llm if hasattr(llm, "projection") else tuple(llm),
+                                     notes)  # type: ignore[assignment]
         return self._made[task.name][0]
 
     @pytest.hookimpl(trylast=True)
@@ -156,7 +171,9 @@ def make_roles_factory(
         # Notes about the built-in scientists, when one of them plays a role.
         made = builtin.made(brief)
         ours = made is not None and any(v is m for m in made[0] for v in chosen.values())
-        notes = made[1] if made is not None and ours else []
+        notes = list(made[1]) if made is not None and ours else []
+        projection = _projection(config, made[0] if made is not None and ours else (), members)
+        notes += [projection] if projection else []
         for role, value in chosen.items():
             if not isinstance(value, PROTOCOLS[role]):
                 method = {"selector": "select", "designer": "design", "writer": "write"}[role]

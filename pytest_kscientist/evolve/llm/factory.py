@@ -55,8 +55,16 @@ class LLMRoles(NamedTuple):
         s = self.session
         return (
             f"kscientist: LLM scientist {s.provider.name}:{s.provider.model}, budget "
-            f"${s.ledger.budget_usd:.2f}, calls logged in {s.log.path}"
+            f"${s.ledger.budget_usd:.2f} for this population (${s.ledger.spent_usd:.2f} spent "
+            f"so far), calls logged in {s.log.path}"
         )
+
+    def projection(self, generations: int, candidates: int) -> str:
+        """One line: what ``generations`` more generations of ``candidates`` will cost, and
+        how far the cap goes (an estimate: see ``cost.project``)."""
+        from pytest_kscientist.evolve.llm.cost import project
+
+        return project(self.ledger, generations, candidates)
 
 
 def llm_notice(config: pytest.Config) -> str:

@@ -83,13 +83,15 @@ class Session:
             prompt=prompt,
         )
         started = time.monotonic()
+        held = ""
         try:
             worst = self.ledger.worst_case_usd(
                 len(self.system) + len(prompt), request.max_output_tokens
             )
-            self.ledger.ensure_room(role, worst)
+            held = self.ledger.reserve(role, worst)
             reply = self.provider.generate(request)
         except (LLMError, MalformedReply) as exc:
+            self._release(held)
             outcome = {BudgetExhausted: "budget", MalformedReply: "malformed"}.get(
                 type(exc), "error"
             )
@@ -97,6 +99,7 @@ class Session:
             self._log_failure(base, outcome, reason, getattr(exc, "status", None), started)
             raise
         except Exception as exc:  # noqa: BLE001 - isolation boundary: the provider's own bugs
+            self._release(held)
             where = traceback.extract_tb(exc.__traceback__)[-1]
             failure = ProviderError(
                 role,
@@ -108,7 +111,10 @@ class Session:
             failure.detail = self.redact(traceback.format_exc())
             self._log_failure(base, "error", failure.detail, None, started)
             raise failure from None
-        cost = self.ledger.charge(role, reply.usage, reply.cost_usd)
+        except BaseException:  # Ctrl-C: no answer came back, so no usage to charge
+            self._release(held)
+            raise
+        cost = self.ledger.charge(role, reply.usage, reply.cost_usd, reservation=held)
         self.log.append(
             base.model_copy(
                 update={
@@ -152,6 +158,10 @@ class Session:
             f"no usable answer in {self.retry.format_attempts} attempts; last problem: {problem}",
             self.redact(raw[:RAW_CHARS]),
         )
+
+    def _release(self, held: str) -> None:
+        if held:
+            self.ledger.release(held)
 
     def _log_failure(
         self, base: CallRecord, outcome: str, error: str, status: int | None, started: float
