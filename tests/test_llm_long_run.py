@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from evolve_fakes import SEED, FakeEvaluator
 from fake_llm_server import FakeLLMServer, FakeReply, FakeRequest
-from fake_scientist import ScientistResponder, fake_settings
+from fake_scientist import FAST_RETRY, ScientistResponder, fake_settings
 
 from pytest_kscientist.evolve.assemble import Roles
 from pytest_kscientist.evolve.llm.factory import build_roles
+from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.loop import Budget, Evolution
 from pytest_kscientist.evolve.population import Population
 from pytest_kscientist.evolve.progress import Terminal
@@ -70,6 +72,11 @@ def llm_roles(server: FakeLLMServer, root: Path, **changes: object) -> Roles:
                        "llm")
     assert made is not None
     return Roles(*made)
+
+
+def retry_policy(**changes: float) -> RetryPolicy:
+    """The fake scientist's millisecond retries (three attempts), with ``changes``."""
+    return replace(FAST_RETRY, **changes)
 
 
 def prompts_of(server: FakeLLMServer, heading: str) -> list[str]:
@@ -159,3 +166,69 @@ def test_the_ledger_survives_a_resume_with_its_spent_total(tmp_path):
     assert ledger.runs == 2 and ledger.spent_usd > after_one
     assert ledger.spent_usd == pytest.approx(sum(c.cost_usd for c in calls))
     assert sum(t.calls for t in ledger.roles.values()) == len(calls) == len(server.requests)
+
+
+def test_a_429_storm_longer_than_the_outage_limit_stops_cleanly_and_a_rerun_resumes(tmp_path):
+    loop = Loop(tmp_path)
+    storm = retry_policy(outage_s=0.001)  # every failed call is already "too long"
+    with FakeLLMServer(lambda r: FakeReply.error(429, "Resource has been exhausted")) as server:
+        assert loop(2, llm_roles(server, tmp_path, retry=storm), FakeEvaluator()) == 3
+    out = loop.out.getvalue()
+    assert "every LLM call has failed for" in out and "--ks-llm-outage-s 0.001" in out
+    assert "HTTP 429" in out and "rerun the same command to resume" in out
+    assert len(server.requests) == storm.attempts  # one call and its retries: no stand-in
+    assert loop.events("role_fallback") == [] and loop.events("run_end")[-1]["code"] == 3
+    assert [e.generation for e in loop.pop.events() if e.kind == "generation_done"] == [0]
+    with FakeLLMServer(ScientistResponder()) as server:
+        assert loop(2, llm_roles(server, tmp_path), FakeEvaluator()) == 0
+    assert sorted(e.generation for e in loop.pop.events() if e.kind == "generation_done") == [
+        0, 1, 2]
+
+
+def test_a_storm_shorter_than_the_outage_limit_is_stood_in_for(tmp_path):
+    loop = Loop(tmp_path)
+    with FakeLLMServer(ScientistResponder()) as server:
+        server.push(*[FakeReply.error(429)] * retry_policy().attempts)  # the designer's call
+        assert loop(1, llm_roles(server, tmp_path), FakeEvaluator()) == 0
+    [fallback] = loop.events("role_fallback")
+    assert fallback["role"] == "designer" and "HTTP 429" in fallback["error"]
+    assert any(m.meta.generation == 1 for m in loop.pop.members())  # the LLM writer wrote it
+
+
+def test_a_refused_key_stops_at_once_with_the_fix(tmp_path):
+    loop = Loop(tmp_path)
+    with FakeLLMServer(lambda r: FakeReply.error(401, "API key not valid")) as server:
+        assert loop(1, llm_roles(server, tmp_path), FakeEvaluator()) == 3
+    assert len(server.requests) == 1
+    assert "the provider refuses calls (HTTP 401): check the API key" in loop.out.getvalue()
+
+
+@pytest.mark.parametrize("provider", ["gemini", "openai"])
+def test_the_servers_retry_hint_is_honoured_beyond_the_backoff_cap(tmp_path, provider):
+    from pytest_kscientist.evolve.llm.gemini import GeminiProvider
+    from pytest_kscientist.evolve.llm.openai_compat import OpenAICompatProvider
+    from pytest_kscientist.evolve.llm.provider import LLMRequest
+    from pytest_kscientist.evolve.llm.transcript import Redactor
+
+    slept: list[float] = []
+    policy = retry_policy()  # backoff capped at 0.05 s
+    with FakeLLMServer() as server:
+        header = FakeReply.error(429)
+        header.headers = {"Retry-After": "42"}
+        server.push(header)
+        if provider == "gemini":  # Gemini's own hint: RetryInfo in the error body
+            server.push(FakeReply(status=429, body=json.dumps({"error": {
+                "code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                     "retryDelay": "17s"}]}})))
+        server.push("fine")
+        if provider == "gemini":
+            made = GeminiProvider("m", "AIzaFAKE-hint-key-000000", policy, Redactor([]),
+                                  base_url=server.url, sleep=slept.append)
+        else:
+            made = OpenAICompatProvider("m", server.openai_url, policy, Redactor([]),
+                                        sleep=slept.append)
+        reply = made.generate(LLMRequest(role="writer", system="s", prompt="p",
+                                         max_output_tokens=100))
+    assert reply.text == "fine"
+    assert slept == ([42.0, 17.0] if provider == "gemini" else [42.0])

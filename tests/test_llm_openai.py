@@ -126,3 +126,31 @@ def test_all_three_roles_run_against_the_scripted_scientist(ks_fake_llm, tmp_pat
     drafts = [roles.writer.write(sample_task(), base, plan) for plan in design.kept]
     assert len({d.source for d in drafts}) == 3
     assert all("TUNABLES = {" in d.source and d.source != SEED_SOURCE for d in drafts)
+
+
+def test_think_blocks_are_stripped_before_the_answer_is_parsed(ks_fake_llm, tmp_path):
+    thinking = '<think>\nThe table says {"base_id": "seed-torch"} but\n</think>\n\n'
+    ks_fake_llm.push(thinking + SELECTION, "<think>never closed, the cap came first")
+    roles = roles_for(ks_fake_llm, tmp_path)
+    assert roles.selector.select(sample_task(), sample_population(), "").base_id == "g1-kgroup4"
+    assert read_calls(tmp_path / "llm-calls.jsonl")[0].response_text.startswith("<think>")
+    reply = roles.session.call("selector", "p")
+    assert reply.text == ""  # all thinking: an empty answer, asked again by ask()
+
+
+def test_the_output_cap_shrinks_to_the_context_and_a_prompt_too_long_is_not_sent(
+        ks_fake_llm, tmp_path):
+    from pytest_kscientist.evolve.llm.llm_errors import PromptTooLong
+    from pytest_kscientist.evolve.llm.settings import RoleLimits
+
+    roles = roles_for(ks_fake_llm, tmp_path, limits=RoleLimits(context_tokens=8192))
+    ks_fake_llm.push("## Explanation\nx\n\n```python\ndef custom_kernel(data):\n    return 1\n```")
+    prompt = "p" * 6000  # with the system prompt about 2,330 tokens at 3 characters a token
+    roles.session.call("writer", prompt)
+    sent = ks_fake_llm.requests[0].body["max_tokens"]
+    expected = 8192 - int((len(roles.session.system) + 6000) / 3) - 1 - 256
+    assert sent == expected and sent < 32768
+    with pytest.raises(PromptTooLong, match=r"leaves under 1024 of the model's 8192 context "
+                       r"tokens \(--ks-llm-context-tokens\)"):
+        roles.session.call("writer", "p" * 24000)
+    assert len(ks_fake_llm.requests) == 1

@@ -170,3 +170,35 @@ print("HEAVY", heavy)
     )
     run = pytester.run(sys.executable, "check.py")
     run.stdout.fnmatch_lines(["HEAVY []"])
+
+
+def test_outage_timeout_output_caps_and_context_resolve_into_the_policy_and_limits():
+    settings = resolve({"GEMINI_API_KEY": KEY}, outage_s="90", timeout_s="120.5",
+                       output_tokens="4096/8192/16384", context_tokens="32768")
+    assert (settings.retry.outage_s, settings.retry.timeout_s) == (90.0, 120.5)
+    limits = settings.limits
+    assert (limits.selector, limits.designer, limits.writer) == (4096, 8192, 16384)
+    assert limits.context_tokens == 32768 and limits.max_output_tokens("repair") == 16384
+    one = resolve({"GEMINI_API_KEY": KEY}, output_tokens="2048").limits
+    assert (one.selector, one.designer, one.writer, one.context_tokens) == (2048,) * 3 + (None,)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"outage_s": "soon"}, "--ks-llm-outage-s (ini ks_llm_outage_s) expects a positive "
+         "number of seconds, got 'soon'; pass e.g. --ks-llm-outage-s 600"),
+        ({"timeout_s": "0"}, "--ks-llm-timeout-s (ini ks_llm_timeout_s) expects a positive "
+         "number of seconds, got '0'"),
+        ({"output_tokens": "4096/8192"}, "--ks-llm-output-tokens (ini ks_llm_output_tokens) "
+         "expects one cap for every role or 'SELECTOR/DESIGNER/WRITER' tokens, got '4096/8192'"),
+        ({"output_tokens": "1.5k"}, "--ks-llm-output-tokens (ini ks_llm_output_tokens) "
+         "expects a positive whole number of tokens, got '1.5k'"),
+        ({"context_tokens": "32768.5"}, "--ks-llm-context-tokens (ini ks_llm_context_tokens) "
+         "expects a positive whole number of tokens, got '32768.5'"),
+    ],
+)
+def test_bad_transport_options_name_the_option_and_the_fix(raw, message):
+    with pytest.raises(SettingsError) as info:
+        resolve({"GEMINI_API_KEY": KEY}, **raw)
+    assert message in str(info.value)

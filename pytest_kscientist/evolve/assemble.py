@@ -47,6 +47,15 @@ def is_budget_exhausted(exc: BaseException) -> bool:
     return isinstance(exc, BudgetExhausted)
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Whether a role's error is the LLM provider failing for good (the run stops, code 3)."""
+    try:
+        from pytest_kscientist.evolve.llm.llm_errors import ProviderOutage
+    except ImportError:
+        return False
+    return isinstance(exc, ProviderOutage)
+
+
 class RoleError(Exception):
     """A hook returned something that cannot play the role."""
 

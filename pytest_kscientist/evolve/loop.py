@@ -19,7 +19,7 @@ import pytest
 
 from pytest_kscientist.evolve import findings as findings_doc
 from pytest_kscientist.evolve import progress
-from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted
+from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted, is_outage
 from pytest_kscientist.evolve.population import Event, Member, Population
 from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 from pytest_kscientist.evolve.sessions import (
@@ -241,7 +241,7 @@ class Evolution(WriteStage):
             selection = self._call("selector", selector.select, brief, summaries, notes)
             problem = _selection_problem(selection, by_id)
         except Stop as stop:
-            if stop.code != 3:  # the budget ran out: a clean stop
+            if stop.code != 3 or not stop.stand_in:  # the budget ran out, an outage
                 raise
             selection, problem = None, stop.reason
         if not problem:
@@ -265,7 +265,7 @@ class Evolution(WriteStage):
         try:
             return self._call("designer", designer.design, *args)
         except Stop as stop:
-            if stop.code != 3 or isinstance(designer, OfflineDesigner):
+            if stop.code != 3 or not stop.stand_in or isinstance(designer, OfflineDesigner):
                 raise
             problem = stop.reason
         self._stand_in("designer", "design", problem)
@@ -293,6 +293,9 @@ class Evolution(WriteStage):
             )
             if is_budget_exhausted(exc):
                 raise Stop(f"LLM budget exhausted in the {role}: {exc}") from None
+            if is_outage(exc):  # no stand-in: the run stops, and resumes when rerun
+                raise Stop(f"the LLM provider cannot go on ({role}): {exc}", 3,
+                           stand_in=False) from None
             raise Stop(f"the {role} failed: {type(exc).__name__}: {exc}", 3) from None
 
     # -- evaluation ---------------------------------------------------------------------------

@@ -1,21 +1,31 @@
 """The Gemini provider through Google's ``google-genai`` client (imported only when used).
 
-Transport retries are the client's own ``HttpRetryOptions`` (exponential backoff on 408, 429
-and 5xx, and on httpx timeouts and refused connections); its errors become ``ProviderError``.
+Retries are ours, not the client's (its ``HttpRetryOptions`` ignores the server's hint): on
+408, 429 and 5xx, timeouts and refused connections, waiting what the error's ``RetryInfo`` or
+``Retry-After`` header asks, else backing off exponentially. Errors become ``ProviderError``.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pytest_kscientist.evolve.llm.ledger import Usage
 from pytest_kscientist.evolve.llm.llm_errors import MalformedReply, ProviderError
-from pytest_kscientist.evolve.llm.provider import LLMReply, LLMRequest
+from pytest_kscientist.evolve.llm.provider import (
+    LLMReply,
+    LLMRequest,
+    retry_after_s,
+    retry_delay_s,
+)
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor
 
-RETRY_STATUS = [408, 429, 500, 502, 503, 504]
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
 class GeminiProvider:
@@ -30,6 +40,7 @@ class GeminiProvider:
         retry: RetryPolicy,
         redact: Redactor,
         base_url: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         from google import genai
         from google.genai import types
@@ -38,22 +49,13 @@ class GeminiProvider:
         self._types = types
         self._redact = redact
         self._retry = retry
-        options = types.HttpOptions(
-            base_url=base_url,
-            timeout=int(retry.timeout_s * 1000),
-            retry_options=types.HttpRetryOptions(
-                attempts=retry.attempts,
-                initial_delay=retry.initial_delay_s,
-                max_delay=retry.max_delay_s,
-                jitter=retry.initial_delay_s,  # the client's default adds up to 1 s per retry
-                http_status_codes=RETRY_STATUS,
-            ),
-        )
+        self._sleep = sleep
+        options = types.HttpOptions(base_url=base_url, timeout=int(retry.timeout_s * 1000))
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         self._client = genai.Client(api_key=api_key, vertexai=False, http_options=options)
 
     def generate(self, request: LLMRequest) -> LLMReply:
-        """One ``generate_content`` call (with the client's retries)."""
+        """One ``generate_content`` call, retried on transient failures."""
         from google.genai import errors
 
         config = self._types.GenerateContentConfig(
@@ -63,27 +65,46 @@ class GeminiProvider:
             response_mime_type="application/json" if request.schema else None,
             response_schema=request.schema,
         )
-        try:
-            response = self._client.models.generate_content(
-                model=self.model, contents=request.prompt, config=config
-            )
-        except errors.APIError as exc:
-            raise ProviderError(
-                request.role, self._redact(f"Gemini answered HTTP {exc.code}: {exc}"), exc.code
-            ) from None
-        except (json.JSONDecodeError, errors.UnknownApiResponseError) as exc:
-            raise MalformedReply(
-                self._redact(f"Gemini sent a body that is not JSON: {exc}")
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - isolation boundary: transport errors of httpx
-            raise ProviderError(
-                request.role,
-                self._redact(
-                    f"Gemini call failed after {self._retry.attempts} attempts "
-                    f"({type(exc).__name__}: {exc or 'no detail'})"
-                ),
-            ) from None
-        return _reply(response)
+        attempts = self._retry.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self._client.models.generate_content(
+                    model=self.model, contents=request.prompt, config=config
+                )
+            except errors.APIError as exc:
+                if exc.code not in RETRY_STATUS or attempt == attempts:
+                    tries = f" (attempt {attempt} of {attempts})" if attempt > 1 else ""
+                    raise ProviderError(request.role, self._redact(
+                        f"Gemini answered HTTP {exc.code}{tries}: {exc}"), exc.code) from None
+                hint = _hint(exc)
+            except (json.JSONDecodeError, errors.UnknownApiResponseError) as exc:
+                raise MalformedReply(
+                    self._redact(f"Gemini sent a body that is not JSON: {exc}")
+                ) from None
+            except Exception as exc:  # noqa: BLE001 - isolation boundary: transport errors of httpx
+                if attempt == attempts:
+                    raise ProviderError(request.role, self._redact(
+                        f"Gemini call failed after {attempts} attempts "
+                        f"({type(exc).__name__}: {exc or 'no detail'})")) from None
+                hint = None
+            else:
+                return _reply(response)
+            self._sleep(retry_delay_s(attempt, self._retry, hint))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _hint(exc: Any) -> float | None:
+    """Seconds the error asks to wait: its ``RetryInfo.retryDelay`` ("37s"), else the
+    ``Retry-After`` header."""
+    body = exc.details if isinstance(exc.details, dict) else {}
+    error = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+    for detail in error.get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("RetryInfo"):
+            found = _SECONDS.match(str(detail.get("retryDelay", "")))
+            if found:
+                return float(found.group(1))
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    return retry_after_s(headers.get("retry-after")) if headers is not None else None
 
 
 def _reply(response: Any) -> LLMReply:

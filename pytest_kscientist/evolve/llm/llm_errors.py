@@ -1,7 +1,8 @@
 """Typed failures of the LLM scientist: each one is recorded by the loop, never a crash.
 
-``BudgetExhausted`` means "stop cleanly"; the others fail one role call (one generation step or
-one candidate) and carry their reason as text the loop can store.
+``BudgetExhausted`` means "stop cleanly" and ``ProviderOutage`` "stop, the provider cannot go
+on"; the others fail one role call (one generation step or one candidate) and carry their
+reason as text the loop can store.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ class ProviderError(LLMError):
         super().__init__(role, reason)
         self.status = status
         self.detail = ""  # the traceback, when the provider itself raised something unexpected
+
+
+class ProviderOutage(ProviderError):
+    """Every call has failed for longer than ``--ks-llm-outage-s``, or the provider refuses
+    them outright (a bad key, an unknown model): the run stops, resumable, with code 3."""
+
+
+class PromptTooLong(LLMError):
+    """The prompt leaves no room for an answer in ``--ks-llm-context-tokens``."""
 
 
 class MalformedOutput(LLMError):

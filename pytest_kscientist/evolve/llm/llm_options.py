@@ -13,6 +13,7 @@ import pytest
 
 from pytest_kscientist.evolve.llm.settings import (
     DEFAULT_BUDGET_USD,
+    DEFAULT_OUTAGE_S,
     OPTION_NAMES,
     LLMSettings,
     SettingsError,
@@ -33,6 +34,14 @@ _HELP = {
     f"{DEFAULT_BUDGET_USD:g}); the run stops cleanly before a call that could exceed it.",
     "prices": "prices as 'INPUT/OUTPUT' US dollars per 1M tokens (default: Gemini 2.5 Pro list "
     "price for gemini, 0/0 for openai).",
+    "outage_s": "stop the run (exit code 3, resumable) once every LLM call has failed for this "
+    f"many seconds, retries included (default {DEFAULT_OUTAGE_S:g}); shorter failures are "
+    "stood in for by the offline roles or skip a plan.",
+    "timeout_s": "timeout of one HTTP request to the LLM in seconds (default 600).",
+    "output_tokens": "output token caps: one for every role, or SELECTOR/DESIGNER/WRITER "
+    "(default 8192/16384/32768; thinking counts against them).",
+    "context_tokens": "the model's context window in tokens (prompt + answer): each call's "
+    "output cap shrinks to what its prompt leaves (for local servers with small contexts).",
 }
 
 
@@ -43,6 +52,10 @@ _METAVAR = {
     "replay": "PATH",
     "budget_usd": "USD",
     "prices": "IN/OUT",
+    "outage_s": "SECONDS",
+    "timeout_s": "SECONDS",
+    "output_tokens": "N[/N/N]",
+    "context_tokens": "N",
 }
 
 

@@ -1,33 +1,31 @@
-"""An OpenAI-compatible chat provider (vLLM, Ollama, llama.cpp, ...) over ``httpx``.
+"""An OpenAI-compatible chat provider (vLLM, Ollama, llama.cpp, ...) over ``httpx2``.
 
-The HTTP client is httpx's API: the ``httpx2`` fork that google-genai 3.x installs, or ``httpx``
-itself where an older google-genai brought that one. Structured output asks for
-``response_format: json_schema``; the session validates the answer either way, because servers
-differ in how strictly they honour it.
+httpx2 is the HTTP client google-genai 3.x is built on, declared by the project too (a
+dependency of its own, rather than the ``openai`` package: one request shape is all this needs).
+Structured output asks for ``response_format: json_schema``; the session validates the answer
+either way, because servers differ in how strictly they honour it. Output caps, the timeout and
+the context size come from the ``--ks-llm-*`` options (``RoleLimits``, ``RetryPolicy``).
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pytest_kscientist.evolve.llm.ledger import Usage
 from pytest_kscientist.evolve.llm.llm_errors import MalformedReply, ProviderError
-from pytest_kscientist.evolve.llm.provider import LLMReply, LLMRequest
+from pytest_kscientist.evolve.llm.provider import (
+    LLMReply,
+    LLMRequest,
+    retry_after_s,
+    retry_delay_s,
+)
 from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-
-
-def _httpx() -> Any:
-    try:
-        import httpx2 as httpx
-    except ImportError:  # google-genai < 2 depends on httpx itself
-        import httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
-    return httpx
 
 
 class OpenAICompatProvider:
@@ -42,9 +40,13 @@ class OpenAICompatProvider:
         retry: RetryPolicy,
         redact: Redactor,
         api_key: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        import httpx2
+
         self.model = model
-        self._httpx = _httpx()
+        self._httpx = httpx2
+        self._sleep = sleep
         self._retry = retry
         self._redact = redact
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -96,7 +98,7 @@ class OpenAICompatProvider:
 
     def _post(self, role: str, body: dict[str, Any]) -> Any:
         httpx = self._httpx
-        last = ""
+        last, status = "", None
         for attempt in range(1, self._retry.attempts + 1):
             retry_after: float | None = None
             try:
@@ -106,29 +108,19 @@ class OpenAICompatProvider:
             else:
                 if response.status_code < 400:
                     return response
-                last = f"HTTP {response.status_code}: {response.text[:500]}"
+                last, status = f"HTTP {response.status_code}: {response.text[:500]}", (
+                    response.status_code)
                 if response.status_code not in RETRY_STATUS:
                     raise ProviderError(
                         role,
                         self._redact(f"the chat server answered {last}"),
                         response.status_code,
                     )
-                retry_after = _seconds(response.headers.get("retry-after"))
+                retry_after = retry_after_s(response.headers.get("retry-after"))
             if attempt < self._retry.attempts:
-                time.sleep(self._delay(attempt, retry_after))
+                self._sleep(retry_delay_s(attempt, self._retry, retry_after))
         raise ProviderError(
             role,
             self._redact(f"the chat server failed {self._retry.attempts} attempts; last: {last}"),
+            status,
         )
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        backoff = self._retry.initial_delay_s * 2 ** (attempt - 1)
-        backoff += random.uniform(0, self._retry.initial_delay_s)  # jitter spreads workers apart
-        return min(self._retry.max_delay_s, retry_after if retry_after is not None else backoff)
-
-
-def _seconds(header: str | None) -> float | None:
-    try:
-        return max(0.0, float(header)) if header else None
-    except ValueError:  # an HTTP date: fall back to exponential backoff
-        return None

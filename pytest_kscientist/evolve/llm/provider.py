@@ -7,12 +7,17 @@ logging, schema checks, retries for malformed answers) belongs to ``session.Sess
 
 from __future__ import annotations
 
+import random
+import re
+import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from pydantic import BaseModel
 
 from pytest_kscientist.evolve.llm.ledger import Usage
+from pytest_kscientist.evolve.llm.settings import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -52,3 +57,38 @@ class Provider(Protocol):
 def truncated(finish_reason: str) -> bool:
     """Whether the reply stopped at the output token cap (Gemini and OpenAI spellings)."""
     return finish_reason.upper() in {"MAX_TOKENS", "LENGTH"}
+
+
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL | re.IGNORECASE)
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` without ``<think>...</think>`` blocks (Qwen3-style reasoning inline in the
+    answer broke the JSON parse: issue 13); an unclosed block is all thinking."""
+    text = _THINK.sub("", text)
+    opened = text.lower().find("<think>")
+    return text[:opened] if opened >= 0 else text
+
+
+def retry_after_s(header: str | None) -> float | None:
+    """Seconds an HTTP ``Retry-After`` header asks to wait (seconds or an HTTP date)."""
+    if not header:
+        return None
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(header).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def retry_delay_s(attempt: int, retry: RetryPolicy, hint: float | None) -> float:
+    """Seconds before attempt ``attempt + 1``: the server's hint when it gave one (up to the
+    outage limit: waiting less only earns another 429), else exponential backoff with jitter
+    (which spreads concurrent callers apart) up to ``max_delay_s``."""
+    if hint is not None:
+        return min(hint, retry.outage_s)
+    backoff = retry.initial_delay_s * 2 ** (attempt - 1)
+    return min(retry.max_delay_s, backoff + random.uniform(0, retry.initial_delay_s))

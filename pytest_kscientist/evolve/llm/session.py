@@ -9,26 +9,38 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from pytest_kscientist.evolve.llm import prompts
 from pytest_kscientist.evolve.llm.draft import KnownSources
-from pytest_kscientist.evolve.llm.ledger import CostLedger
+from pytest_kscientist.evolve.llm.ledger import TOKENS_PER_CHAR, CostLedger
 from pytest_kscientist.evolve.llm.llm_errors import (
     BudgetExhausted,
     LLMError,
     MalformedOutput,
     MalformedReply,
+    PromptTooLong,
     ProviderError,
+    ProviderOutage,
 )
-from pytest_kscientist.evolve.llm.provider import LLMReply, LLMRequest, Provider, truncated
+from pytest_kscientist.evolve.llm.provider import (
+    LLMReply,
+    LLMRequest,
+    Provider,
+    strip_thinking,
+    truncated,
+)
 from pytest_kscientist.evolve.llm.settings import RetryPolicy, RoleLimits
 from pytest_kscientist.evolve.llm.transcript import CallLog, CallRecord, Redactor, request_sha256
 
 M = TypeVar("M", bound=BaseModel)
 RAW_CHARS = 2000  # of an unusable answer kept on MalformedOutput
+MIN_ANSWER_TOKENS = 1024  # the least output room worth a call under --ks-llm-context-tokens
+CONTEXT_MARGIN_TOKENS = 256  # chat-template tokens a server adds around the messages
+REFUSED_STATUS = frozenset({401, 403, 404})  # a bad key or model: every call will fail alike
 
 
 class Session:
@@ -52,6 +64,7 @@ class Session:
         self.system = prompts.render("system")
         self._occurrences: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        self._failing_since: float | None = None  # start of the current run of failed calls
 
     def call(self, role: str, prompt: str, schema: type[BaseModel] | None = None) -> LLMReply:
         """One budgeted, logged provider call; raises the typed errors of ``llm_errors.py``."""
@@ -66,7 +79,7 @@ class Session:
             system=self.system,
             prompt=prompt,
             schema=schema,
-            max_output_tokens=self.limits.max_output_tokens(role),
+            max_output_tokens=self._output_cap(role, prompt),
             temperature=self.limits.temperature,
             prompt_sha256=digest,
             occurrence=occurrence,
@@ -85,11 +98,17 @@ class Session:
         started = time.monotonic()
         held = ""
         try:
+            if request.max_output_tokens < min(MIN_ANSWER_TOKENS,
+                                               self.limits.max_output_tokens(role)):
+                raise self._too_long(role, prompt)
             worst = self.ledger.worst_case_usd(
                 len(self.system) + len(prompt), request.max_output_tokens
             )
             held = self.ledger.reserve(role, worst)
-            reply = self.provider.generate(request)
+            try:
+                reply = self.provider.generate(request)
+            except ProviderError as failed:
+                raise self._outage(failed, started) from None
         except (LLMError, MalformedReply) as exc:
             self._release(held)
             outcome = {BudgetExhausted: "budget", MalformedReply: "malformed"}.get(
@@ -114,6 +133,8 @@ class Session:
         except BaseException:  # Ctrl-C: no answer came back, so no usage to charge
             self._release(held)
             raise
+        with self._lock:
+            self._failing_since = None
         cost = self.ledger.charge(role, reply.usage, reply.cost_usd, reservation=held)
         self.log.append(
             base.model_copy(
@@ -127,7 +148,45 @@ class Session:
                 }
             )
         )
-        return reply
+        return replace(reply, text=strip_thinking(reply.text))  # the log keeps them
+
+    def _output_cap(self, role: str, prompt: str) -> int:
+        """The role's cap, shrunk to what the prompt leaves of ``--ks-llm-context-tokens``."""
+        cap = self.limits.max_output_tokens(role)
+        context = self.limits.context_tokens
+        if context is None:
+            return cap
+        prompt_tokens = int((len(self.system) + len(prompt)) * TOKENS_PER_CHAR) + 1
+        return min(cap, context - prompt_tokens - CONTEXT_MARGIN_TOKENS)
+
+    def _too_long(self, role: str, prompt: str) -> PromptTooLong:
+        chars = len(self.system) + len(prompt)
+        return PromptTooLong(
+            role,
+            f"the {role} prompt (~{int(chars * TOKENS_PER_CHAR)} tokens, counting 3 characters "
+            f"a token) leaves under {MIN_ANSWER_TOKENS} of the model's "
+            f"{self.limits.context_tokens} context tokens (--ks-llm-context-tokens) for the "
+            "answer; serve the model with a larger context and raise --ks-llm-context-tokens",
+        )
+
+    def _outage(self, failed: ProviderError, started: float) -> ProviderError:
+        """``failed``, or a ``ProviderOutage`` when the provider refuses calls outright or every
+        call has failed for longer than ``retry.outage_s``."""
+        with self._lock:
+            if self._failing_since is None:
+                self._failing_since = started
+            failing_s = time.monotonic() - self._failing_since
+        resume = "the run stops here; rerun the same command to resume"
+        if failed.status in REFUSED_STATUS:
+            return ProviderOutage(failed.role, (
+                f"{failed.reason}; the provider refuses calls (HTTP {failed.status}): check the "
+                f"API key, --ks-model and --ks-llm-base-url; {resume}"), failed.status)
+        if failing_s >= self.retry.outage_s:
+            return ProviderOutage(failed.role, (
+                f"every LLM call has failed for {failing_s:.0f} s, longer than "
+                f"--ks-llm-outage-s {self.retry.outage_s:g} (last: {failed.reason}); {resume} "
+                "once the provider answers"), failed.status)
+        return failed
 
     def ask(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -36,7 +36,12 @@ OPTION_NAMES = {
     "replay": ("--ks-replay", "ks_replay"),
     "budget_usd": ("--ks-llm-budget-usd", "ks_llm_budget_usd"),
     "prices": ("--ks-llm-prices", "ks_llm_prices"),
+    "outage_s": ("--ks-llm-outage-s", "ks_llm_outage_s"),
+    "timeout_s": ("--ks-llm-timeout-s", "ks_llm_timeout_s"),
+    "output_tokens": ("--ks-llm-output-tokens", "ks_llm_output_tokens"),
+    "context_tokens": ("--ks-llm-context-tokens", "ks_llm_context_tokens"),
 }
+DEFAULT_OUTAGE_S = 600.0
 
 
 class SettingsError(KsError):
@@ -64,6 +69,9 @@ class RetryPolicy:
     max_delay_s: float = 60.0
     timeout_s: float = 600.0  # per HTTP request; long writer answers take minutes
     format_attempts: int = 3  # calls per role step before MalformedOutput
+    # How long every call may fail (after its retries) before the run stops as an outage;
+    # shorter failures are stood in for (offline roles, skipped plans).
+    outage_s: float = DEFAULT_OUTAGE_S
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,10 @@ class RoleLimits:
     designer: int = 16384
     writer: int = 32768
     temperature: float | None = None  # None: the provider's default
+    # The model's context window (prompt + answer), when the server has a small one: the
+    # output cap shrinks to what the prompt leaves (a 32k vLLM model refused the 32k writer
+    # cap with HTTP 400; Ollama cut prompts to its num_ctx: issue 13).
+    context_tokens: int | None = None
 
     def max_output_tokens(self, role: str) -> int:
         """The cap for ``role`` (a repair round is a writer call)."""
@@ -127,6 +139,51 @@ def _parse_prices(raw: str) -> Prices:
             "pass e.g. --ks-llm-prices 1.25/10"
         )
     return Prices(values[0], values[1])
+
+
+def _positive(key: str, raw: str, example: str, integer: bool = False) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0 or (integer and value != int(value)):
+        what = "a positive whole number" if integer else "a positive number"
+        unit = " of tokens" if integer else " of seconds"
+        raise SettingsError(
+            f"{_name(key)} expects {what}{unit}, got {raw!r}; pass e.g. "
+            f"{OPTION_NAMES[key][0]} {example}"
+        )
+    return value
+
+
+def _parse_output_tokens(raw: str) -> RoleLimits:
+    parts = [p.strip() for p in raw.replace(",", "/").split("/")]
+    if len(parts) not in (1, 3):
+        raise SettingsError(
+            f"{_name('output_tokens')} expects one cap for every role or "
+            f"'SELECTOR/DESIGNER/WRITER' tokens, got {raw!r}; pass e.g. "
+            "--ks-llm-output-tokens 4096/8192/16384"
+        )
+    caps = [int(_positive("output_tokens", p, "8192", integer=True)) for p in parts]
+    caps = caps * 3 if len(caps) == 1 else caps
+    return RoleLimits(selector=caps[0], designer=caps[1], writer=caps[2])
+
+
+def _transport(raw: Mapping[str, str | None]) -> tuple[RetryPolicy, RoleLimits]:
+    """The retry policy and the role limits from the outage, timeout, output and context
+    options (defaults where unset)."""
+    retry, limits = RetryPolicy(), RoleLimits()
+    if raw.get("outage_s"):
+        retry = replace(retry, outage_s=_positive("outage_s", raw["outage_s"] or "", "600"))
+    if raw.get("timeout_s"):
+        retry = replace(retry, timeout_s=_positive("timeout_s", raw["timeout_s"] or "", "300"))
+    if raw.get("output_tokens"):
+        limits = _parse_output_tokens(raw["output_tokens"] or "")
+    if raw.get("context_tokens"):
+        context = int(_positive("context_tokens", raw["context_tokens"] or "", "32768",
+                                integer=True))
+        limits = replace(limits, context_tokens=context)
+    return retry, limits
 
 
 def _check_url(raw: str) -> str:
@@ -186,7 +243,9 @@ def resolve_settings(raw: Mapping[str, str | None], env: Mapping[str, str]) -> L
     budget = _parse_budget(budget_raw) if budget_raw else DEFAULT_BUDGET_USD
     base_url = _check_url(url_raw) if url_raw else None
     model = (raw.get("model") or "").strip()
-    common = {"budget_usd": budget, "notice": notice, "secrets": _secrets(env)}
+    retry, limits = _transport(raw)
+    common = {"budget_usd": budget, "notice": notice, "secrets": _secrets(env), "retry": retry,
+              "limits": limits}
     if choice == "offline":
         return LLMSettings(provider="offline", **common)  # type: ignore[arg-type]
     prices = _parse_prices(prices_raw) if prices_raw else Prices(*DEFAULT_PRICES[choice])
