@@ -93,3 +93,11 @@ def test_a_long_traceback_keeps_its_whole_message_its_last_frames_and_its_causes
     cut = trim(mismatch, 600)
     assert cut.startswith("mismatch at [3, 7]:") and cut.endswith("(worst of 120 elements)")
     assert "characters left out" in cut and len(cut) < 700
+
+
+def test_the_selector_sees_per_benchmark_times_side_by_side_with_the_fastest_in_bold():
+    table = prompts.shape_table(sample_population()).splitlines()
+    assert table[0] == "| benchmark | `g1-kgroup4` | `seed-torch` |"
+    assert table[2] == "| m1024-n1536-k7168-s8135 | **100.0 us** | 120.0 us |"
+    assert table[3] == "| m6144-n7168-k2048-s76547 | **144.0 us** | 187.5 us |"
+    assert prompts.shape_table(sample_population()[2:]) == "(no benchmark times yet)"

@@ -22,6 +22,9 @@ NOTES_KEPT = 5  # generations of designer notes in the document (it goes into ev
 SECTION_LINES = 12  # entries per section; the rest are summarised in one line
 DETAIL_GENERATIONS = 2  # newest generations whose failures keep their traceback
 FINDINGS_DETAIL_CHARS = 1200  # of one failure's traceback in the document
+DETAILS_KEPT = 4  # failures shown with their traceback
+NOTE_CHARS = 1500  # of one generation's designer notes
+REJECTED_CHARS = 600  # of why one draft never ran
 
 
 def lineage(member: Member, by_id: dict[str, Member]) -> list[str]:
@@ -170,7 +173,8 @@ def render(
          _bounded([t for t, _ in neutral], "neutral, older")),
         ("What failed and why", _failures(failed, generation)),
         ("Drafts that never ran (rejected before the GPU, or the writer failed)",
-         _bounded([f"- gen {g} `{title}`: {why}" for g, title, why in rejected], "older")),
+         _bounded([f"- gen {g} `{title}`: {why[:REJECTED_CHARS]}" for g, title, why in rejected],
+                  "older")),
     ]
     for title, lines in sections:
         out += ["", f"## {title}", ""] + (lines or ["- none yet"])
@@ -179,7 +183,8 @@ def render(
     if history:
         out += ["", "## Designer notes (newest first)"]
         for g, text in history[:NOTES_KEPT]:
-            out += ["", f"### After generation {g}", "", text]
+            note = text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS].rstrip() + " [...]"
+            out += ["", f"### After generation {g}", "", note]
         if len(history) > NOTES_KEPT:
             older = [g for g, _ in history[NOTES_KEPT:]]
             out += ["", f"(notes of generations {min(older)}-{max(older)} left out: what they "
@@ -200,7 +205,7 @@ _ERROR_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Failure))\b")
 def _failures(failed: Sequence[Member], generation: int) -> list[str]:
     """Failures newest first: the last DETAIL_GENERATIONS generations' with their trimmed
     tracebacks or mismatch details, older ones as lines, the oldest counted by kind."""
-    lines = []
+    lines, details = [], 0
     for m in failed[:SECTION_LINES]:
         ev = m.evaluation
         assert ev is not None
@@ -208,7 +213,9 @@ def _failures(failed: Sequence[Member], generation: int) -> list[str]:
         on = f" on {parent}" if parent else ""
         lines.append(f"- {m.id} (gen {m.meta.generation}) `{label(m)}`{on}: {ev.failure}")
         detail = failure_detail(ev)
-        if detail and m.meta.generation > generation - DETAIL_GENERATIONS:
+        if detail and m.meta.generation > generation - DETAIL_GENERATIONS and (
+                details < DETAILS_KEPT):
+            details += 1
             body = trim(detail, FINDINGS_DETAIL_CHARS)
             lines.append("  ```text\n" + textwrap.indent(body, "  ") + "\n  ```")
     older = failed[SECTION_LINES:]

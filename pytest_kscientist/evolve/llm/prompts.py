@@ -14,6 +14,8 @@ from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan
 TEMPLATES = (
     "system", "selector", "designer", "writer", "repair", "repair_failed", "retry_note")
 HISTORY_LIMIT = 16  # most recent candidates shown; older ones live on in the findings document
+TABLE_ROWS = 24  # population table rows: the fastest half and the newest half
+SHAPE_COLUMNS = 6  # candidates side by side in the selector's per-benchmark table
 FAILURE_CHARS = 600  # of a compile/runtime error: enough for the message and the failing line
 
 
@@ -41,19 +43,66 @@ def _ranked(population: list[CandidateSummary]) -> list[CandidateSummary]:
     return sorted(population, key=key)
 
 
-def population_table(population: list[CandidateSummary]) -> str:
-    """One row per candidate, fastest passing first."""
+def population_table(population: list[CandidateSummary], limit: int = TABLE_ROWS) -> str:
+    """One row per candidate, fastest passing first; past ``limit`` rows, the fastest and the
+    newest are kept and the rest summed up in one line (issue 13: prompts bounded over a long
+    run)."""
     rows = [
         "| id | gen | status | geomean | parents | plan |",
         "|----|-----|--------|---------|---------|------|",
     ]
-    for c in _ranked(population):
+    ranked = _ranked(population)
+    shown = _shown(ranked, limit)
+    for c in shown:
         parents = ", ".join(f"`{p}`" for p in c.parents) or "-"
         plan = (c.plan_title or "seed").replace("|", "/")
         rows.append(
             f"| `{c.id}` | {c.generation} | {c.status} | {_us(c.geomean_us)} | {parents} | {plan} |"
         )
+    kept = {c.id for c in shown}
+    left = [c for c in ranked if c.id not in kept]
+    if left:
+        counts = {s: sum(c.status == s for c in left) for s in ("passed", "failed", "pending")}
+        gens = [c.generation for c in left]
+        rows.append(
+            f"\n{len(left)} older or slower candidates not shown (generations {min(gens)}-"
+            f"{max(gens)}: {counts['passed']} passed, slower than those above; "
+            f"{counts['failed']} failed; {counts['pending']} pending)"
+        )
     return "\n".join(rows)
+
+
+def _shown(ranked: list[CandidateSummary], limit: int) -> list[CandidateSummary]:
+    """The rows a table of ``limit`` keeps: the fastest half, then the newest, in rank order."""
+    if len(ranked) <= limit:
+        return ranked
+    fastest = ranked[: limit // 2]
+    newest = sorted((c for c in ranked if c not in fastest),
+                    key=lambda c: (-c.generation, c.id))[: limit - len(fastest)]
+    keep = {c.id for c in fastest + newest}
+    return [c for c in ranked if c.id in keep]
+
+
+def shape_table(population: list[CandidateSummary], limit: int = SHAPE_COLUMNS) -> str:
+    """Per-benchmark medians side by side for the fastest passing candidates and the fastest on
+    each benchmark (the selector's reference can be the one that wins some shapes)."""
+    timed = [c for c in _ranked(population) if c.status == "passed" and c.bench_median_us]
+    if not timed:
+        return "(no benchmark times yet)"
+    benches = list(dict.fromkeys(b for c in timed for b in c.bench_median_us))
+    winners = [min(timed, key=lambda c, b=b: c.bench_median_us.get(b, math.inf)) for b in benches]
+    by_id = {c.id: c for c in timed}
+    ids = dict.fromkeys(c.id for c in [*timed[: max(1, limit // 2)], *winners])
+    columns = [by_id[i] for i in ids][:limit]
+    lines = ["| benchmark | " + " | ".join(f"`{c.id}`" for c in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    for b in benches:
+        times = [c.bench_median_us.get(b) for c in columns]
+        best = min((t for t in times if t is not None), default=None)
+        cells = [("**" + _us(t) + "**" if t == best else _us(t)) if t is not None else "-"
+                 for t in times]
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def shape_times(candidate: CandidateSummary) -> str:

@@ -137,6 +137,7 @@ class LLMSelector:
             benchmark_ids="\n".join(f"- {b}" for b in task.benchmark_ids) or "(none)",
             n_population=len(population),
             population_table=prompts.population_table(population),
+            shape_table=prompts.shape_table(population),
             history=prompts.history(population),
             findings=prompts.findings_text(findings),
         )
