@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kscientist import benchmark_bridge, gates, requires
+from pytest_kscientist import benchmark_bridge, gates, hip, requires
 from pytest_kscientist.baselines import (
     bench_beside,
     describe,
@@ -21,6 +21,7 @@ from pytest_kscientist.baselines import (
     unmet_requirement,
     yardstick_only,
 )
+from pytest_kscientist.compile_gate import compile_items
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.evaluate import file_sha256
 from pytest_kscientist.results import BaselineInfo, CaseResult
@@ -86,10 +87,10 @@ class TaskFile(pytest.File):
         """Why this run's device cannot run the candidate, from its KS_REQUIRES ("" if it can)."""
         try:
             missing = first_unmet(requires.declared(path), device)
-        except requires.RequiresError as exc:
+            if missing is None:
+                return hip.unmet_on(path, device)
+        except (requires.RequiresError, hip.HipDeclarationError) as exc:
             raise self.CollectError(f"candidate {path}: {exc}") from None
-        if missing is None:
-            return ""
         need, found = missing
         return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
                 f"{requires.NAME}), this run's device is {found}; run it on such a device")
@@ -180,6 +181,8 @@ class CandidateNode(pytest.Collector):
             for item in items:
                 item.add_marker(pytest.mark.skip(reason=self.skip_reason))
         if self.role == "candidate":
+            # HIP sources are compiled for each declared target on any machine (issue 14).
+            items[:0] = compile_items(self, self.source)
             for finding in scan_file(self.source):
                 self.warn(KsSuspiciousCode(f"{self.name}: {finding}"))
             settings = self.ks.settings

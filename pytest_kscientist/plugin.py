@@ -125,6 +125,9 @@ class KsHooks:
             elif name == "ks_gate":
                 self.ks.record_gate(value["task"], value["candidate"], value["path"],
                                     value["sha256"], GateResult.model_validate(value))
+            elif name == "ks_compile":
+                self.ks.record_compile(value["task"], value["candidate"], value["path"],
+                                       value["sha256"], value["result"])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.evolve_code is not None:

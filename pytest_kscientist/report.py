@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pytest_kscientist.compile_gate import summary_lines
 from pytest_kscientist.gates import saved_change
 from pytest_kscientist.results import CandidateResult, RunResults
 from pytest_kscientist.scores import timed_benchmarks
@@ -172,7 +173,7 @@ def write_summary(tr: Any, session: Any) -> None:
                 tr.write_line("  " + line)
             tr.write_line("  ±: half-width of each median's 95% interval, in percent; (low-high) "
                           "after a speedup: its 95% interval")
-        for line in run_notes(session, task_name, cands):
+        for line in run_notes(session, task_name, cands) + summary_lines(cands):
             tr.write_line("  " + line)
         for c in cands:
             if c.review:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field, computed_field
 # baseline_verified / verified / mismatch / verify fields.
 # 3: ci_low_us / ci_high_us / counted_outside_us on stats, speedup_low / speedup_high,
 # speedup_intervals.
-RESULTS_SCHEMA_VERSION = 3
+# 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
+RESULTS_SCHEMA_VERSION = 4
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -80,6 +81,35 @@ class GateResult(BaseModel):
     message: str
 
 
+class KernelResources(BaseModel):
+    """What the compiler reports for one GPU kernel (-Rpass-analysis=kernel-resource-usage)."""
+
+    name: str
+    vgprs: int
+    agprs: int = 0
+    sgprs: int
+    lds_bytes: int
+    scratch_bytes_per_lane: int = 0
+    occupancy_waves_per_simd: int
+    vgpr_spills: int = 0
+    sgpr_spills: int = 0
+
+
+class CompileResult(BaseModel):
+    """The verdict of one compile[<arch>] item: a HIP candidate compiled for one target."""
+
+    arch: str
+    outcome: Literal["passed", "failed", "skipped"]
+    reason: str = ""  # the compiler's first errors, or why the item skipped
+    detail: str = ""
+    seconds: float | None = None
+    compiler: str = ""  # the compiler's version line
+    toolchain: str = ""  # the headers and bitcode it used (tools/install_hip_toolchain.sh)
+    kernels: list[KernelResources] = Field(default_factory=list)
+    ignored_flags: list[str] = Field(default_factory=list)
+    sandboxed: bool = False  # the compiler ran in the workers' OS sandbox (worker.py)
+
+
 class CandidateResult(BaseModel):
     """Everything one run learned about one candidate file."""
 
@@ -102,6 +132,7 @@ class CandidateResult(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     # Constructs cheating kernels rely on, found in the source (pytest_kscientist/scan.py).
     suspicious: list[str] = Field(default_factory=list)
+    compiles: list[CompileResult] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

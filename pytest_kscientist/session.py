@@ -127,6 +127,18 @@ class KsSession:
             per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha)
         per_task[candidate].gates.append(gate)
 
+    def record_compile(self, task: str, candidate: str, path: str, sha: str,
+                       result: dict) -> None:
+        """Keep a compile[<arch>] item's verdict (``compile_gate.CompileItem``)."""
+        from pytest_kscientist.results import CompileResult
+
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            # Compile items come first: the record gets its source scan here, as in record().
+            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha,
+                                                  suspicious=scan_file(Path(path)))
+        per_task[candidate].compiles.append(CompileResult.model_validate(result))
+
     def finalize(self) -> None:
         """Fill geomeans and speedups (only candidates whose every benchmark passed), and
         whether each baseline's judged outputs all passed the check."""
