@@ -442,7 +442,7 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out = "".join(seen) + proc.stdout.read()
-    assert proc.wait(timeout=120) != 0
+    assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED  # 2, as README says
     assert "stopped: interrupted (Ctrl-C)" in out, out
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of the run (child session included) is left running
@@ -502,3 +502,25 @@ def test_evolve_and_llm_options_are_resolved_once_per_run(
     monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
     assert toy.runpytest("--evolve", "2", "toy", "--ks-llm", "offline").ret == 0
     assert calls == {"evolve": 1, "llm": 1}
+
+
+def test_a_provider_that_cannot_go_on_exits_3_and_a_rerun_resumes(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit codes end to end (issue 13: they were 1): a role that cannot go on is 3."""
+    from fake_llm_server import FakeLLMServer, FakeReply
+
+    monkeypatch.setenv("KS_FAKE_EVALUATOR", "1")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIzaFAKE-exit-code-key-00000")
+    with FakeLLMServer(lambda request: FakeReply.error(401, "API key not valid")) as server:
+        refused = toy.runpytest_subprocess("--evolve", "1", "toy", "--ks-llm", "gemini",
+                                           "--ks-llm-base-url", server.url)
+    assert refused.ret == 3, refused.stdout.str()
+    refused.stdout.fnmatch_lines([
+        "*stopped: the LLM provider cannot go on (designer): designer: Gemini answered HTTP 401"
+        "*the provider refuses calls (HTTP 401): check the API key*rerun the same command to "
+        "resume*",
+    ])
+    resumed = toy.runpytest_subprocess("--evolve", "1", "toy", "--ks-llm", "offline")
+    assert resumed.ret == 0, resumed.stdout.str()
+    resumed.stdout.fnmatch_lines(["*1 generation in *"])

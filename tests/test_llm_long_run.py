@@ -232,3 +232,25 @@ def test_the_servers_retry_hint_is_honoured_beyond_the_backoff_cap(tmp_path, pro
                                          max_output_tokens=100))
     assert reply.text == "fine"
     assert slept == ([42.0, 17.0] if provider == "gemini" else [42.0])
+
+
+def test_the_writer_calls_of_a_generation_are_in_flight_at_once(tmp_path):
+    import threading
+
+    scientist = ScientistResponder()
+    together = threading.Barrier(3, timeout=10)  # passes only when three calls wait at once
+
+    def writer_waits(request: FakeRequest) -> FakeReply:
+        if request.prompt.startswith("# Stage 3"):
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:
+                return FakeReply.error(400, "the writer calls came one at a time")
+        return scientist(request)
+
+    loop = Loop(tmp_path)
+    with FakeLLMServer(writer_waits) as server:
+        assert loop(1, llm_roles(server, tmp_path), FakeEvaluator(), candidates=3) == 0
+    assert "| write    | 3 writer calls at once" in loop.out.getvalue()
+    written = [m for m in loop.pop.members() if m.meta.generation == 1]
+    assert [m.meta.plan_index for m in written] == [0, 1, 2]  # stored in plan order
