@@ -174,7 +174,8 @@ def test_a_429_storm_longer_than_the_outage_limit_stops_cleanly_and_a_rerun_resu
     with FakeLLMServer(lambda r: FakeReply.error(429, "Resource has been exhausted")) as server:
         assert loop(2, llm_roles(server, tmp_path, retry=storm), FakeEvaluator()) == 3
     out = loop.out.getvalue()
-    assert "every LLM call has failed for" in out and "--ks-llm-outage-s 0.001" in out
+    assert "no LLM call has succeeded for 0 s (1 failed in a row, retries included), longer " \
+        "than --ks-llm-outage-s 0.001" in out
     assert "HTTP 429" in out and "rerun the same command to resume" in out
     assert len(server.requests) == storm.attempts  # one call and its retries: no stand-in
     assert loop.events("role_fallback") == [] and loop.events("run_end")[-1]["code"] == 3

@@ -34,9 +34,9 @@ _HELP = {
     f"{DEFAULT_BUDGET_USD:g}); the run stops cleanly before a call that could exceed it.",
     "prices": "prices as 'INPUT/OUTPUT' US dollars per 1M tokens (default: Gemini 2.5 Pro list "
     "price for gemini, 0/0 for openai).",
-    "outage_s": "stop the run (exit code 3, resumable) once every LLM call has failed for this "
-    f"many seconds, retries included (default {DEFAULT_OUTAGE_S:g}); shorter failures are "
-    "stood in for by the offline roles or skip a plan.",
+    "outage_s": "stop the run (exit code 3, resumable) once no LLM call has succeeded for this "
+    f"many seconds and every call since failed (default {DEFAULT_OUTAGE_S:g}); shorter "
+    "failures are stood in for by the offline roles or skip a plan.",
     "timeout_s": "timeout of one HTTP request to the LLM in seconds (default 600).",
     "output_tokens": "output token caps: one for every role, or SELECTOR/DESIGNER/WRITER "
     "(default 8192/16384/32768; thinking counts against them).",

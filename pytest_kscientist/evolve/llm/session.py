@@ -65,6 +65,7 @@ class Session:
         self._occurrences: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         self._failing_since: float | None = None  # start of the current run of failed calls
+        self._failed_calls = 0
 
     def call(self, role: str, prompt: str, schema: type[BaseModel] | None = None) -> LLMReply:
         """One budgeted, logged provider call; raises the typed errors of ``llm_errors.py``."""
@@ -174,8 +175,9 @@ class Session:
         call has failed for longer than ``retry.outage_s``."""
         with self._lock:
             if self._failing_since is None:
-                self._failing_since = started
-            failing_s = time.monotonic() - self._failing_since
+                self._failing_since, self._failed_calls = started, 0
+            self._failed_calls += 1
+            failing_s, calls = time.monotonic() - self._failing_since, self._failed_calls
         resume = "the run stops here; rerun the same command to resume"
         if failed.status in REFUSED_STATUS:
             return ProviderOutage(failed.role, (
@@ -183,7 +185,8 @@ class Session:
                 f"API key, --ks-model and --ks-llm-base-url; {resume}"), failed.status)
         if failing_s >= self.retry.outage_s:
             return ProviderOutage(failed.role, (
-                f"every LLM call has failed for {failing_s:.0f} s, longer than "
+                f"no LLM call has succeeded for {failing_s:.0f} s ({calls} failed in a row, "
+                f"retries included), longer than "
                 f"--ks-llm-outage-s {self.retry.outage_s:g} (last: {failed.reason}); {resume} "
                 "once the provider answers"), failed.status)
         return failed
