@@ -37,12 +37,13 @@ FIELDS = {"TotalSGPRs": "sgprs", "SGPRs": "sgprs", "VGPRs": "vgprs", "AGPRs": "a
           "ScratchSize [bytes/lane]": "scratch_bytes_per_lane",
           "Occupancy [waves/SIMD]": "occupancy_waves_per_simd", "SGPRs Spill": "sgpr_spills",
           "VGPRs Spill": "vgpr_spills", "LDS Size [bytes/block]": "lds_bytes"}
-# load_inline's flags for HIP sources on ROCm torch (torch.utils.cpp_extension: COMMON_HIP_FLAGS,
-# COMMON_HIPCC_FLAGS, its -std default); hipcc adds -O3 when no -O is given.
-LOAD_INLINE_FLAGS = ("-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2", "-fPIC",
-                     "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
+# load_inline's flags for HIP sources on ROCm torch (torch 2.13's cpp_extension: -DWITH_HIP,
+# COMMON_HIP_FLAGS, COMMON_HIPCC_FLAGS, -std=c++20 before the candidate's own flags); hipcc
+# adds -O3 when no -O is given.
+LOAD_INLINE_FLAGS = ("-DWITH_HIP", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
+                     "-fPIC", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
                      "-D__HIP_NO_HALF_CONVERSIONS__=1", "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
-                     "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++17", "-O3")
+                     "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++20", "-O3")
 MAX_ERRORS = 3
 
 
@@ -281,3 +282,24 @@ def compile_items(parent: pytest.Collector, source: Path) -> list[pytest.Item]:
 def summary_lines(cands: list[Any]) -> list[str]:
     """The summary's lines for every compile item: candidate, target, resources or errors."""
     return [f"{c.name} {resource_line(r)}" for c in cands for r in c.compiles]
+
+
+DRAFT_TIMEOUT_S = 120.0
+
+
+def draft_problem(source: str) -> str:
+    """Why a written draft that declares KS_HIP_ARCH does not compile for one of its targets
+    (the compiler's first errors), or "" when it compiles, declares none, or no toolchain is
+    installed here (its compile items then report it). For the LLM writer's draft check."""
+    with tempfile.TemporaryDirectory(prefix="ks-draft-") as tmp:
+        path = Path(tmp) / "draft.py"
+        path.write_text(source, encoding="utf-8")
+        try:
+            archs = hip.declared_archs(path)
+        except hip.HipDeclarationError as exc:
+            return str(exc)
+        for arch in archs:
+            result = compile_candidate(path, arch, DRAFT_TIMEOUT_S)
+            if result.outcome == "failed":
+                return f"the HIP source does not compile for {arch}:\n{result.reason}"
+    return ""

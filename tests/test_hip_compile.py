@@ -242,3 +242,16 @@ def test_compile_items_skip_without_a_toolchain(tmp_path: Path) -> None:
     assert "install it with: bash " in output and "tools/install_hip_toolchain.sh" in output
     assert {c["arch"]: c["outcome"] for c in data["candidates"][0]["compiles"]} == {
         "gfx942": "skipped", "gfx950": "skipped"}
+
+
+def test_writer_drafts_in_hip_are_compiled_before_any_gpu_time(toolchain) -> None:
+    """The LLM writer's draft check (evolve/llm/draft.py) returns the compiler's errors."""
+    from pytest_kscientist.evolve.llm.draft import KnownSources, check
+
+    broken = (HIP / "syntax_error.py").read_text()
+    problem = check(broken, KnownSources())
+    assert problem.startswith("the HIP source does not compile for gfx942:\n"
+                              "draft.py:13:28: error: expected ';' after expression")
+    fixed = broken.replace("x[i] *= 2.0f\n", "x[i] *= 2.0f;\n")
+    assert check(fixed, KnownSources()) == ""
+    assert check("def custom_kernel(data):\n    return data\n", KnownSources()) == ""

@@ -125,6 +125,11 @@ def check(source: str, known: KnownSources) -> str:
         return f"the file does not compile: {exc}"
     if not defines_custom_kernel(tree):
         return "the file does not define custom_kernel(data) at module level"
+    from pytest_kscientist.compile_gate import draft_problem
+
+    hip_errors = draft_problem(source)  # a HIP draft is compiled for its targets (issue 14)
+    if hip_errors:
+        return hip_errors
     twin = known.match(source)
     if twin is not None:
         return (
