@@ -470,7 +470,7 @@ def _selection_problem(selection: Any, by_id: dict[str, Any]) -> str:
 
 def run_evolution(config: pytest.Config, task_dir: Path) -> int:
     """Run ``--evolve N`` on ``task_dir``; return a pytest exit code (0 done, 1 nothing passes,
-    2 interrupted, 3 a role or child session failed).
+    2 interrupted, 3 a role, the LLM provider or a child session cannot go on).
 
     N counts the population's generations after the seeds (generation 0), so rerunning the same
     command after an interruption finishes the job, and a larger N continues a finished run.
