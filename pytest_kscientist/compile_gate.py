@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +81,26 @@ def compiler_version(clang: Path) -> str:
 
 
 def _sandbox(candidate: Path) -> list[str]:
-    """The worker's OS sandbox (no network, read-only project) where it works here, else []."""
+    """The worker's OS sandbox (no network, read-only project) where it works here, else []
+    with one warning."""
     from pytest_kscientist.worker import protected_paths, sandbox_available, sandbox_prefix
 
     protect = tuple(protected_paths(candidate))
-    return sandbox_prefix(protect) if sandbox_available(protect) is None else []
+    why = sandbox_available(protect)
+    if why is None:
+        return sandbox_prefix(protect)
+    _warn_unsandboxed(why)
+    return []
+
+
+@functools.cache
+def _warn_unsandboxed(why: str) -> None:
+    from pytest_kscientist.worker import KsSandboxUnavailable
+
+    warnings.warn(KsSandboxUnavailable(
+        f"compile items run the compiler without the OS sandbox (unshare: {why}): a candidate's "
+        "source can then include files of this machine into the compiler's messages; allow "
+        "unprivileged user namespaces to sandbox it"), stacklevel=2)
 
 
 def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:

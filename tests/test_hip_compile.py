@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,20 @@ def test_missing_toolchain_skips_with_the_install_command(
     assert f"no ROCm install at {tmp_path}/rocm); install it with: bash " in result.reason
     assert result.reason.endswith("tools/install_hip_toolchain.sh")
     assert (REPO / "tools" / "install_hip_toolchain.sh").is_file()
+
+
+def test_no_sandbox_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kscientist import worker
+
+    monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
+    compile_gate._warn_unsandboxed.cache_clear()
+    with pytest.warns(worker.KsSandboxUnavailable, match="compile items run the compiler "
+                      "without the OS sandbox"):
+        assert compile_gate._sandbox(SEED) == []
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        compile_gate._sandbox(SEED)
+    assert again == []  # said once per reason
 
 
 # -- compiling (needs the toolchain) ------------------------------------------------------------
