@@ -71,12 +71,14 @@ def _lacks(need: str, device: str) -> str:
 
 
 def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
-                 timeout_s: float) -> Worker:
-    """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load."""
+                 timeout_s: float, init_seed: int = 0) -> Worker:
+    """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load.
+    ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's)."""
     try:
-        worker = Worker(task.reference, device, task.spec.output_index, timeout_s)
+        worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
+                        protect=task.spec_path)
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
-                                   prepare=prepare)
+                                   prepare=prepare, init_seed=init_seed)
     except WorkerDied as exc:
         raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
     if not header.get("ok"):

@@ -32,16 +32,61 @@ from pytest_kscientist.task import BaselineSpec, Case, Task, load_task
 from pytest_kscientist.worker import Worker, WorkerDied
 
 
+def load_any(path: Path) -> Task:
+    """The task ``path`` was claimed for: task.toml, a GPU MODE task.yml or a KernelBench file."""
+    if path.name == "task.yml":
+        from pytest_kscientist import gpumode
+
+        return gpumode.load_problem(path)
+    if path.suffix == ".py":
+        from pytest_kscientist import kernelbench
+
+        return kernelbench.load_problem(path)
+    return load_task(path.parent)
+
+
+def matched_solutions(folder: Path, task: Task) -> list[Path]:
+    """Candidates for ``task`` in a --ks-solutions folder: <task>.py and <task>/*.py."""
+    found = [folder / f"{task.name}.py"] if (folder / f"{task.name}.py").is_file() else []
+    sub = folder / task.name
+    if sub.is_dir():
+        found += sorted(p for p in sub.glob("*.py") if not p.name.startswith("_"))
+    return found
+
+
+def _draws_elsewhere(ks: KsSession, task: Task, case: Case) -> str:
+    """Why a GPU MODE problem cannot run on this run's device ("" if it can): most draw their
+    inputs on "cuda" whatever the device, which fails on a CPU-only machine."""
+    try:
+        ks.evaluator(task).inputs(case, 0)
+    except Exception as exc:  # noqa: BLE001 - the problem's own code; any failure says the same
+        return (f"task '{task.name}': its generate_input fails on {ks.device} "
+                f"({type(exc).__name__}: {str(exc)[:200]}); run it on a GPU")
+    return ""
+
+
 class TaskFile(pytest.File):
     """A task's spec file; collects one node per candidate."""
 
     def collect(self) -> Any:
+        from pytest_kscientist.gpumode import Unsupported
+
         ks = self.config.stash[KS_SESSION]
         try:
-            task = load_task(self.path.parent)
+            task = load_any(self.path)
             profile = task.profile(ks.profile)
+        except Unsupported as exc:
+            pytest.skip(str(exc), allow_module_level=True)
         except TaskSpecError as exc:
             raise self.CollectError(str(exc)) from None
+        if task.form == "gpumode" and not ks.device.startswith("cuda"):
+            unmet = _draws_elsewhere(ks, task, profile.tests[0])
+            if unmet:
+                pytest.skip(unmet, allow_module_level=True)
+        if ks.settings.beside and task.form != "native":
+            raise self.CollectError(
+                f"--ks-beside: task '{task.name}' is a {task.form} problem, which has no "
+                "baselines; time extra kernels beside task.toml tasks only")
         beside = [p.stem for p in ks.settings.beside]
         for path in ks.settings.beside:
             if path.stem in {b.name for b in task.spec.baselines}:
@@ -51,7 +96,14 @@ class TaskFile(pytest.File):
             task.spec.baselines.append(BaselineSpec(
                 name=path.stem, file=str(path), description="timed beside (--ks-beside)"))
         ks.tasks[task.name] = task
-        candidates = list(ks.settings.kernels) or task.seeds()
+        if ks.settings.solutions is not None:
+            candidates = matched_solutions(ks.settings.solutions, task)
+            if not candidates:
+                pytest.skip(f"task '{task.name}': no candidate in {ks.settings.solutions} "
+                            f"(looked for {task.name}.py and {task.name}/*.py)",
+                            allow_module_level=True)
+        else:
+            candidates = list(ks.settings.kernels) or task.seeds()
         if not candidates:
             raise self.CollectError(
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
@@ -60,7 +112,8 @@ class TaskFile(pytest.File):
         skip = self._baselines(ks, task, [p.stem for p in candidates])
         if profile.benchmarks and not ks.settings.skip_reference:
             yield CandidateNode.from_parent(
-                self, name=REFERENCE_NAME, task=task, source=task.reference, entry="ref_kernel",
+                self, name=REFERENCE_NAME, task=task, source=task.reference,
+                entry=task.reference_entry,
                 tests=[], benchmarks=profile.benchmarks, role="reference",
             )
         for spec in task.spec.baselines:
@@ -79,7 +132,7 @@ class TaskFile(pytest.File):
             if unmet:
                 ks.unmet.setdefault(task.name, {})[path.stem] = unmet
             yield CandidateNode.from_parent(
-                self, name=path.stem, task=task, source=path, entry="custom_kernel",
+                self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
             )
 
@@ -209,7 +262,8 @@ class CandidateNode(pytest.Collector):
             return self.worker
         try:
             self.worker = start_worker(self.task, self.source, self.entry, self.prepare,
-                                       self.ks.device, self.ks.settings.timeout_s)
+                                       self.ks.device, self.ks.settings.timeout_s,
+                                       self.ks.evaluator(self.task).init_seed)
         except CandidateFailure as exc:
             self.load_failure = exc
             raise

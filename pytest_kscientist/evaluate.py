@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kscientist import perturb, sampling
+from pytest_kscientist import forms, perturb, sampling
 from pytest_kscientist.correctness import Mismatch, judge
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.results import CaseResult
@@ -43,6 +43,11 @@ HIDDEN_CPU_SLACK_US = 1000.0
 # Device time outside the events (GPU) tolerated per call before it is counted (timing.py).
 OUTSIDE_SLACK_US = 2.0
 OUTSIDE_SLACK_SHARE = 0.02
+# A checked output above this many elements is verified on a sample of CHECK_SAMPLED elements
+# drawn after the call (a KernelBench level-1 output of 1.6G float32 elements would take ~40 s
+# over the pipe, twice per check); a wrong share f escapes with probability (1-f)^CHECK_SAMPLED.
+CHECK_SAMPLE_ABOVE = 1 << 24
+CHECK_SAMPLED = 1 << 22
 # A benchmark stops early once its median is known this precisely (95% interval half-width).
 PRECISION = 0.01
 PRECISE_AFTER = 20
@@ -55,17 +60,31 @@ def derive_seed(seed: int, salt: int, index: int | str) -> int:
 
 
 def load_reference(task: Task) -> Any:
+    if task.module is not None:
+        return task.module  # loaded with the task (GPU MODE: from its snapshot of the files)
     spec = importlib.util.spec_from_file_location(f"_ks_reference_{task.name}", task.reference)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name in ("generate_input", "ref_kernel"):
+    needed = ("Model", "get_inputs", "get_init_inputs") if task.form == "kernelbench" else (
+        "generate_input", "ref_kernel")
+    for name in needed:
         if not callable(getattr(module, name, None)):
             raise CandidateFailure(
-                f"task '{task.name}': {task.reference} defines no {name}(); "
-                "a reference needs generate_input(**case) and ref_kernel(data)"
+                f"task '{task.name}': {task.reference} defines no {name}; "
+                f"its reference needs {', '.join(needed)}"
             )
     return module
+
+
+def check_message(found: Any) -> str:
+    """A GPU MODE ``check_implementation`` answer as a failure message ("" when it passed):
+    an error string, empty when correct, or a pair (passed, message) in newer problems."""
+    if isinstance(found, (tuple, list)) and len(found) == 2 and isinstance(found[0], bool):
+        return "" if found[0] else (str(found[1]) or "check_implementation said it failed")
+    if found is None or found == "":
+        return ""
+    return str(found)
 
 
 def _tensor_from(meta: dict[str, Any], payload: bytes) -> Any:
@@ -91,7 +110,14 @@ class Evaluator:
         self.device = device
         self.salt = salt
         self._ref: Any = None
+        self._draw: Any = None
+        self._model: Any = None  # KernelBench: the problem's Model, built once
         self._issued: dict[str, int] = {}
+        # KernelBench: the seed both sides build their models' weights with (secret until the
+        # worker is loaded, so no candidate ships weights tuned to it).
+        self.init_seed = derive_seed(0, salt, "weights")
+        # A task whose own check judges outputs (GPU MODE) needs them whole, never sampled.
+        self.fetch_count = 0 if task.form == "gpumode" else sampling.SAMPLED_ELEMENTS
         self._lane = os.environ.get("PYTEST_XDIST_WORKER", "")
 
     @property
@@ -102,11 +128,26 @@ class Evaluator:
 
     def inputs(self, case: Case, seed: int) -> Any:
         """The case's inputs for ``seed``, drawn here exactly as the worker draws them."""
-        return self.reference.generate_input(**dict(case, seed=seed), device=self.device)
+        if self._draw is None:
+            self._draw = forms.input_maker(self.task.describe(), self.reference)
+        return self._draw(case, seed, self.device)
+
+    def reference_output(self, data: Any) -> Any:
+        """The reference's output for ``data``, on the run's device (judged there)."""
+        if self.task.form != "kernelbench":
+            return self.reference.ref_kernel(data)
+        import torch
+
+        if self._model is None:
+            self._model = forms.build_model(self.reference.Model,
+                                            self.reference.get_init_inputs, self.init_seed,
+                                            self.device)
+        with torch.no_grad():
+            return self._model(*data)
 
     def expected(self, case: Case, seed: int) -> Any:
         """The reference output for ``seed``, left on the run's device (judged there)."""
-        return self.reference.ref_kernel(self.inputs(case, seed))
+        return self.reference_output(self.inputs(case, seed))
 
     def floor_us(self, case: Case, device_name: str) -> float | None:
         work = getattr(self.reference, "work", None)
@@ -119,19 +160,36 @@ class Evaluator:
             need.get("bytes", 0.0) / (floor.peak_tbps * 1e12),
         )
 
-    def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes,
-               misses: list[Mismatch] | None = None) -> None:
-        """Raise CandidateFailure unless the output matches; with ``misses``, a precision miss
-        (right shape, dtype and NaN/Inf positions, few elements) is appended there instead."""
+    def _own_check(self, data: Any, meta: dict[str, Any], payload: bytes) -> None:
+        """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE)."""
+        out = self._output(meta, payload, self.device)
+        try:
+            message = check_message(self.reference.check_implementation(data, out))
+        except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
+            message = (f"check_implementation raised {type(exc).__name__}: {exc} (on an output "
+                       f"of shape {tuple(out.shape)}, dtype {out.dtype})")
+        if message:
+            first = message.strip().splitlines()[0][:300] if message.strip() else message
+            raise CandidateFailure(f"wrong result: {first}", message, wrong_result=True)
+
+    @staticmethod
+    def _output(meta: dict[str, Any], payload: bytes, device: Any) -> Any:
         if len(payload) != int(meta.get("nbytes", -1)):
             raise CandidateFailure(
                 f"output payload is {len(payload)} bytes, header says {meta.get('nbytes')}"
             )
         out = _tensor_from(meta, payload)
-        if getattr(expected, "device", None) is not None and expected.device.type != "cpu":
+        if device is not None and str(device) != "cpu":
             # Judge where the reference was computed: on a 2-core host one 22M-element output
             # took 1.5 s to judge (in float64), and a GPU benchmark judges three per side.
-            out = out.to(expected.device)
+            out = out.to(device)
+        return out
+
+    def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes,
+               misses: list[Mismatch] | None = None) -> None:
+        """Raise CandidateFailure unless the output matches; with ``misses``, a precision miss
+        (right shape, dtype and NaN/Inf positions, few elements) is appended there instead."""
+        out = self._output(meta, payload, getattr(expected, "device", None))
         found = judge(out, expected, self.task.spec.check.atol, self.task.spec.check.rtol)
         if found is None:
             return
@@ -150,15 +208,17 @@ class Evaluator:
         ``xfailed`` result saying by how much instead of raising.
         """
         seed = derive_seed(case["seed"], self.salt, 0)
-        header, payload = _ask(worker, "check", case=case, seed=seed)
+        above = None if self.task.form == "gpumode" else CHECK_SAMPLE_ABOVE
+        got = self._checked(worker, _ask(worker, "check", case=case, seed=seed, sample_above=above))
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
-        self._judge(self.reference.ref_kernel(data), header["output"], payload, misses)
+        self._verdict(data, got, misses)
         changes = perturb.choose(data, self.task.spec.output_index, _RNG)
         try:
-            header, payload = _ask(worker, "recheck", changes=changes)
+            got = self._checked(worker, _ask(worker, "recheck", changes=changes,
+                                             sample_above=above))
             perturb.apply(data, changes)
-            self._judge(self.reference.ref_kernel(data), header["output"], payload, misses)
+            self._verdict(data, got, misses)
         except WorkerDied:
             raise  # the worker's own verdict (hung, crashed): no context to add
         except CandidateFailure as exc:
@@ -174,6 +234,24 @@ class Evaluator:
             result.reason = f"misses the check on {first.count} of {first.numel} elements"
             result.detail = first.message
         return result
+
+    @staticmethod
+    def _checked(worker: Worker, answer: tuple[dict[str, Any], bytes]) -> _Kept:
+        """A check's output as sent, or (answer ``deferred``) a sample fetched now."""
+        header, payload = answer
+        if not header.get("deferred"):
+            return _Kept(0, 0, header["output"], payload)
+        index_seed = _RNG.getrandbits(63)
+        header, payload = _ask(worker, "fetch", count=CHECK_SAMPLED, seed=index_seed)
+        return _Kept(0, 0, header["output"], payload, int(header.get("sampled", 0)), index_seed)
+
+    def _verdict(self, data: Any, got: _Kept, misses: list[Mismatch] | None = None) -> None:
+        """Judge a checked output for ``data``: by the problem's own check where it has one."""
+        if self.task.form == "gpumode":
+            self._own_check(data, got.meta, got.payload)
+        else:
+            expected, meta = self._sampled(self.reference_output(data), got)
+            self._judge(expected, meta, got.payload, misses)
 
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.
@@ -266,6 +344,9 @@ class Evaluator:
         for kept in sorted(run.kept, key=lambda x: x.index):
             misses: list[Mismatch] | None = [] if tolerate else None
             try:
+                if self.task.form == "gpumode":
+                    self._own_check(self.inputs(run.case, kept.seed), kept.meta, kept.payload)
+                    continue
                 expected, meta = self._sampled(self.expected(run.case, kept.seed), kept)
                 self._judge(expected, meta, kept.payload, misses)
             except CandidateFailure as exc:
@@ -350,7 +431,7 @@ class _TimedRun:
             slot = index if index < sample else _RNG.randrange(index + 1)
             if slot < sample:
                 index_seed = _RNG.getrandbits(63)
-                header, payload = _ask(self.worker, "fetch", count=sampling.SAMPLED_ELEMENTS,
+                header, payload = _ask(self.worker, "fetch", count=self.ev.fetch_count,
                                        seed=index_seed)
                 entry = _Kept(index, seed, header["output"], payload,
                               int(header.get("sampled", 0)), index_seed)

@@ -46,8 +46,8 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
         evaluator = ks.evaluator(task)
         worker = None
         try:
-            worker = start_worker(task, Path(candidate).resolve(), "custom_kernel", None,
-                                  ks.device, ks.settings.timeout_s)
+            worker = start_worker(task, Path(candidate).resolve(), task.entry, None,
+                                  ks.device, ks.settings.timeout_s, evaluator.init_seed)
             if kind == "check":
                 return evaluator.check(worker, case)
             return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))

@@ -31,6 +31,8 @@ class Settings:
     skip_reference: bool = False  # --ks-skip-reference: the reference is not timed
     # --ks-beside: kernels timed interleaved beside every candidate, like baselines.
     beside: tuple[Path, ...] = ()
+    # --ks-solutions: a folder of candidates matched to each task by its name.
+    solutions: Path | None = None
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -63,6 +65,9 @@ class Option:
 CORE_OPTIONS = (
     Option("--kernel", "candidate file exposing custom_kernel(data) to evaluate instead of the "
            "task's seeds; repeat for several", "PATH", action="append"),
+    Option("--ks-solutions", "a folder of candidates, matched to each collected task by name: "
+           "DIR/<task>.py and DIR/<task>/*.py (a KernelBench problem's name is its file stem, a "
+           "GPU MODE problem's its folder); a task with no match is skipped", "DIR"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -210,6 +215,13 @@ def resolve(config: pytest.Config) -> Settings:
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
+    solutions = Path(opt.ks_solutions).resolve() if opt.ks_solutions else None
+    if solutions is not None and not solutions.is_dir():
+        raise pytest.UsageError(f"--ks-solutions {opt.ks_solutions}: expected a folder of "
+                                "candidate files, found none there; fix the path")
+    if solutions is not None and (kernels or evolve is not None):
+        raise pytest.UsageError("--ks-solutions cannot be combined with --kernel or --evolve: "
+                                "each picks the candidates; drop one")
     compare_path, compare_runs, max_regression = _comparison(config)
     min_speedup = _min_speedups(_value(config, "ks_min_speedup"))
     skip_reference = bool(opt.ks_skip_reference)
@@ -224,6 +236,7 @@ def resolve(config: pytest.Config) -> Settings:
         baselines=_baselines(_value(config, "ks_baselines") or "all"),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
+        solutions=solutions,
     )
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-Change = list[Any]  # [input index, element index (list of ints), new value]
+from pytest_kscientist.forms import leaves
+
+Change = list[Any]  # [leaf index (forms.leaves), element index (list of ints), new value]
 
 
 def choose(data: Any, output_index: int | None, rng: random.Random) -> list[Change]:
@@ -20,7 +22,7 @@ def choose(data: Any, output_index: int | None, rng: random.Random) -> list[Chan
     import torch
 
     changes: list[Change] = []
-    for i, t in enumerate(data):
+    for i, t in enumerate(leaves(data)):
         if i == output_index or not isinstance(t, torch.Tensor):
             continue
         if not t.is_floating_point() or t.numel() == 0:
@@ -38,7 +40,8 @@ def apply(data: Any, changes: list[Change]) -> None:
     """Write ``changes`` into the tensors of ``data`` in place."""
     import torch
 
+    parts = leaves(data)
     with torch.no_grad():
         for i, index, value in changes:
-            t = data[i]
+            t = parts[i]
             t[tuple(index)] = torch.tensor(float(value), device=t.device).to(t.dtype)

@@ -69,8 +69,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(fixtures, "kscientist-fixtures")
 
 
+def _claims(file_path: Path) -> bool:
+    """Whether ``file_path`` is a task of a supported format (and only then: issue 12)."""
+    if file_path.name == SPEC_NAME:
+        return looks_like_task(file_path)
+    if file_path.name == "task.yml":
+        from pytest_kscientist.gpumode import looks_like_problem
+
+        return looks_like_problem(file_path)
+    if file_path.suffix == ".py":
+        from pytest_kscientist.kernelbench import looks_like_problem
+
+        return looks_like_problem(file_path)
+    return False
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
-    if file_path.name == SPEC_NAME and looks_like_task(file_path):
+    if _claims(file_path):
         from pytest_kscientist.collect import TaskFile
         from pytest_kscientist.session import KS_SESSION
 

@@ -82,9 +82,10 @@ class KsSession:
         return self.settings.profile
 
     def evaluator(self, task: Task) -> Evaluator:
-        if task.root not in self.evaluators:
-            self.evaluators[task.root] = Evaluator(task, self.device, self.salt)
-        return self.evaluators[task.root]
+        # By spec file: the problems of a KernelBench level share one folder.
+        if task.spec_path not in self.evaluators:
+            self.evaluators[task.spec_path] = Evaluator(task, self.device, self.salt)
+        return self.evaluators[task.spec_path]
 
     def bench_budget(self, task: Task) -> float:
         return self.settings.bench_budget_s or task.spec.bench.budget_s

@@ -8,7 +8,18 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_kscientist.errors import TaskSpecError
 
@@ -18,7 +29,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SPEC_NAME = "task.toml"
-Case = dict[str, int]
+# A case's parameters: ints in native tasks; GPU MODE problems may also pass floats, strings and
+# booleans to their generate_input. Strict, so 1.0 stays a float and "3" a string.
+Case = dict[str, StrictInt | StrictFloat | StrictBool | StrictStr]
 
 
 class CheckSpec(BaseModel):
@@ -161,20 +174,39 @@ class TaskSpec(BaseModel):
 
 
 class Task:
-    """A loaded task folder."""
+    """A loaded task: a folder with ``task.toml`` (``form`` "native"), a GPU MODE problem
+    folder ("gpumode", gpumode.py) or a KernelBench problem file ("kernelbench",
+    kernelbench.py). ``spec_path`` is the file it was collected from."""
 
-    def __init__(self, root: Path, spec: TaskSpec) -> None:
+    def __init__(self, root: Path, spec: TaskSpec, form: str = "native",
+                 spec_path: Path | None = None, module: Any = None,
+                 files: dict[str, str] | None = None) -> None:
         self.root = root
         self.spec = spec
         self.name = spec.name
+        self.form = form
+        self.spec_path = spec_path or root / SPEC_NAME
         self.reference = root / spec.reference
         self.seeds_dir = root / spec.seeds
+        self.module = module  # the reference module, when the format loads it with the task
+        self.files = files or {}  # GPU MODE: the problem's files as its task.yml lists them
+        self.entry = "ModelNew" if form == "kernelbench" else "custom_kernel"
+        self.reference_entry = "Model" if form == "kernelbench" else "ref_kernel"
+
+    def describe(self) -> dict[str, Any]:
+        """How a worker draws this task's inputs (forms.load_problem): text or a path."""
+        if self.form == "gpumode":
+            # From the snapshot taken at load, so both processes run the same problem code.
+            name = self.reference.name
+            return {"form": "gpumode", "path": str(self.reference), "reference": self.files[name],
+                    "files": {k: v for k, v in self.files.items() if k != name}}
+        return {"form": self.form, "path": str(self.reference)}
 
     def baseline_path(self, baseline: BaselineSpec) -> Path:
         return self.root / baseline.file
 
     def seeds(self) -> list[Path]:
-        if not self.seeds_dir.is_dir():
+        if not self.spec.seeds or not self.seeds_dir.is_dir():
             return []
         return sorted(p for p in self.seeds_dir.glob("*.py") if not p.name.startswith("_"))
 

@@ -167,9 +167,11 @@ class Worker:
     ``sandbox``: None uses the OS sandbox when it works here, True requires it, False skips it.
     """
 
-    def __init__(self, reference: Path, device: str, output_index: int | None, timeout: float,
-                 sandbox: bool | None = None):
-        prefix = _spawn_prefix(Path(reference), sandbox)
+    def __init__(self, problem: dict[str, Any], device: str, output_index: int | None,
+                 timeout: float, sandbox: bool | None = None, protect: Path | None = None):
+        # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
+        # of the task whose project the sandbox keeps read-only (default: the problem's path).
+        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox)
         self.sandboxed = bool(prefix)
         self.timeout = timeout
         self.key = secrets.token_bytes(32)
@@ -199,7 +201,7 @@ class Worker:
         hello = {
             "key": self.key.hex(),
             "device": worker_device,
-            "reference": str(reference),
+            "problem": problem,
             "output_index": output_index,
         }
         self._send(hello, key=b"")

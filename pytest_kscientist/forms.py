@@ -1,0 +1,144 @@
+"""Task formats on both sides of the process boundary: drawing a case's inputs and building the
+callable that is timed, the same way in the worker and in the pytest process.
+
+Three formats (issue 12): ``native`` (``task.toml``: ``generate_input(**case, device=)`` in
+``reference.py``), ``gpumode`` (a GPU MODE ``reference-kernels`` problem folder: its files,
+``generate_input(**case)``) and ``kernelbench`` (one file with ``Model``, ``get_inputs()`` and
+``get_init_inputs()``). A problem travels as a small dict (``describe`` in ``task.py``): the
+worker gets file text or a path, never a reference output.
+
+Also here: the structure of a case's data (a tensor, or tuples, lists and dicts of them), whose
+tensor leaves the worker's checks and the re-run's changes address by position.
+Imports the standard library only; torch inside the functions.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+FORMS = ("native", "gpumode", "kernelbench")
+REFERENCE_MODULE = "_ks_task_inputs"  # the private name the worker loads a problem under
+
+_type = type
+_isinstance = isinstance
+
+
+def leaves(data: Any) -> list[Any]:
+    """The leaves of ``data`` in a fixed order: a tensor is one leaf; tuples, lists and dict
+    values are walked; anything else is a leaf too (ints, floats, strings)."""
+    if _isinstance(data, (tuple, list)):
+        return [leaf for part in data for leaf in leaves(part)]
+    if _isinstance(data, dict):
+        return [leaf for part in data.values() for leaf in leaves(part)]
+    return [data]
+
+
+def rebuild(data: Any, fn: Callable[[Any], Any]) -> Any:
+    """``data`` with every leaf replaced by ``fn(leaf)``, its containers' types kept."""
+    if _isinstance(data, dict):
+        return _type(data)((k, rebuild(v, fn)) for k, v in data.items())
+    if _isinstance(data, (tuple, list)):
+        parts = [rebuild(part, fn) for part in data]
+        if hasattr(data, "_fields"):  # a namedtuple
+            return _type(data)(*parts)
+        return _type(data)(parts)
+    return fn(data)
+
+
+def exec_source(name: str, source: str, filename: str) -> types.ModuleType:
+    """A module made from ``source`` without a file or an entry in ``sys.modules``."""
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - the task's own file
+    return module
+
+
+def input_maker(problem: dict[str, Any], module: Any) -> Callable[..., Any]:
+    """``generate(case, seed, device)`` for a problem whose module is loaded."""
+    form = problem["form"]
+    if form == "native":
+        native = module.generate_input
+        return lambda case, seed, device: native(**dict(case, seed=seed), device=device)
+    if form == "gpumode":
+        return _gpumode_inputs(module.generate_input)
+    if form == "kernelbench":
+        return _kernelbench_inputs(module.get_inputs)
+    raise ValueError(f"unknown task format {form!r}; expected one of {FORMS}")
+
+
+def _gpumode_inputs(generate: Callable[..., Any]) -> Callable[..., Any]:
+    def draw(case: dict[str, Any], seed: int, device: str) -> Any:
+        import torch
+
+        # GPU MODE problems draw on "cuda", the current device; make it the run's device.
+        if device.startswith("cuda"):
+            with torch.cuda.device(device):
+                return generate(**dict(case, seed=seed))
+        return generate(**dict(case, seed=seed))
+
+    return draw
+
+
+def _kernelbench_inputs(get_inputs: Callable[[], Any]) -> Callable[..., Any]:
+    def draw(case: dict[str, Any], seed: int, device: str) -> Any:
+        import torch
+
+        # Seeded as KernelBench seeds its trials; drawn on the run's device (a level-1 input of
+        # 1.6G elements takes seconds on a host CPU, and every timed call draws fresh ones).
+        with torch.device(device):
+            torch.manual_seed(seed)
+            inputs = list(get_inputs())
+        return [t.to(device) if _isinstance(t, torch.Tensor) else t for t in inputs]
+
+    return draw
+
+
+def build_model(cls: Any, get_init_inputs: Callable[[], Any], seed: int, device: str) -> Any:
+    """A KernelBench model (``Model`` or ``ModelNew``) with the weights ``seed`` gives: the same
+    weights on both sides when both classes create their parameters in the same order."""
+    import torch
+
+    with torch.device(device), torch.no_grad():
+        torch.manual_seed(seed)
+        init = list(get_init_inputs())
+        torch.manual_seed(seed)
+        model = cls(*init)
+    to = getattr(model, "to", None)
+    return to(device) if callable(to) else model
+
+
+def model_kernel(model: Any) -> Callable[[Any], Any]:
+    """The timed callable of a KernelBench model: ``forward`` on the case's inputs."""
+    def run(data: Any) -> Any:
+        return model(*data)
+
+    return run
+
+
+def load_problem(problem: dict[str, Any], name: str = REFERENCE_MODULE) -> Any:
+    """Load the module a problem draws its inputs from (worker side).
+
+    ``gpumode``: the problem's files (text, as the task listed them) are written into the
+    working folder, which joins ``sys.path`` so a candidate's ``from task import input_t``
+    works; the reference itself is executed from its text under a private name, never written
+    there, so ``import reference`` finds nothing.
+    """
+    import importlib.util
+    import os
+
+    form = problem["form"]
+    if form == "gpumode":
+        for fname, text in problem["files"].items():
+            with open(fname, "w", encoding="utf-8") as f:
+                f.write(text)
+        sys.path.insert(0, os.getcwd())
+        return exec_source(name, problem["reference"], "reference.py")
+    spec = importlib.util.spec_from_file_location(name, problem["path"])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load a module from {problem['path']}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

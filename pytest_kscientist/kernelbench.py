@@ -1,0 +1,74 @@
+"""KernelBench problem files as tasks, collected unchanged (issue 12).
+
+A problem is one file with ``class Model(nn.Module)``, ``get_inputs()`` and
+``get_init_inputs()``; a solution defines ``ModelNew`` with Model's constructor. Kept from
+KernelBench's evaluation: weights seeded the same for both models (built under one seed, so a
+solution that creates its parameters in Model's order gets Model's weights), inputs from
+``get_inputs()`` under a per-trial seed, ``forward`` under ``no_grad``, correctness as
+``allclose`` with atol = rtol = 1e-2 (KernelBench v0/v0.1's fp32 setting) over
+``CHECK_TRIALS`` seeded trials, timing of ``forward``. Changed: the seeds mix in the session's
+secret salt; inputs are drawn on the run's device (``torch.device`` as the default), where
+KernelBench draws on the CPU and copies; every timed call gets fresh inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pytest_kscientist.errors import TaskSpecError
+from pytest_kscientist.task import CheckSpec, Profile, Task, TaskSpec
+
+NEEDED = ("Model", "get_inputs", "get_init_inputs")
+CHECK_TRIALS = (42, 1234, 2025, 31337, 777)  # public case seeds of the check trials
+BENCH_SEED = 20250
+TOLERANCE = 1e-2
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "get_init_inputs" not in text or "Model" not in text:
+        return None  # cheap test first: most .py files in a tree are not problems
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    return {node.name for node in tree.body
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def looks_like_problem(path: Path) -> bool:
+    """Whether ``path`` is a KernelBench problem: ``Model``, ``get_inputs`` and
+    ``get_init_inputs`` defined at top level, and no ``ModelNew`` (that is a solution)."""
+    if path.suffix != ".py" or path.name.startswith(("conftest", "test_")):
+        return False
+    names = _top_level_names(path)
+    return names is not None and set(NEEDED) <= names and "ModelNew" not in names
+
+
+def load_problem(path: Path) -> Task:
+    names = _top_level_names(path) or set()
+    missing = [n for n in NEEDED if n not in names]
+    if missing:
+        raise TaskSpecError(f"{path}: defines no {', '.join(missing)} at top level; a KernelBench "
+                            "problem defines Model, get_inputs() and get_init_inputs()")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    doc = ast.get_docstring(model) or ""
+    tests = [{"seed": s} for s in CHECK_TRIALS]
+    try:
+        spec = TaskSpec(
+            name=path.stem, description=doc, reference=path.name, seeds="", case_keys=["seed"],
+            output_index=None, check=CheckSpec(atol=TOLERANCE, rtol=TOLERANCE),
+            profiles={p: Profile.model_validate({"tests": tests,
+                                                 "benchmarks": [{"seed": BENCH_SEED}]})
+                      for p in ("full", "cpu")},
+        )
+    except ValidationError as exc:  # pragma: no cover - the fields above are fixed
+        raise TaskSpecError(f"{path}: {exc}") from None
+    return Task(path.parent, spec, form="kernelbench", spec_path=path)

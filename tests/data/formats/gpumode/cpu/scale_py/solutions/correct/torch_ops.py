@@ -1,0 +1,6 @@
+import torch
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    return torch.addcmul(3 * data, data, data)

@@ -1,0 +1,157 @@
+"""Tasks from the ecosystem (issue 12): GPU MODE problem folders and KernelBench problem files
+collected unchanged, CPU-runnable forms written for these tests in tests/data/formats."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import DATA, case_reasons, run_pytest
+
+from pytest_kscientist import forms, gpumode, kernelbench
+from pytest_kscientist.evaluate import check_message
+
+FORMATS = DATA / "formats"
+SCALE = FORMATS / "gpumode" / "cpu" / "scale_py"
+KB = FORMATS / "kernelbench"
+
+
+def test_gpumode_folder_runs_its_seeds_and_judges_with_its_own_check(tmp_path: Path) -> None:
+    wrong = SCALE / "solutions" / "wrong"
+    code, out, data = run_pytest(
+        [str(SCALE), "--kernel", str(SCALE / "solutions/correct/torch_ops.py"),
+         "--kernel", str(wrong / "no_square.py"), "--kernel", str(wrong / "peeks.py")], tmp_path)
+    assert code == 1, out
+    reasons = case_reasons(data)
+    assert reasons[("torch_ops", "size1000-s11")] == ("passed", "")
+    assert reasons[("torch_ops", "size4096-s13")][0] == "passed"
+    outcome, reason = reasons[("no_square", "size64-s12")]
+    # The problem's check_implementation decided, with its own words.
+    assert outcome == "failed"
+    assert "custom implementation doesn't match reference: Number of mismatched elements: 64" \
+        in reason
+    assert reasons[("no_square", "size4096-s13")] == (
+        "failed", "not timed: check size1000-s11 failed earlier in this run")
+    # The candidate's process has the problem's task.py but never a module named reference.
+    assert "No module named 'reference'" in reasons[("peeks", "size64-s12")][1]
+
+
+def test_gpumode_seeds_come_from_solutions_correct(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SCALE), "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "*scale_py/task.yml::reference::bench[[]size4096-s13[]]",
+        "*scale_py/task.yml::torch_ops::check[[]size1000-s11[]]",
+        "*scale_py/task.yml::torch_ops::bench[[]size4096-s13[]]",
+    ])
+
+
+def _problem(root: Path, name: str, yml_extra: str = "", draw: str = "torch.randn(size)") -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "task.py").write_text(f"KIND = {name!r}\n")
+    (folder / "reference.py").write_text(
+        "import torch\nimport task\n\n"
+        f"def generate_input(size, seed):\n    torch.manual_seed(seed)\n    return {draw}\n\n"
+        "def ref_kernel(data):\n    return data * 2 if task.KIND == 'double_py' else data + 1\n\n"
+        "def check_implementation(data, output):\n"
+        "    ok = torch.allclose(output, ref_kernel(data))\n"
+        "    return (ok, 'values differ' if not ok else '')\n")
+    (folder / "task.yml").write_text(
+        'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n'
+        '  - {"name": "task.py", "source": "task.py"}\n'
+        '  - {"name": "reference.py", "source": "reference.py"}\n'
+        f'lang: "py"\n{yml_extra}tests:\n  - {{"size": 8, "seed": 1}}\nbenchmarks: []\n')
+    return folder
+
+
+def test_two_problems_in_one_session_keep_their_own_task_module(tmp_path: Path) -> None:
+    """Both folders import a module named ``task``; each reference sees its own (the pair form
+    of check_implementation's answer is honoured too)."""
+    for name, body in (("double_py", "data * 2"), ("inc_py", "data + 1")):
+        folder = _problem(tmp_path, name)
+        (folder / "solutions" / "correct").mkdir(parents=True)
+        (folder / "solutions" / "correct" / "mine.py").write_text(
+            f"def custom_kernel(data):\n    return {body}\n")
+    code, out, data = run_pytest([str(tmp_path / "double_py"), str(tmp_path / "inc_py")],
+                                 tmp_path)
+    assert code == 0, out
+    assert "2 passed" in out
+
+
+def test_unsupported_problems_are_skipped_with_the_reason(pytester: pytest.Pytester) -> None:
+    _problem(pytester.path, "cu_py", yml_extra='lang: "cu"\n')
+    _problem(pytester.path, "multi_py", yml_extra="multi_gpu: true\n")
+    _problem(pytester.path, "gpu_py", draw="torch.randn(size, device='cuda')")
+    result = pytester.runpytest("-rs", "--ks-device", "cpu")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines_random([
+        "*lang 'cu' problems are not run by pytest-kscientist*",
+        "*multi_gpu problems are not run*",
+        "*task 'gpu_py': its generate_input fails on cpu*run it on a GPU*",
+    ])
+
+
+def test_only_recognisable_files_are_claimed(tmp_path: Path) -> None:
+    (tmp_path / "task.yml").write_text("jobs:\n  build: {runs-on: ubuntu}\n")
+    (tmp_path / "reference.py").write_text("x = 1\n")
+    assert not gpumode.looks_like_problem(tmp_path / "task.yml")
+    solution = KB / "solutions" / "1_Scaled_Linear.py"
+    assert not kernelbench.looks_like_problem(solution)
+    assert kernelbench.looks_like_problem(KB / "level1" / "2_ReLU.py")
+    other = tmp_path / "model.py"
+    other.write_text("class Model:\n    pass\n")
+    assert not kernelbench.looks_like_problem(other)
+
+
+def test_kernelbench_solutions_folder_matched_by_problem_name(tmp_path: Path) -> None:
+    code, out, data = run_pytest([str(KB / "level1"), "--ks-solutions", str(KB / "solutions")],
+                                 tmp_path)
+    assert code == 1, out
+    assert [run["task"] for run in data] == ["1_Scaled_Linear", "2_ReLU"]
+    reasons = {k: v for run in data for k, v in case_reasons(run).items()}
+    # 1_Scaled_Linear.py (same weights: both models built under one seed) and 2_ReLU/clamp.py
+    for name in ("1_Scaled_Linear", "clamp"):
+        for seed in kernelbench.CHECK_TRIALS:
+            assert reasons[(name, f"s{seed}")] == ("passed", ""), (name, out)
+        assert reasons[(name, f"s{kernelbench.BENCH_SEED}")][0] == "passed"
+    outcome, reason = reasons[("leaky", "s42")]
+    assert outcome == "failed" and "outside |out-ref| <= 0.01 + 0.01*|ref|" in reason
+
+
+def test_kernelbench_problem_without_a_match_is_skipped(pytester: pytest.Pytester) -> None:
+    shutil.copy(KB / "level1" / "2_ReLU.py", pytester.path / "7_Other.py")
+    result = pytester.runpytest("-rs", "--ks-solutions", str(KB / "solutions"))
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no candidate in * (looked for 7_Other.py and 7_Other/*.py)*"])
+
+
+def test_kernelbench_solution_without_modelnew_fails_to_load(tmp_path: Path) -> None:
+    bad = tmp_path / "sol"
+    bad.mkdir()
+    (bad / "2_ReLU.py").write_text("def custom_kernel(data):\n    return data\n")
+    code, out, data = run_pytest(
+        [str(KB / "level1" / "2_ReLU.py"), "--ks-solutions", str(bad)], tmp_path)
+    assert code == 1
+    assert "failed to load: defines no class ModelNew (found nothing)" in out
+
+
+def test_check_message_reads_both_answer_forms() -> None:
+    assert check_message("") == "" and check_message(None) == ""
+    assert check_message("mismatch") == "mismatch"
+    assert check_message((True, "")) == ""
+    assert check_message((False, "too far")) == "too far"
+    assert check_message((False, "")) == "check_implementation said it failed"
+
+
+def test_leaves_and_rebuild_keep_structure() -> None:
+    import torch
+
+    x, y = torch.zeros(2), torch.ones(3)
+    data = (x, {"w": y, "n": 4}, [x])
+    assert [id(t) for t in forms.leaves(data)] == [id(x), id(y), id(4), id(x)]
+    copy = forms.rebuild(data, lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+    assert type(copy) is tuple and set(copy[1]) == {"w", "n"} and copy[1]["n"] == 4
+    assert copy[0] is not x and torch.equal(copy[0], x)
+    single = torch.arange(3.0)
+    assert forms.leaves(single) == [single]
