@@ -227,6 +227,12 @@ class CandidateNode(pytest.Collector):
         for case in self.tests:
             items.append(CaseItem.from_parent(self, name=f"check[{self.task.case_id(case)}]",
                                               kind="check", case=case))
+        space = self.task.profile(self.ks.profile).space
+        drawn = self.ks.settings.drawn if self.ks.settings.drawn is not None else (
+            space.examples if space is not None else 0)
+        if self.role == "candidate" and space is not None and drawn > 0:
+            items.append(DrawnItem.from_parent(self, name="check[drawn]", space=space,
+                                               examples=drawn))
         for case in self.benchmarks:
             items.append(CaseItem.from_parent(self, name=f"bench[{self.task.case_id(case)}]",
                                               kind="bench", case=case))
@@ -376,6 +382,71 @@ class CaseItem(CandidateItem):
         if isinstance(exc, CandidateFailure):
             head = f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
             text = head + exc.reason
+            if exc.detail and exc.detail != exc.reason:
+                text += "\n\n" + exc.detail.rstrip()
+            return text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"
+
+
+class DrawnItem(CandidateItem):
+    """A candidate checked on Hypothesis-drawn cases of its task's space (drawn.py)."""
+
+    def __init__(self, *, space: Any, examples: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.space = space
+        self.examples = examples
+
+    def runtest(self) -> None:
+        from pytest_kscientist import drawn
+
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        evaluator = ks.evaluator(task)
+
+        def check(case: Case) -> None:
+            try:
+                evaluator.check(cand.live_worker(), case)
+            except CandidateFailure as exc:
+                if not exc.wrong_result:
+                    cand.drop_worker()
+                raise
+
+        try:
+            cand.live_worker()  # a candidate that does not load fails here, as at every item
+        except CandidateFailure as exc:
+            self._publish(case={}, case_id="drawn", outcome="failed", reason=exc.reason,
+                          detail=exc.detail[-4000:])
+            raise
+        found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt, self.examples)
+        if found is None:
+            self._publish(case={}, case_id="drawn", outcome="passed",
+                          reason=f"{self.examples} drawn cases passed")
+            return
+        case, exc, again = found
+        where = drawn.describe(case)
+        note = "" if again else " (it did not fail again when replayed: flaky?)"
+        reason = (f"fails at {where}: {exc.reason} (the smallest failing case of "
+                  f"{self.examples} drawn{note}; reproduce with --ks-salt {ks.salt})")
+        if not cand.failed_check:
+            cand.failed_check = f"drawn check failed at {where} earlier in this run"
+        self._publish(case=case, case_id=f"drawn {where}", outcome="failed", reason=reason,
+                      detail=exc.detail[-4000:])
+        raise CandidateFailure(reason, exc.detail)
+
+    def _publish(self, **fields: Any) -> None:
+        cand = self.candidate
+        self.user_properties.append(("ks_case", {
+            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "role": cand.role, "result": dict(kind="check", **fields),
+        }))
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, CandidateFailure):
+            text = f"{self.candidate.name} drawn check: {exc.reason}"
             if exc.detail and exc.detail != exc.reason:
                 text += "\n\n" + exc.detail.rstrip()
             return text

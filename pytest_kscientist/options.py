@@ -33,6 +33,8 @@ class Settings:
     beside: tuple[Path, ...] = ()
     # --ks-solutions: a folder of candidates matched to each task by its name.
     solutions: Path | None = None
+    # --ks-drawn: Hypothesis-drawn cases per candidate (None: the profile's space.examples).
+    drawn: int | None = None
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -68,6 +70,10 @@ CORE_OPTIONS = (
     Option("--ks-solutions", "a folder of candidates, matched to each collected task by name: "
            "DIR/<task>.py and DIR/<task>/*.py (a KernelBench problem's name is its file stem, a "
            "GPU MODE problem's its folder); a task with no match is skipped", "DIR"),
+    Option("--ks-drawn", "check each candidate on N cases Hypothesis draws from the space the "
+           "task's profile declares ([profiles.X.space]; a failure is shrunk to the smallest "
+           "failing case; --ks-salt reproduces the draws); default: the space's examples, 0: "
+           "none", "N", ini="ks_drawn"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -215,6 +221,16 @@ def resolve(config: pytest.Config) -> Settings:
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
+    raw_drawn = _value(config, "ks_drawn")
+    drawn = None
+    if raw_drawn not in (None, ""):
+        try:
+            drawn = int(raw_drawn)
+        except ValueError:
+            drawn = -1
+        if drawn < 0:
+            raise pytest.UsageError(f"--ks-drawn expects a number of cases (0 or more), got "
+                                    f"'{raw_drawn}'")
     solutions = Path(opt.ks_solutions).resolve() if opt.ks_solutions else None
     if solutions is not None and not solutions.is_dir():
         raise pytest.UsageError(f"--ks-solutions {opt.ks_solutions}: expected a folder of "
@@ -236,7 +252,7 @@ def resolve(config: pytest.Config) -> Settings:
         baselines=_baselines(_value(config, "ks_baselines") or "all"),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
-        solutions=solutions,
+        solutions=solutions, drawn=drawn,
     )
 
 

@@ -60,7 +60,7 @@ class CaseResult(BaseModel):
     """The verdict of one candidate on one case (a correctness test or a benchmark)."""
 
     kind: Literal["check", "bench"]
-    case: dict[str, int]
+    case: dict[str, int | float | bool | str]  # GPU MODE cases may carry any scalar
     case_id: str
     # "xfailed": a baseline declaring verify = "report" ran (and was timed) but its output
     # missed the tolerance; ``reason`` says by how much. Candidates never get it.

@@ -49,10 +49,48 @@ class FloorSpec(BaseModel):
     peak_tbps: float = Field(gt=0)
 
 
+class Span(BaseModel):
+    """The valid values of one case key: ``min`` to ``max``, multiples of ``multiple_of``."""
+
+    model_config = ConfigDict(extra="forbid")
+    min: int = Field(ge=0)
+    max: int = Field(ge=0)
+    multiple_of: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _has_a_value(self) -> Span:
+        if self.first() > self.max:
+            raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
+        return self
+
+    def first(self) -> int:
+        return -(-self.min // self.multiple_of) * self.multiple_of
+
+
+class Space(BaseModel):
+    """The cases a task accepts, for Hypothesis-drawn checks (``[profiles.X.space]``):
+    a Span per case key but the seed, and how many cases each candidate is checked on."""
+
+    model_config = ConfigDict(extra="forbid")
+    examples: int = Field(8, ge=0)
+    keys: dict[str, Span]
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tests: list[Case] = Field(min_length=1)
     benchmarks: list[Case] = Field(default_factory=list)
+    space: Space | None = None
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _spans(cls, value: Any) -> Any:
+        # In TOML the spans sit beside ``examples``: m = { min = 64, max = 1024 }.
+        if isinstance(value, dict) and "keys" not in value:
+            value = dict(value)
+            examples = value.pop("examples", 8)
+            return {"examples": examples, "keys": value}
+        return value
 
 
 class BenchSpec(BaseModel):
@@ -162,7 +200,13 @@ class TaskSpec(BaseModel):
 
     @model_validator(mode="after")
     def _cases_match_keys(self) -> TaskSpec:
+        drawn = sorted(k for k in self.case_keys if k != "seed")
         for pname, profile in self.profiles.items():
+            if profile.space is not None and sorted(profile.space.keys) != drawn:
+                raise ValueError(
+                    f"profiles.{pname}.space has spans for {sorted(profile.space.keys)}, "
+                    f"expected one for each case key but the seed: {drawn}"
+                )
             for kind in ("tests", "benchmarks"):
                 for i, case in enumerate(getattr(profile, kind)):
                     if sorted(case) != sorted(self.case_keys):
