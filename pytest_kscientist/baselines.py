@@ -99,6 +99,7 @@ class Partner:
     worker: Worker | None = None
     broken: str = ""  # sticky: it failed to load or hung, so it is not tried again
     errors: dict[str, str] = field(default_factory=dict)  # case id -> why it failed there
+    init_seed: int = 0  # KernelBench: the weight seed, the Evaluator's (Evaluator.init_seed)
 
     @property
     def name(self) -> str:
@@ -113,10 +114,10 @@ class Partner:
         if self.broken:
             raise CandidateFailure(self.broken)
         if self.worker is None or not self.worker.alive():
-            entry, prepare = ("run", "prepare") if self.spec.prepare else ("custom_kernel", None)
+            entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
             try:
                 self.worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
-                                           prepare, self.device, self.timeout_s)
+                                           prepare, self.device, self.timeout_s, self.init_seed)
             except CandidateFailure as exc:
                 self.broken = exc.reason
                 raise

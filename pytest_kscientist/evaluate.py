@@ -96,7 +96,9 @@ def _tensor_from(meta: dict[str, Any], payload: bytes) -> Any:
     shape = [int(s) for s in meta["shape"]]
     if not payload:
         return torch.empty(shape, dtype=dtype)
-    flat = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    # A large payload arrives as a bytearray (channel.read_frame): wrapped, not copied.
+    buffer = payload if isinstance(payload, bytearray) else bytearray(payload)
+    flat = torch.frombuffer(buffer, dtype=torch.uint8)
     if flat.numel() % dtype.itemsize:
         raise CandidateFailure(f"output payload of {flat.numel()} bytes does not fit {dtype}")
     return flat.view(dtype).reshape(shape)

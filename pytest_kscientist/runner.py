@@ -135,7 +135,7 @@ class Runner:
         self.send({"op": "hello", "ok": True, "overhead_us": self.timer.overhead_us})
 
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
-        channel.write_all(self.res_fd, channel.encode(self.key, self.seq_out, header, payload))
+        channel.send(self.res_fd, self.key, self.seq_out, header, payload)
         self.seq_out += 1
 
     def serve(self) -> None:

@@ -102,7 +102,8 @@ class KsSession:
             if spec.name in active:
                 key = (task.name, spec.name)
                 if key not in self.partners:
-                    self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s)
+                    self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s,
+                                                 init_seed=self.evaluator(task).init_seed)
                 out.append(self.partners[key])
         return out
 

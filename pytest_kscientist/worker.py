@@ -183,6 +183,7 @@ class Worker:
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
+        channel.widen(res_w)  # outputs travel this way
         worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
