@@ -83,10 +83,6 @@ class TaskFile(pytest.File):
             unmet = _draws_elsewhere(ks, task, profile.tests[0])
             if unmet:
                 pytest.skip(unmet, allow_module_level=True)
-        if ks.settings.beside and task.form != "native":
-            raise self.CollectError(
-                f"--ks-beside: task '{task.name}' is a {task.form} problem, which has no "
-                "baselines; time extra kernels beside task.toml tasks only")
         beside = [p.stem for p in ks.settings.beside]
         for path in ks.settings.beside:
             if path.stem in {b.name for b in task.spec.baselines}:
