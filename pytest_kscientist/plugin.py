@@ -84,16 +84,34 @@ def _claims(file_path: Path) -> bool:
     return False
 
 
+def _evolve_spec(path: Path) -> Path | None:
+    """The task file ``--evolve`` runs on: ``path`` itself when ``_claims`` accepts it, else the
+    ``task.toml`` or GPU MODE ``task.yml`` it holds when it is a folder; None otherwise."""
+    if path.is_dir():
+        return next((path / name for name in (SPEC_NAME, "task.yml")
+                     if (path / name).is_file() and _claims(path / name)), None)
+    return path if path.is_file() and _claims(path) else None
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     if _claims(file_path):
         from pytest_kscientist.collect import TaskFile
         from pytest_kscientist.session import KS_SESSION
 
         if parent.config.stash[KS_SESSION].settings.evolve is not None:
-            return None  # --evolve is its own mode: child sessions run the task's items
+            # --evolve is its own mode: child sessions run the task's items. The file is still
+            # claimed, empty, so `pytest --evolve 3 path/task.yml` is not "file not found".
+            return EvolveTarget.from_parent(parent, path=file_path)
 
         return TaskFile.from_parent(parent, path=file_path)
     return None
+
+
+class EvolveTarget(pytest.File):
+    """A task file under ``--evolve``: no items in this session (child sessions run them)."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
 
 
 class KsHooks:
@@ -113,17 +131,19 @@ class KsHooks:
         from pytest_kscientist.evolve.loop import run_evolution
         from pytest_kscientist.evolve.population import PopulationError
 
-        dirs = [Path(a) for a in session.config.args]
-        if len(dirs) != 1 or not (dirs[0] / SPEC_NAME).is_file():
+        args = session.config.args
+        spec = _evolve_spec(Path(args[0])) if len(args) == 1 else None
+        if spec is None:
             raise pytest.UsageError(
-                f"--evolve expects exactly one task folder (holding {SPEC_NAME}), got "
-                f"'{' '.join(session.config.args) or 'none'}'; "
+                f"--evolve expects exactly one task: a folder holding {SPEC_NAME} or a GPU MODE "
+                "task.yml, or a KernelBench problem file (a .py defining Model, get_inputs and "
+                f"get_init_inputs), got '{' '.join(args) or 'none'}'; "
                 "e.g. pytest --evolve 3 tasks/fp8_gemm"
             )
         try:
-            self.evolve_code = run_evolution(session.config, dirs[0].resolve())
+            self.evolve_code = run_evolution(session.config, spec.resolve())
         except (TaskSpecError, PopulationError) as exc:
-            raise pytest.UsageError(f"--evolve {dirs[0]}: {exc}") from None
+            raise pytest.UsageError(f"--evolve {args[0]}: {exc}") from None
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -147,7 +167,8 @@ class KsHooks:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.evolve_code is not None:
             # The loop's codes follow pytest's: 0 done, 1 nothing passes, 2 interrupted,
-            # 3 a role or child session failed (evolve/loop.py, run_evolution).
+            # 3 a role or child session failed, 4 the offline scientist has no knobs to move
+            # (evolve/loop.py, run_evolution).
             session.exitstatus = self.evolve_code
         ks = self.ks
         ks.close_partners()

@@ -10,7 +10,12 @@ import pytest
 from evolve_fakes import PLAIN, SEED, synthetic_us
 
 from pytest_kscientist.evolve.knobs import KnobError, read_tunables, rewrite_tunables
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.offline import (
+    NothingToMove,
+    OfflineDesigner,
+    OfflineSelector,
+    OfflineWriter,
+)
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, TaskBrief
 
 BRIEF = TaskBrief(
@@ -135,8 +140,9 @@ def test_designer_crosses_over_with_a_reference_of_the_same_family() -> None:
 
 def test_designer_cannot_vary_a_kernel_without_knobs() -> None:
     base = cand("c0001", None, source=PLAIN)
-    design = OfflineDesigner().design(BRIEF, base, None, [base], "", 3)
-    assert design.kept == [] and "no TUNABLES" in design.avenues[0]
+    with pytest.raises(NothingToMove, match=r"nothing to move in task '.*': its base c0001 "
+                       r"declares no knobs .* with the LLM scientist \(--ks-llm gemini"):
+        OfflineDesigner().design(BRIEF, base, None, [base], "", 3)
 
 
 def test_writer_rewrites_only_knobs_and_explains() -> None:

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.evolve.population import Member
-from pytest_kscientist.evolve.roles import Designer, Selector, TaskBrief, Writer
+from pytest_kscientist.evolve.roles import (
+    DEFAULT_CONTRACT,
+    Designer,
+    Selector,
+    TaskBrief,
+    Writer,
+)
 from pytest_kscientist.hardware import describe
 from pytest_kscientist.task import Task
 
@@ -75,10 +81,41 @@ def task_brief(task: Task, members: Sequence[Member]) -> TaskBrief:
     return TaskBrief(
         name=task.name,
         description=task.spec.description.strip(),
-        reference_source=task.reference.read_text(encoding="utf-8"),
+        reference_source=reference_text(task),
         hardware=hardware,
         benchmark_ids=bench_ids,
+        entry=task.entry,
+        contract=CONTRACTS.get(task.form, DEFAULT_CONTRACT),
     )
+
+
+# What a candidate defines, per task format (Task.entry names it; issue 12).
+CONTRACTS = {
+    "kernelbench": (
+        "`class ModelNew(torch.nn.Module)` with Model's constructor arguments and `forward` "
+        "arguments, returning what Model returns (parameters created in Model's order get "
+        "Model's weights); `get_inputs`/`get_init_inputs` may stay but are not used"
+    ),
+    "gpumode": (
+        "`custom_kernel(data)`: `data` is what the reference's `generate_input` returns, the "
+        "result what `ref_kernel` returns, judged by `check_implementation`; `from task import "
+        "input_t, output_t` works, `import reference` does not"
+    ),
+}
+
+
+def reference_text(task: Task) -> str:
+    """The reference the roles see: the problem file of a KernelBench task (its Model), a GPU
+    MODE problem's reference.py followed by its task.py (the input and output types), a native
+    task's reference.py."""
+    if task.form != "gpumode":
+        return task.reference.read_text(encoding="utf-8")
+    name = task.reference.name
+    parts = [f"# ---- {name} ----\n{task.files.get(name, '').rstrip()}"]
+    if "task.py" in task.files:
+        parts.append(f"# ---- task.py (the input and output types) ----\n"
+                     f"{task.files['task.py'].rstrip()}")
+    return "\n\n".join(parts) + "\n"
 
 
 def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[Any, list[str]]:

@@ -20,6 +20,7 @@ import pytest
 from pytest_kscientist.evolve import findings as findings_doc
 from pytest_kscientist.evolve import progress
 from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted, is_outage
+from pytest_kscientist.evolve.offline import NothingToMove
 from pytest_kscientist.evolve.population import Event, Member, Population
 from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 from pytest_kscientist.evolve.sessions import (
@@ -35,6 +36,9 @@ from pytest_kscientist.evolve.writing import Stop, WriteStage
 FINDINGS = "findings.md"
 WAIT_POLL_S = 0.2  # how often a run checks on candidates another live run is evaluating
 WAIT_NOTE_S = 30.0  # how often it says it is still waiting
+# The exit code when the offline scientist has nothing to move (no knobs): the command needs
+# another scientist (--ks-llm) or a seed with knobs, as a usage error would.
+NOTHING_TO_MOVE = int(pytest.ExitCode.USAGE_ERROR)
 # Parents re-timed beside a generation's candidates: each one costs as much bench time as a
 # candidate's own benchmarks, and a generation usually has one base.
 MAX_BESIDE = 2
@@ -65,10 +69,14 @@ class Evolution(WriteStage):
         clock: Any = time.monotonic,
         sleep: Any = time.sleep,
         task_dir: Path | None = None,
+        seed_notes: dict[str, str] | None = None,
+        seed_hint: str = "add kernels to seeds/",
     ) -> None:
         self.task = task
-        self.task_dir = task_dir
+        self.task_dir = task_dir  # what a child session collects: a folder or a problem file
         self.seeds = seeds
+        self.seed_notes = seed_notes or {}  # derived seeds (seeding.py): file name -> note
+        self.seed_hint = seed_hint
         self.pop = population
         self.evaluator = evaluator
         self._make_roles = make_roles  # callable(members) -> (Roles, TaskBrief), called lazily
@@ -128,12 +136,16 @@ class Evolution(WriteStage):
     def _seed(self) -> None:
         self.generation = 0
         if not self.seeds:
-            raise Stop(f"task '{self.task}' has no seeds to start from; add kernels to seeds/", 1)
+            raise Stop(f"task '{self.task}' has no seeds to start from; {self.seed_hint}", 1)
         added, stored = [], set()
         for path in self.seeds:
+            note = self.seed_notes.get(path.name, "")
             result = self.pop.add(
-                path.read_text(encoding="utf-8"), generation=0, origin="seed", seed_file=path.name
+                path.read_text(encoding="utf-8"), generation=0, origin="seed", seed_file=path.name,
+                explanation=note,
             )
+            if note:
+                self._stage("seed", f"{result.id} is {note}")
             stored.add(result.id)
             if not result.duplicate:
                 added.append(result.id)
@@ -272,8 +284,9 @@ class Evolution(WriteStage):
         try:
             return self._call("designer", OfflineDesigner().design, *args)
         except Stop as stop:
+            code = 3 if stop.code == NOTHING_TO_MOVE else stop.code  # the designer failed
             raise Stop(f"{problem}; the offline designer could not stand in: {stop.reason}",
-                       stop.code) from None
+                       code) from None
 
     def _stand_in(self, role: str, stage: str, problem: str) -> None:
         """Log and show that the offline ``role`` replaces the run's for this generation."""
@@ -286,6 +299,9 @@ class Evolution(WriteStage):
             return method(*args, **kwargs)
         except (KeyboardInterrupt, Stop):
             raise
+        except NothingToMove as exc:  # not a failure: this scientist cannot evolve the task
+            self.pop.log("nothing_to_move", self.generation, role=role, reason=str(exc))
+            raise Stop(str(exc), NOTHING_TO_MOVE, stand_in=False) from None
         except Exception as exc:  # a role is user or LLM code: an isolation boundary
             detail = traceback.format_exc()
             self.pop.log(
@@ -468,21 +484,28 @@ def _selection_problem(selection: Any, by_id: dict[str, Any]) -> str:
     return ""
 
 
-def run_evolution(config: pytest.Config, task_dir: Path) -> int:
-    """Run ``--evolve N`` on ``task_dir``; return a pytest exit code (0 done, 1 nothing passes,
-    2 interrupted, 3 a role, the LLM provider or a child session cannot go on).
+def run_evolution(config: pytest.Config, spec_path: Path) -> int:
+    """Run ``--evolve N`` on the task collected from ``spec_path`` (a ``task.toml``, a GPU MODE
+    ``task.yml`` or a KernelBench problem file); return a pytest exit code (0 done, 1 nothing
+    passes, 2 interrupted, 3 a role, the LLM provider or a child session cannot go on, 4 the
+    offline scientist has nothing to move: no seed declares knobs).
 
     N counts the population's generations after the seeds (generation 0), so rerunning the same
     command after an interruption finishes the job, and a larger N continues a finished run.
     """
+    from pytest_kscientist.collect import load_any
     from pytest_kscientist.evolve.assemble import make_roles_factory
+    from pytest_kscientist.evolve.seeding import seeds_for
     from pytest_kscientist.session import KS_SESSION
-    from pytest_kscientist.task import load_task
 
     ks = config.stash[KS_SESSION]
     settings = ks.settings.evolve_options  # resolved at configure time (plugin.py)
-    task = load_task(task_dir)
+    task = load_any(spec_path)
+    # Child sessions collect what a hand-run session would: the folder of a native task, the
+    # problem's own file otherwise (a KernelBench problem is one file among many in its level).
+    task_dir = task.root if task.form == "native" else task.spec_path
     population = Population(settings.population_root / task.name, task.name)
+    seeds = seeds_for(task, population.root)
     evaluator = config.stash.get(EVALUATOR_KEY, None)
     if evaluator is None and settings.devices:
         evaluator = ParallelSessions.for_config(
@@ -492,7 +515,9 @@ def run_evolution(config: pytest.Config, task_dir: Path) -> int:
         evaluator = ChildSession.for_config(config, task_dir, population.root / "sessions")
     evolution = Evolution(
         task=task.name,
-        seeds=task.seeds(),
+        seeds=seeds.paths,
+        seed_notes=seeds.notes,
+        seed_hint=f"add kernels to {task.seeds_dir}",
         population=population,
         evaluator=evaluator,
         make_roles=make_roles_factory(config, task, population.root),

@@ -43,6 +43,13 @@ MIN_SPREAD = 0.03  # CPU timings on 2 shared cores vary by a few percent between
 MAX_GLOBAL_SPACE = 4096
 
 
+class NothingToMove(KnobError):
+    """The offline designer's base declares no knobs: there is no experiment it can propose.
+
+    The loop stops on it with exit code 4 (pytest's usage error: the command needs another
+    scientist, or a seed needs knobs), not as a role failure."""
+
+
 @dataclass(frozen=True)
 class Tuned:
     """A candidate whose knobs the offline roles can read."""
@@ -266,11 +273,12 @@ class OfflineDesigner:
     ) -> Design:
         t = tuned(base)
         if t is None:
-            note = (
-                f"{base.id} declares no TUNABLES/TUNABLE_SPACE; "
-                "the offline scientist cannot vary it"
+            raise NothingToMove(
+                f"the offline scientist has nothing to move in task '{task.name}': its base "
+                f"{base.id} declares no knobs (TUNABLES and TUNABLE_SPACE); evolve this task "
+                "with the LLM scientist (--ks-llm gemini with GEMINI_API_KEY set, or --ks-llm "
+                "openai --ks-model NAME --ks-llm-base-url URL), or declare knobs in a seed"
             )
-            return Design(avenues=[note], plans=[], kept=[], findings_update=note)
         family = _family(t, population)
         model = KnobModel.fit(family, t.space)
         changes = self._changes(t, family, reference)

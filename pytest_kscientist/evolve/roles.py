@@ -10,15 +10,22 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+DEFAULT_CONTRACT = (
+    "`custom_kernel(data)` with the base's contract (same inputs, same output tensor)"
+)
+
 
 class TaskBrief(BaseModel):
-    """What every role is told about the task and the machine."""
+    """What every role is told about the task and the machine; ``entry`` is the name a
+    candidate file must define at module level and ``contract`` says what it is, in words."""
 
     name: str
     description: str
     reference_source: str
     hardware: str
     benchmark_ids: list[str]
+    entry: str = "custom_kernel"
+    contract: str = DEFAULT_CONTRACT
 
 
 class CandidateSummary(BaseModel):

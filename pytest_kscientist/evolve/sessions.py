@@ -103,7 +103,10 @@ def to_record(
 
 
 class ChildSession:
-    """Runs the task's test suite on the candidates in a fresh ``python -m pytest`` process."""
+    """Runs the task's test suite on the candidates in a fresh ``python -m pytest`` process.
+
+    ``task_dir`` is what the child collects: a native task's folder, or the problem's own file
+    (a GPU MODE ``task.yml``, a KernelBench problem ``.py``)."""
 
     def __init__(
         self, task_dir: Path, log_dir: Path, args: list[str], cwd: Path | None = None,

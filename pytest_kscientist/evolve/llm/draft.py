@@ -1,8 +1,9 @@
 """The writer's reply turned into a candidate file and checked before any GPU time is spent.
 
-Checks: the reply holds one complete ``python`` block, it compiles, it defines
-``custom_kernel`` at top level, and it is not a copy of a known kernel once comments,
-docstrings and formatting are normalised away.
+Checks: the reply holds one complete ``python`` block, it compiles, it defines the task's entry
+(``custom_kernel``, or ``ModelNew`` for a KernelBench problem: ``TaskBrief.entry``) at top
+level, and it is not a copy of a known kernel once comments, docstrings and formatting are
+normalised away.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ _OPEN_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.IGNORECAS
 EXPLANATION_CHARS = 4000
 
 
-def extract(text: str, finish_reason: str = "") -> tuple[str | None, str, str]:
+def extract(text: str, finish_reason: str = "", entry: str = "custom_kernel",
+            ) -> tuple[str | None, str, str]:
     """Split a writer reply into (source or None, explanation, problem when source is None)."""
     blocks = _FENCE.findall(text)
     if not blocks:
@@ -34,37 +36,42 @@ def extract(text: str, finish_reason: str = "") -> tuple[str | None, str, str]:
                 "",
                 f"the reply holds no complete ```python block: {cause}; write a shorter file",
             )
-        if text.strip() and _defines_kernel_quietly(text):
+        if text.strip() and _defines_kernel_quietly(text, entry):
             return text.strip() + "\n", "", ""
         what = "empty" if not text.strip() else "prose without a ```python block"
         return None, "", f"the reply was {what} (finish reason {finish_reason or 'unknown'})"
-    with_kernel = [b for b in blocks if "custom_kernel" in b]
+    with_kernel = [b for b in blocks if entry in b]
     source = (with_kernel or sorted(blocks, key=len))[-1]
     explanation = _FENCE.sub("", text).replace("## Explanation", "").strip()
     return source.strip("\n") + "\n", explanation[:EXPLANATION_CHARS], ""
 
 
-def _defines_kernel_quietly(text: str) -> bool:
+def _defines_kernel_quietly(text: str, entry: str) -> bool:
     try:
-        return defines_custom_kernel(ast.parse(text))
+        return defines_entry(ast.parse(text), entry)
     except (SyntaxError, ValueError):
         return False
 
 
-def defines_custom_kernel(tree: ast.Module) -> bool:
-    """Whether ``custom_kernel`` is bound at module level (def, assignment or import)."""
+def entry_label(entry: str) -> str:
+    """How messages name the entry: ``custom_kernel(data)``, ``class ModelNew``."""
+    return f"class {entry}" if entry[:1].isupper() else f"{entry}(data)"
+
+
+def defines_entry(tree: ast.Module, entry: str = "custom_kernel") -> bool:
+    """Whether ``entry`` is bound at module level (def, class, assignment or import)."""
     for node in tree.body:
         if (
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.name == "custom_kernel"
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.name == entry
         ):
             return True
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "custom_kernel" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id == entry for t in targets):
                 return True
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name) == "custom_kernel" for a in node.names):
+            if any((a.asname or a.name) == entry for a in node.names):
                 return True
     return False
 
@@ -111,7 +118,7 @@ class KnownSources:
             return self._names.get(normalised_sha256(source))
 
 
-def check(source: str, known: KnownSources) -> str:
+def check(source: str, known: KnownSources, entry: str = "custom_kernel") -> str:
     """The first problem of a candidate file, or "" when it may go to the GPU."""
     try:
         tree = ast.parse(source, filename="<candidate>")
@@ -123,8 +130,8 @@ def check(source: str, known: KnownSources) -> str:
         )
     except ValueError as exc:  # e.g. null bytes in the source
         return f"the file does not compile: {exc}"
-    if not defines_custom_kernel(tree):
-        return "the file does not define custom_kernel(data) at module level"
+    if not defines_entry(tree, entry):
+        return f"the file does not define {entry_label(entry)} at module level"
     from pytest_kscientist.compile_gate import draft_problem
 
     hip_errors = draft_problem(source)  # a HIP draft is compiled for its targets (issue 14)

@@ -98,6 +98,7 @@ def _task_values(task: TaskBrief) -> dict[str, object]:
         "task_description": task.description.strip(),
         "hardware": task.hardware.strip() or "(not stated)",
         "reference_source": task.reference_source.rstrip(),
+        "contract": task.contract,
     }
 
 
@@ -225,7 +226,7 @@ class LLMWriter:
             reference=prompts.candidate_card(reference, "Reference kernel"),
             plan=prompts.plan_text(plan),
         )
-        return self._draft("writer", prompt, plan, base)
+        return self._draft("writer", prompt, plan, base, task)
 
     def repair(self, task: TaskBrief, failed: CandidateSummary, base: CandidateSummary,
                plan: ExperimentPlan) -> Draft:
@@ -242,11 +243,11 @@ class LLMWriter:
             base_id=base.id,
             base_source=base.source.rstrip(),
         )
-        return self._draft("repair", prompt, plan, base)
+        return self._draft("repair", prompt, plan, base, task)
 
     def _draft(self, role: str, prompt: str, plan: ExperimentPlan,
-               base: CandidateSummary) -> Draft:
-        source, explanation, problem, text = self._attempt(role, prompt)
+               base: CandidateSummary, task: TaskBrief) -> Draft:
+        source, explanation, problem, text = self._attempt(role, prompt, task.entry)
         if problem:
             first = problem
             repair = prompts.render(
@@ -256,8 +257,9 @@ class LLMWriter:
                 rejected=text[:REJECTED_CHARS] or "(empty reply)",
                 base_id=base.id,
                 base_source=base.source.rstrip(),
+                contract=task.contract,
             )
-            source, explanation, problem, _text = self._attempt("repair", repair)
+            source, explanation, problem, _text = self._attempt("repair", repair, task.entry)
             if problem:
                 raise DraftRejected(
                     f"draft for {plan.title!r} rejected after one repair round: {problem} "
@@ -269,13 +271,15 @@ class LLMWriter:
         self.session.known.add(draft.source, f"an earlier draft ({plan.title})")
         return draft
 
-    def _attempt(self, role: str, prompt: str) -> tuple[str | None, str, str, str]:
-        """(source, explanation, problem, raw reply text) of one writer call."""
+    def _attempt(self, role: str, prompt: str,
+                 entry: str) -> tuple[str | None, str, str, str]:
+        """(source, explanation, problem, raw reply text) of one writer call; ``entry`` is the
+        name the file must define (``TaskBrief.entry``)."""
         try:
             reply = self.session.call(role, prompt)
         except MalformedReply as exc:
             return None, "", str(exc), ""
-        source, explanation, problem = drafts.extract(reply.text, reply.finish_reason)
+        source, explanation, problem = drafts.extract(reply.text, reply.finish_reason, entry)
         if source is not None:
-            problem = drafts.check(source, self.session.known)
+            problem = drafts.check(source, self.session.known, entry)
         return source, explanation, problem, reply.text
