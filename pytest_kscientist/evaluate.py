@@ -88,6 +88,17 @@ def check_message(found: Any) -> str:
 
 
 def _tensor_from(meta: dict[str, Any], payload: bytes) -> Any:
+    """The output a header and its bytes describe: a tensor, or a tuple or list of them."""
+    if "parts" in meta:
+        parts, offset = [], 0
+        for part in meta["parts"]:
+            size = int(part.get("nbytes", -1))
+            if size < 0 or offset + size > len(payload):
+                raise CandidateFailure(f"output parts add up to more than the payload's "
+                                       f"{len(payload)} bytes")
+            parts.append(_tensor_from(part, payload[offset:offset + size]))
+            offset += size
+        return parts if meta.get("container") == "list" else tuple(parts)
     import torch
 
     dtype = getattr(torch, str(meta.get("dtype")), None)
@@ -168,8 +179,10 @@ class Evaluator:
         try:
             message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
+            parts = out if isinstance(out, (tuple, list)) else [out]
+            shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in parts)
             message = (f"check_implementation raised {type(exc).__name__}: {exc} (on an output "
-                       f"of shape {tuple(out.shape)}, dtype {out.dtype})")
+                       f"of {shapes})")
         if message:
             first = message.strip().splitlines()[0][:300] if message.strip() else message
             raise CandidateFailure(f"wrong result: {first}", message, wrong_result=True)
@@ -184,15 +197,37 @@ class Evaluator:
         if device is not None and str(device) != "cpu":
             # Judge where the reference was computed: on a 2-core host one 22M-element output
             # took 1.5 s to judge (in float64), and a GPU benchmark judges three per side.
+            if isinstance(out, (tuple, list)):
+                return type(out)(t.to(device) for t in out)
             out = out.to(device)
         return out
+
+    def _compare(self, out: Any, expected: Any) -> Mismatch | None:
+        """``judge`` for one tensor, or part by part for several (the first part that
+        differs)."""
+        atol, rtol = self.task.spec.check.atol, self.task.spec.check.rtol
+        if not isinstance(expected, (tuple, list)):
+            if isinstance(out, (tuple, list)):
+                return Mismatch(f"output is {len(out)} tensors, expected one")
+            return judge(out, expected, atol, rtol)
+        if not isinstance(out, (tuple, list)) or len(out) != len(expected):
+            count = len(out) if isinstance(out, (tuple, list)) else 1
+            return Mismatch(f"output is {count} tensor(s), expected {len(expected)}")
+        for i, (o, e) in enumerate(zip(out, expected, strict=True)):
+            found = judge(o, e, atol, rtol)
+            if found is not None:
+                return Mismatch(f"output {i}: {found.message}", found.structural, found.count,
+                                found.numel)
+        return None
 
     def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes,
                misses: list[Mismatch] | None = None) -> None:
         """Raise CandidateFailure unless the output matches; with ``misses``, a precision miss
         (right shape, dtype and NaN/Inf positions, few elements) is appended there instead."""
-        out = self._output(meta, payload, getattr(expected, "device", None))
-        found = judge(out, expected, self.task.spec.check.atol, self.task.spec.check.rtol)
+        several = isinstance(expected, (tuple, list))
+        device = (expected[0] if several and expected else expected)
+        out = self._output(meta, payload, getattr(device, "device", None))
+        found = self._compare(out, expected)
         if found is None:
             return
         reason = f"wrong result: {found.message.split('; first:')[0]}"

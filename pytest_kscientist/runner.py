@@ -218,7 +218,7 @@ class Runner:
         """A checked output: whole, or above ``sample_above`` elements kept for a ``fetch``
         of a sample whose indices the pytest process draws after this answer."""
         above = req.get("sample_above")
-        if above and snap.numel() > int(above):
+        if above and _type(snap) is self.Tensor and snap.numel() > int(above):
             self.last = snap
             return {"ok": True, "deferred": True}, b""
         meta, payload = _serialise(snap)
@@ -236,15 +236,16 @@ class Runner:
                 # The untimed work a call's output costs (its allocation, snapshot and poison:
                 # ~4 ms per call for a 1 GB KernelBench output, measured), done for the probe
                 # too, so the outside check compares like with like.
-                shape, dtype = self.out_like
-                out = self.torch.empty(shape, dtype=dtype, device=self.device)
-                self.clone(out)
-                if out.is_floating_point():
-                    self.fill_(out, float("nan"))
+                for shape, dtype in self.out_like:
+                    out = self.torch.empty(shape, dtype=dtype, device=self.device)
+                    self.clone(out)
+                    if out.is_floating_point():
+                        self.fill_(out, float("nan"))
         else:
             self.last, raw, outside, problem = self._run(self.kernel, pristine, given)
             if self.last is not None:
-                self.out_like = (self.last.shape, self.last.dtype)
+                parts = [self.last] if _type(self.last) is self.Tensor else self.last
+                self.out_like = [(t.shape, t.dtype) for t in parts]
         if problem:
             return _fail(problem)
         return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
@@ -257,7 +258,8 @@ class Runner:
         if self.last is None:
             return _fail("fetch requested without a call before it")
         snap, self.last = self.last, None
-        if snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS or int(req["count"]) == 0:
+        if (_type(snap) is not self.Tensor or snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS
+                or int(req["count"]) == 0):
             meta, payload = _serialise(snap)
             return {"ok": True, "output": meta}, payload
         index = self.sample_index(snap.numel(), int(req["count"]), int(req["seed"]))
@@ -285,21 +287,45 @@ class Runner:
         (snapshot, raw_us, outside_us, problem)."""
         prepared = given if self.prepare is None else self.prepare(given)
         out, raw, outside = self.timer.time_call(fn, given if probe else prepared)
-        snap = self.clone(out) if _type(out) is self.Tensor else None
-        problem = None if probe else self._check_output(out, given)
+        parts = self._parts(out)
+        snap = None
+        if parts is not None:
+            clones = [self.clone(t) for t in parts]
+            snap = clones[0] if _type(out) is self.Tensor else (
+                clones if _isinstance(out, list) else tuple(clones))
+        problem = None if probe else self._check_output(out, parts, given)
         problem = self._check_inputs(pristine, given) or problem
         problem = problem or self.tripwire.check()
-        if problem is None and not probe and out.is_floating_point():
-            # Poison what was returned: a later torch.empty_like() that lands on this memory
-            # must not find a finished result there.
-            self.fill_(out, float("nan"))
+        if problem is None and not probe:
+            for t in parts or ():
+                if t.is_floating_point():
+                    # Poison what was returned: a later torch.empty_like() that lands on this
+                    # memory must not find a finished result there.
+                    self.fill_(t, float("nan"))
         return snap, raw, outside, problem
 
-    def _check_output(self, out: Any, given: Any) -> str | None:
+    def _parts(self, out: Any) -> list[Any] | None:
+        """The tensors of an output: one plain tensor, or a tuple or list of them (GPU MODE
+        and KernelBench outputs may be several); None for anything else."""
+        if _type(out) is self.Tensor:
+            return [out]
+        if _isinstance(out, (tuple, list)) and out and all(
+                _type(t) is self.Tensor for t in out):
+            return list(out)
+        return None
+
+    def _check_output(self, out: Any, parts: list[Any] | None, given: Any) -> str | None:
         """Structural checks the worker can make; returns a failure reason or None."""
-        if _type(out) is not self.Tensor:
+        if parts is None:
             kind = f"{_type(out).__module__}.{_type(out).__qualname__}"
-            return f"returned {kind}, expected a plain torch.Tensor"
+            return f"returned {kind}, expected a plain torch.Tensor (or a tuple of them)"
+        for i, part in _enumerate(parts):
+            problem = self._check_part(part, given)
+            if problem:
+                return problem if _len(parts) == 1 else f"output {i}: {problem}"
+        return None
+
+    def _check_part(self, out: Any, given: Any) -> str | None:
         first = next((t for t in leaves(given) if _isinstance(t, self.Tensor)), None)
         expected = first.device if first is not None else self.device
         if str(out.device) != str(expected):
@@ -348,6 +374,16 @@ def _bytes_view(t: Any) -> Any:
 
 
 def _serialise(out: Any) -> tuple[dict[str, Any], bytes]:
+    """An output's header and bytes; several tensors (a tuple or list) as ``parts``."""
+    if _isinstance(out, (tuple, list)):
+        metas, payloads = [], []
+        for part in out:
+            meta, payload = _serialise(part)
+            metas.append(meta)
+            payloads.append(payload)
+        whole = b"".join(payloads)
+        return {"parts": metas, "container": "list" if _isinstance(out, list) else "tuple",
+                "nbytes": _len(whole)}, whole
     import ctypes
 
     flat = _bytes_view(out).cpu()

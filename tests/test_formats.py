@@ -155,3 +155,52 @@ def test_leaves_and_rebuild_keep_structure() -> None:
     assert copy[0] is not x and torch.equal(copy[0], x)
     single = torch.arange(3.0)
     assert forms.leaves(single) == [single]
+
+
+PAIR_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Two outputs: the ReLU of x and its row sums."""
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x), x.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _pair_solution(second: str, container: str = "({a}, {b})") -> str:
+    body = container.format(a="torch.relu(x)", b=second)
+    return ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+            f"    def forward(self, x):\n        return {body}\n")
+
+
+def test_outputs_of_several_tensors_are_judged_part_by_part(tmp_path: Path) -> None:
+    (tmp_path / "3_Pair.py").write_text(PAIR_PROBLEM)
+    sols = tmp_path / "sols" / "3_Pair"
+    sols.mkdir(parents=True)
+    (sols / "right.py").write_text(_pair_solution("x.sum(dim=1)"))
+    (sols / "off.py").write_text(_pair_solution("x.sum(dim=1) + 1"))
+    (sols / "dict.py").write_text(_pair_solution("x.sum(dim=1)", "{{'a': {a}, 'b': {b}}}"))
+    code, out, data = run_pytest([str(tmp_path / "3_Pair.py"), "--ks-solutions",
+                                  str(tmp_path / "sols")], tmp_path)
+    assert code == 1, out
+    reasons = case_reasons(data)
+    assert reasons[("right", "s42")] == ("passed", "")
+    assert reasons[("right", f"s{kernelbench.BENCH_SEED}")][0] == "passed"
+    outcome, reason = reasons[("off", "s42")]
+    assert outcome == "failed" and reason.startswith("wrong result: output 1: 8 of 8 elements")
+    outcome, reason = reasons[("dict", "s42")]
+    assert outcome == "failed"
+    assert "returned builtins.dict, expected a plain torch.Tensor (or a tuple of them)" in reason
