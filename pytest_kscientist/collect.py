@@ -292,6 +292,29 @@ class CandidateItem(pytest.Item):
         assert isinstance(self.parent, CandidateNode)
         return self.parent
 
+    def _publish(self, **fields: Any) -> None:
+        """A case's result on the report (``ks_case``), for the session and xdist."""
+        cand = self.candidate
+        self.user_properties.append(("ks_case", {
+            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "role": cand.role, "result": fields,
+        }))
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.name}: "
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, CandidateFailure):
+            text = self.failure_head() + exc.reason
+            if exc.detail and exc.detail != exc.reason:
+                text += "\n\n" + exc.detail.rstrip()
+            return text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"
+
 
 class CaseItem(CandidateItem):
     """A correctness check or a benchmark of one candidate on one case."""
@@ -366,25 +389,8 @@ class CaseItem(CandidateItem):
         benchmark_bridge.record(bs, self.nodeid, f"{cand.name}::{self.name}",
                                 f"{cand.task.name} {result.case_id}", result, extra)
 
-    def _publish(self, **fields: Any) -> None:
-        cand = self.candidate
-        self.user_properties.append(("ks_case", {
-            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
-            "sha256": cand.sha256, "role": cand.role, "result": fields,
-        }))
-
-    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        exc = excinfo.value
-        if isinstance(exc, CandidateFailure):
-            head = f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
-            text = head + exc.reason
-            if exc.detail and exc.detail != exc.reason:
-                text += "\n\n" + exc.detail.rstrip()
-            return text
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"{self.candidate.name}::{self.name}"
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
 
 
 class DrawnItem(CandidateItem):
@@ -433,23 +439,10 @@ class DrawnItem(CandidateItem):
         raise CandidateFailure(reason, exc.detail)
 
     def _publish(self, **fields: Any) -> None:
-        cand = self.candidate
-        self.user_properties.append(("ks_case", {
-            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
-            "sha256": cand.sha256, "role": cand.role, "result": dict(kind="check", **fields),
-        }))
+        super()._publish(kind="check", **fields)
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        exc = excinfo.value
-        if isinstance(exc, CandidateFailure):
-            text = f"{self.candidate.name} drawn check: {exc.reason}"
-            if exc.detail and exc.detail != exc.reason:
-                text += "\n\n" + exc.detail.rstrip()
-            return text
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"{self.candidate.name}::{self.name}"
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} drawn check: "
 
 
 class GateItem(CandidateItem):
@@ -489,6 +482,3 @@ class GateItem(CandidateItem):
         if isinstance(excinfo.value, GateFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"{self.candidate.name}::{self.name}"
