@@ -32,8 +32,9 @@ from pytest_kscientist.task import BaselineSpec, Case, Task, load_task
 from pytest_kscientist.worker import Worker, WorkerDied
 
 
-def load_any(path: Path) -> Task:
-    """The task ``path`` was claimed for: task.toml, a GPU MODE task.yml or a KernelBench file."""
+def load_any(path: Path, kernelbench_tol: float = 1e-2) -> Task:
+    """The task ``path`` was claimed for: task.toml, a GPU MODE task.yml or a KernelBench file
+    (checked with atol = rtol = ``kernelbench_tol``)."""
     if path.name == "task.yml":
         from pytest_kscientist import gpumode
 
@@ -41,7 +42,7 @@ def load_any(path: Path) -> Task:
     if path.suffix == ".py":
         from pytest_kscientist import kernelbench
 
-        return kernelbench.load_problem(path)
+        return kernelbench.load_problem(path, kernelbench_tol)
     return load_task(path.parent)
 
 
@@ -73,7 +74,7 @@ class TaskFile(pytest.File):
 
         ks = self.config.stash[KS_SESSION]
         try:
-            task = load_any(self.path)
+            task = load_any(self.path, ks.settings.kernelbench_tol)
             profile = task.profile(ks.profile)
         except Unsupported as exc:
             pytest.skip(str(exc), allow_module_level=True)

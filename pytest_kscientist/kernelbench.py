@@ -51,7 +51,7 @@ def looks_like_problem(path: Path) -> bool:
     return names is not None and set(NEEDED) <= names and "ModelNew" not in names
 
 
-def load_problem(path: Path) -> Task:
+def load_problem(path: Path, tolerance: float = TOLERANCE) -> Task:
     names = _top_level_names(path) or set()
     missing = [n for n in NEEDED if n not in names]
     if missing:
@@ -64,7 +64,7 @@ def load_problem(path: Path) -> Task:
     try:
         spec = TaskSpec(
             name=path.stem, description=doc, reference=path.name, seeds="", case_keys=["seed"],
-            output_index=None, check=CheckSpec(atol=TOLERANCE, rtol=TOLERANCE),
+            output_index=None, check=CheckSpec(atol=tolerance, rtol=tolerance),
             profiles={p: Profile.model_validate({"tests": tests,
                                                  "benchmarks": [{"seed": BENCH_SEED}]})
                       for p in ("full", "cpu")},

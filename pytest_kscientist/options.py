@@ -35,6 +35,8 @@ class Settings:
     solutions: Path | None = None
     # --ks-drawn: Hypothesis-drawn cases per candidate (None: the profile's space.examples).
     drawn: int | None = None
+    # --ks-kernelbench-tol: atol = rtol of KernelBench problems' allclose.
+    kernelbench_tol: float = 1e-2
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -74,6 +76,9 @@ CORE_OPTIONS = (
            "task's profile declares ([profiles.X.space]; a failure is shrunk to the smallest "
            "failing case; --ks-salt reproduces the draws); default: the space's examples, 0: "
            "none", "N", ini="ks_drawn"),
+    Option("--ks-kernelbench-tol", "atol = rtol of KernelBench problems' allclose (default "
+           "0.01, KernelBench v0/v0.1's fp32 setting; its newer fp32 setting is 1e-4)", "TOL",
+           ini="ks_kernelbench_tol"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -252,8 +257,22 @@ def resolve(config: pytest.Config) -> Settings:
         baselines=_baselines(_value(config, "ks_baselines") or "all"),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
-        solutions=solutions, drawn=drawn,
+        solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
     )
+
+
+def _tolerance(config: pytest.Config) -> float:
+    raw = _value(config, "ks_kernelbench_tol")
+    if raw in (None, ""):
+        return 1e-2
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise pytest.UsageError(f"--ks-kernelbench-tol expects a tolerance of 0 or more (e.g. "
+                                f"1e-4), got '{raw}'")
+    return value
 
 
 def _baselines(raw: str) -> tuple[str, ...] | None:

@@ -204,3 +204,20 @@ def test_outputs_of_several_tensors_are_judged_part_by_part(tmp_path: Path) -> N
     outcome, reason = reasons[("dict", "s42")]
     assert outcome == "failed"
     assert "returned builtins.dict, expected a plain torch.Tensor (or a tuple of them)" in reason
+
+
+def test_kernelbench_tolerance_is_an_option(tmp_path: Path) -> None:
+    """A ReLU off by 1e-3 passes KernelBench v0's 1e-2 and fails its newer fp32 1e-4."""
+    sols = tmp_path / "sols"
+    sols.mkdir()
+    (sols / "2_ReLU.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x) + 1e-3\n")
+    args = [str(KB / "level1" / "2_ReLU.py"), "--ks-solutions", str(sols), "-k", "check"]
+    code, out, _ = run_pytest(args, tmp_path)
+    assert code == 0, out
+    code, out, data = run_pytest([*args, "--ks-kernelbench-tol", "1e-4"], tmp_path)
+    assert code == 1
+    assert "outside |out-ref| <= 0.0001 + 0.0001*|ref|" in case_reasons(data)[("2_ReLU", "s42")][1]
+    code, out, _ = run_pytest([*args, "--ks-kernelbench-tol", "tight"], tmp_path)
+    assert code == 4 and "--ks-kernelbench-tol expects a tolerance of 0 or more" in out

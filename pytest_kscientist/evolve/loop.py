@@ -500,7 +500,7 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
 
     ks = config.stash[KS_SESSION]
     settings = ks.settings.evolve_options  # resolved at configure time (plugin.py)
-    task = load_any(spec_path)
+    task = load_any(spec_path, ks.settings.kernelbench_tol)
     # Child sessions collect what a hand-run session would: the folder of a native task, the
     # problem's own file otherwise (a KernelBench problem is one file among many in its level).
     task_dir = task.root if task.form == "native" else task.spec_path

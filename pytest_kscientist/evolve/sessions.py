@@ -33,6 +33,8 @@ PASS_THROUGH = {
     "ks_timeout": "--ks-timeout",
     "ks_bench_budget": "--ks-bench-budget",
     "ks_baselines": "--ks-baselines",
+    "ks_drawn": "--ks-drawn",
+    "ks_kernelbench_tol": "--ks-kernelbench-tol",
 }
 GRACE_S = 10.0
 
