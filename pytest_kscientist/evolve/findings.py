@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from pytest_kscientist.evolve.failure_text import trim
-from pytest_kscientist.evolve.population import Member, failure_detail
+from pytest_kscientist.evolve.population import Member, failure_detail, status_counts
 
 NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)
 SECTION_LINES = 12  # entries per section; the rest are summarised in one line
@@ -124,13 +124,12 @@ def render(
     line, so the document (in every prompt) stays bounded over a long run (issue 13).
     """
     by_id = {m.id: m for m in members}
-    counts = {s: sum(m.status == s for m in members) for s in ("passed", "failed", "pending")}
     out = [
         f"# Findings: {task}",
         "",
-        f"After generation {generation}: {len(members)} candidates ({counts['passed']} passed, "
-        f"{counts['failed']} failed, {counts['pending']} pending). Speed-up = parent time / "
-        "child time (geomean of the benchmark medians).",
+        f"After generation {generation}: {len(members)} candidates "
+        f"({status_counts(list(members))}). Speed-up = parent time / child time (geomean of "
+        "the benchmark medians).",
         "",
         "## Best so far",
         "",

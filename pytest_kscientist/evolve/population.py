@@ -85,7 +85,8 @@ class EvaluationRecord(BaseModel):
     run_id: str = ""
     profile: str = ""
     salt: int = 0
-    status: Literal["passed", "failed"]
+    # "skipped": every item skipped (a kernel for another device, e.g. a HIP seed off ROCm).
+    status: Literal["passed", "failed", "skipped"]
     geomean_us: float | None = None
     bench_median_us: dict[str, float] = Field(default_factory=dict)
     speedups: dict[str, float] = Field(default_factory=dict)  # interleaved, over each baseline
@@ -413,3 +414,11 @@ def _alive(start: Event) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def status_counts(members: list[Member]) -> str:
+    """'9 passed, 1 failed, 0 pending' (and 'N not run here' when some were skipped)."""
+    counts = {s: sum(m.status == s for m in members)
+              for s in ("passed", "failed", "pending", "skipped")}
+    text = f"{counts['passed']} passed, {counts['failed']} failed, {counts['pending']} pending"
+    return text + (f", {counts['skipped']} not run here" if counts["skipped"] else "")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pytest_kscientist.evolve.findings import best, evidence, label, lineage
-from pytest_kscientist.evolve.population import Member
+from pytest_kscientist.evolve.population import Member, status_counts
 from pytest_kscientist.files import atomic_target
 
 PLOT = "progress.png"
@@ -114,12 +114,11 @@ def best_per_generation(members: Sequence[Member]) -> list[tuple[int, float | No
 
 def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> list[str]:
     """The closing lines of a run."""
-    counts = {s: sum(m.status == s for m in members) for s in ("passed", "failed", "pending")}
     gens = best_per_generation(members)
     lines = [
         f"stopped: {stop_reason} after {elapsed_s:.0f} s",
-        f"population: {len(members)} candidates in {len(gens)} generations ({counts['passed']} "
-        f"passed, {counts['failed']} failed, {counts['pending']} pending)",
+        f"population: {len(members)} candidates in {len(gens)} generations "
+        f"({status_counts(list(members))})",
         best_line(members),
     ]
     top = best(members)

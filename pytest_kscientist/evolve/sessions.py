@@ -82,13 +82,17 @@ def to_record(
         if c.kind == "bench" and c.outcome == "passed" and c.stats is not None
     }
     failure = ""
+    skipped = [c for c in result.cases if c.outcome == "skipped"]
+    if result.cases and len(skipped) == len(result.cases):
+        # Not run on this device (its KS_REQUIRES): not a failure of the kernel.
+        return record.model_copy(update={"status": "skipped", "result": result,
+                                         "failure": f"not run here: {skipped[0].reason}"})
     if failed:
         first = failed[0]
         failure = f"{first.kind} {first.case_id}: {first.reason}"
         if len(failed) > 1:
             failure += f" (and {len(failed) - 1} more failed case(s))"
     elif result.geomean_us is None:
-        skipped = [c for c in result.cases if c.outcome == "skipped"]
         why = f"; skipped: {skipped[0].reason}" if skipped else ""
         failure = f"no geomean: not every benchmark was timed{why}"
     return record.model_copy(
