@@ -133,6 +133,8 @@ class CandidateResult(BaseModel):
     # Constructs cheating kernels rely on, found in the source (pytest_kscientist/scan.py).
     suspicious: list[str] = Field(default_factory=list)
     compiles: list[CompileResult] = Field(default_factory=list)
+    # Why its items were not run on this device (its KS_REQUIRES), "" when they were.
+    not_run: str = ""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -145,6 +145,9 @@ class KsSession:
         """Fill geomeans and speedups (only candidates whose every benchmark passed), and
         whether each baseline's judged outputs all passed the check."""
         for task, per_task in self.results.items():
+            for name, why in self.unmet.get(task, {}).items():
+                if name in per_task:
+                    per_task[name].not_run = why
             score_all(per_task, REFERENCE_NAME)
             for info in self.baselines.get(task, []):
                 info.verified = baseline_verified(info.name, per_task)

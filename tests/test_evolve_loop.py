@@ -356,6 +356,10 @@ def test_results_become_records_with_first_failure_and_bench_medians() -> None:
         CaseResult(kind="check", case={}, case_id="n1", outcome="passed"), *skipped.cases]})
     record = to_record("c0003", partly, run, "r")
     assert record.status == "failed" and "skipped: no gpu" in record.failure
+    # Only compile items ran (a HIP seed off ROCm): the session says why the rest did not.
+    compiled = CandidateResult(name="c0005", path="p", sha256="s", not_run="requires rocm")
+    record = to_record("c0005", compiled, run, "r")
+    assert (record.status, record.failure) == ("skipped", "not run here: requires rocm")
     assert "reported no result" in to_record("c0004", None, run, "r").failure
 
 

@@ -83,10 +83,12 @@ def to_record(
     }
     failure = ""
     skipped = [c for c in result.cases if c.outcome == "skipped"]
-    if result.cases and len(skipped) == len(result.cases):
+    not_run = getattr(result, "not_run", "") or (
+        skipped[0].reason if result.cases and len(skipped) == len(result.cases) else "")
+    if not_run and not failed:
         # Not run on this device (its KS_REQUIRES): not a failure of the kernel.
         return record.model_copy(update={"status": "skipped", "result": result,
-                                         "failure": f"not run here: {skipped[0].reason}"})
+                                         "failure": f"not run here: {not_run}"})
     if failed:
         first = failed[0]
         failure = f"{first.kind} {first.case_id}: {first.reason}"
