@@ -11,15 +11,8 @@
 # Logs land in $OUT; each step is time-boxed so the call ends inside the device's 600 s.
 #   device call (repository root, carry [".whl"]):  KS_PART=measure bash bench/device_timing.sh
 set -u
-export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ks-timing}
-mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 || echo "wheels did not install"
-fi
-export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTEST_PLUGINS=pytest_kscientist.plugin  # not pip-installed there
+source bench/device_env.sh
 SEED=tasks/fp8_gemm/seeds/triton_blockscaled.py
 t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   local secs=$1 log=$2 t0=$SECONDS rc

@@ -9,15 +9,8 @@
 # Every solutions/correct file must pass and every solutions/wrong file fail; KernelBench
 # problems run with a ModelNew made from Model (correct) and the same scaled by 1.1 (wrong).
 set -u
-export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/ks-formats}
-mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 || echo "wheels did not install"
-fi
-export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTEST_PLUGINS=pytest_kscientist.plugin  # not pip-installed there
+source bench/device_env.sh
 BUDGET=${BUDGET:-0.1}
 t() {  # t SECONDS NAME ARGS...: one pytest run, its JSON as $OUT/NAME.json
   local secs=$1 name=$2 t0=$SECONDS

@@ -47,16 +47,20 @@ def widen(fd: int) -> None:
         pass
 
 
+def _head(key: bytes, seq: int, header: dict[str, Any], payload: bytes) -> bytes:
+    """A frame without its payload: prefix (lengths, HMAC) and JSON header."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return _PREFIX.pack(len(raw), len(payload), _mac(key, seq, raw, payload)) + raw
+
+
 def encode(key: bytes, seq: int, header: dict[str, Any], payload: bytes = b"") -> bytes:
     """Serialise one frame."""
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    return _PREFIX.pack(len(raw), len(payload), _mac(key, seq, raw, payload)) + raw + payload
+    return _head(key, seq, header, payload) + payload
 
 
 def send(fd: int, key: bytes, seq: int, header: dict[str, Any], payload: bytes = b"") -> None:
     """Write one frame without copying the payload into it (``encode``'s bytes, in parts)."""
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    write_all(fd, _PREFIX.pack(len(raw), len(payload), _mac(key, seq, raw, payload)) + raw)
+    write_all(fd, _head(key, seq, header, payload))
     if payload:
         write_all(fd, payload)
 
@@ -97,8 +101,7 @@ def read_frame(
     if hlen > MAX_HEADER:
         raise ChannelError(f"worker frame header of {hlen} bytes exceeds {MAX_HEADER}")
     raw = _read_exact(fd, hlen, deadline)
-    payload = bytes(_read_exact(fd, plen, deadline)) if plen < 4096 else _read_exact(
-        fd, plen, deadline)  # large payloads stay a bytearray: torch.frombuffer takes it as is
+    payload = _read_exact(fd, plen, deadline)  # a bytearray: torch.frombuffer takes it as is
     if not hmac.compare_digest(mac, _mac(key, seq, raw, payload)):
         raise ChannelError(f"worker frame {seq} failed authentication (forged or out of order)")
     try:

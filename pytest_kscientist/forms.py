@@ -86,8 +86,8 @@ def _kernelbench_inputs(get_inputs: Callable[[], Any]) -> Callable[..., Any]:
     def draw(case: dict[str, Any], seed: int, device: str) -> Any:
         import torch
 
-        # Seeded as KernelBench seeds its trials; drawn on the run's device (a level-1 input of
-        # 1.6G elements takes seconds on a host CPU, and every timed call draws fresh ones).
+        # Seeded as KernelBench seeds its trials; drawn on the run's device (19_ReLU's
+        # 4096x393216 input took 17.7 s on a 2-core host CPU; every timed call draws afresh).
         with torch.device(device):
             torch.manual_seed(seed)
             inputs = list(get_inputs())

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kscientist.declarations import assignments, parse
+
 NAME = "KS_HIP_ARCH"
 ARCH = re.compile(r"^gfx[0-9]{2,4}[0-9a-f]?(:(sramecc|xnack)[+-])*$")
 # Flags of extra_cuda_cflags the gate passes to the compiler; the target comes from the item,
@@ -58,36 +60,13 @@ class HipSource:
     call_line: int = 0
 
 
-def _parse(path: Path) -> ast.Module | None:
-    try:
-        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def _assignments(tree: ast.Module) -> list[tuple[str, ast.expr, int]]:
-    """Module-level ``name = value`` statements, in order: (name, value node, line)."""
-    found = []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            targets, value = stmt.targets, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets, value = [stmt.target], stmt.value
-        else:
-            continue
-        for target in targets:
-            if isinstance(target, ast.Name):
-                found.append((target.id, value, stmt.lineno))
-    return found
-
-
 def declared_archs(path: Path) -> list[str]:
     """The targets ``path`` declares in ``KS_HIP_ARCH`` ([] when none, or when the file does not
     parse: the worker and the compile item then report the syntax error)."""
-    tree = _parse(path)
+    tree = parse(path)
     if tree is None:
         return []
-    for name, value, line in _assignments(tree):
+    for name, value, line in assignments(tree):
         if name != NAME:
             continue
         try:
@@ -120,7 +99,7 @@ class _Static:
 
     def __init__(self, tree: ast.Module) -> None:
         self.nodes: dict[str, ast.expr] = {}
-        for name, value, _ in _assignments(tree):
+        for name, value, _ in assignments(tree):
             self.nodes[name] = value  # the last binding wins, as when the module runs
         self.values: dict[str, Any] = {}
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.task import CheckSpec, Profile, Task, TaskSpec
 
@@ -27,7 +25,8 @@ BENCH_SEED = 20250
 TOLERANCE = 1e-2
 
 
-def _top_level_names(path: Path) -> set[str] | None:
+def _definitions(path: Path) -> dict[str, ast.stmt] | None:
+    """Top-level classes and functions by name; None for a file that cannot be one."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -38,7 +37,7 @@ def _top_level_names(path: Path) -> set[str] | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
-    return {node.name for node in tree.body
+    return {node.name: node for node in tree.body
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
@@ -47,28 +46,23 @@ def looks_like_problem(path: Path) -> bool:
     ``get_init_inputs`` defined at top level, and no ``ModelNew`` (that is a solution)."""
     if path.suffix != ".py" or path.name.startswith(("conftest", "test_")):
         return False
-    names = _top_level_names(path)
-    return names is not None and set(NEEDED) <= names and "ModelNew" not in names
+    names = _definitions(path)
+    return names is not None and set(NEEDED) <= set(names) and "ModelNew" not in names
 
 
 def load_problem(path: Path, tolerance: float = TOLERANCE) -> Task:
-    names = _top_level_names(path) or set()
-    missing = [n for n in NEEDED if n not in names]
+    found = _definitions(path) or {}
+    missing = [n for n in NEEDED if n not in found]
     if missing:
         raise TaskSpecError(f"{path}: defines no {', '.join(missing)} at top level; a KernelBench "
                             "problem defines Model, get_inputs() and get_init_inputs()")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
-    doc = ast.get_docstring(model) or ""
-    tests = [{"seed": s} for s in CHECK_TRIALS]
-    try:
-        spec = TaskSpec(
-            name=path.stem, description=doc, reference=path.name, seeds="", case_keys=["seed"],
-            output_index=None, check=CheckSpec(atol=tolerance, rtol=tolerance),
-            profiles={p: Profile.model_validate({"tests": tests,
-                                                 "benchmarks": [{"seed": BENCH_SEED}]})
-                      for p in ("full", "cpu")},
-        )
-    except ValidationError as exc:  # pragma: no cover - the fields above are fixed
-        raise TaskSpecError(f"{path}: {exc}") from None
+    model = found["Model"]
+    doc = (ast.get_docstring(model) if isinstance(model, ast.ClassDef) else None) or ""
+    profile = Profile.model_validate({"tests": [{"seed": s} for s in CHECK_TRIALS],
+                                      "benchmarks": [{"seed": BENCH_SEED}]})
+    spec = TaskSpec(
+        name=path.stem, description=doc, reference=path.name, seeds="", case_keys=["seed"],
+        output_index=None, check=CheckSpec(atol=tolerance, rtol=tolerance),
+        profiles={"full": profile, "cpu": profile},
+    )
     return Task(path.parent, spec, form="kernelbench", spec_path=path)

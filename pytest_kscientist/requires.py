@@ -8,7 +8,7 @@ A hand-written CUDA or HIP kernel cannot run on a CPU-only CI machine. Declaring
 the candidate's items with the reason on other devices, instead of failing them. The file is
 read as text and parsed, never imported, in the pytest process. Skipping is not passing: a
 skipped candidate has no geomean, fails no gate but passes none either, and an evolved
-candidate that is skipped is recorded as failed.
+candidate that is skipped is recorded as skipped ("not run here").
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from pytest_kscientist.declarations import assignments, parse
 from pytest_kscientist.task import unknown_requirement
 
 NAME = "KS_REQUIRES"
@@ -28,28 +29,25 @@ class RequiresError(ValueError):
 def declared(path: Path) -> list[str]:
     """The requirements ``path`` declares ([] when none, or when the file does not parse: the
     worker then reports the syntax error as the candidate's failure)."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (SyntaxError, ValueError):
+    tree = parse(path)
+    if tree is None:
         return []
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
-        if not any(isinstance(t, ast.Name) and t.id == NAME for t in targets):
+    for name, node, line in assignments(tree):
+        if name != NAME:
             continue
         try:
-            value = ast.literal_eval(node.value)  # type: ignore[arg-type]
+            value = ast.literal_eval(node)
         except ValueError:
             value = None
         needs = [value] if isinstance(value, str) else value
         if not isinstance(needs, (list, tuple)) or not all(isinstance(n, str) for n in needs):
             raise RequiresError(
-                f"{path.name}:{node.lineno}: {NAME} must be a string or a list of strings such "
-                f"as 'sm_90' or ['nvidia', 'sm_90'], got {ast.unparse(node.value)}"  # type: ignore[arg-type]
+                f"{path.name}:{line}: {NAME} must be a string or a list of strings such "
+                f"as 'sm_90' or ['nvidia', 'sm_90'], got {ast.unparse(node)}"
             )
         for need in needs:
             problem = unknown_requirement(need)
             if problem:
-                raise RequiresError(f"{path.name}:{node.lineno}: {NAME} names {problem}")
+                raise RequiresError(f"{path.name}:{line}: {NAME} names {problem}")
         return list(needs)
     return []

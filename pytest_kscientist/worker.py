@@ -210,7 +210,7 @@ class Worker:
 
     def _send(self, header: dict[str, Any], key: bytes = b"") -> None:
         try:
-            channel.write_all(self.req_w, channel.encode(key, self.seq_out, header))
+            channel.send(self.req_w, key, self.seq_out, header)
         except OSError as exc:
             self.kill()
             raise WorkerDied(f"worker closed its request pipe ({exc.strerror})",
@@ -316,7 +316,7 @@ class Worker:
         """Ask the worker to exit; kill it if it does not."""
         if self.proc.poll() is None:
             try:
-                channel.write_all(self.req_w, channel.encode(b"", self.seq_out, {"op": "exit"}))
+                channel.send(self.req_w, b"", self.seq_out, {"op": "exit"})
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass

@@ -13,6 +13,8 @@ import itertools
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
+from pytest_kscientist.declarations import assignments
+
 Knob: TypeAlias = int | float | str | bool | None
 TUNABLES_NAME = "TUNABLES"
 SPACE_NAME = "TUNABLE_SPACE"
@@ -25,14 +27,8 @@ class KnobError(ValueError):
 def _module_dict(tree: ast.Module, name: str) -> ast.Dict | None:
     """The last module-level ``name = {...}`` (or annotated) dict literal, or None."""
     found: ast.Dict | None = None
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            targets, value = stmt.targets, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets, value = [stmt.target], stmt.value
-        else:
-            continue
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+    for bound, value, _ in assignments(tree):
+        if bound == name:
             if not isinstance(value, ast.Dict):
                 raise KnobError(
                     f"{name} must be a dict literal {{'knob': value, ...}}, found "
