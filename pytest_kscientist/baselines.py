@@ -19,7 +19,7 @@ from pytest_kscientist.evaluate import PRECISE_AFTER, Evaluator
 from pytest_kscientist.results import BaselineTiming, CaseResult
 from pytest_kscientist.stats import geomean, ratio_interval, summarize
 from pytest_kscientist.task import REQUIREMENT, BaselineSpec, Case, Task
-from pytest_kscientist.worker import Worker, WorkerDied
+from pytest_kscientist.worker import Spares, Worker, WorkerDied
 
 
 def describe(need: str) -> str:
@@ -71,12 +71,13 @@ def _lacks(need: str, device: str) -> str:
 
 
 def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
-                 timeout_s: float, init_seed: int = 0) -> Worker:
+                 timeout_s: float, init_seed: int = 0, spares: Spares | None = None) -> Worker:
     """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load.
-    ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's)."""
+    ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's);
+    ``spares``: runner processes started ahead of need (the session's)."""
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
-                        protect=task.spec_path)
+                        protect=task.spec_path, spares=spares)
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
                                    prepare=prepare, init_seed=init_seed)
     except WorkerDied as exc:
@@ -100,6 +101,7 @@ class Partner:
     broken: str = ""  # sticky: it failed to load or hung, so it is not tried again
     errors: dict[str, str] = field(default_factory=dict)  # case id -> why it failed there
     init_seed: int = 0  # KernelBench: the weight seed, the Evaluator's (Evaluator.init_seed)
+    spares: Spares | None = None  # the session's runners started ahead of need
 
     @property
     def name(self) -> str:
@@ -117,7 +119,8 @@ class Partner:
             entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
             try:
                 self.worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
-                                           prepare, self.device, self.timeout_s, self.init_seed)
+                                           prepare, self.device, self.timeout_s, self.init_seed,
+                                           self.spares)
             except CandidateFailure as exc:
                 self.broken = exc.reason
                 raise

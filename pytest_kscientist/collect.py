@@ -266,7 +266,7 @@ class CandidateNode(pytest.Collector):
         try:
             self.worker = start_worker(self.task, self.source, self.entry, self.prepare,
                                        self.ks.device, self.ks.settings.timeout_s,
-                                       self.ks.evaluator(self.task).init_seed)
+                                       self.ks.evaluator(self.task).init_seed, self.ks.spares)
         except CandidateFailure as exc:
             self.load_failure = exc
             raise

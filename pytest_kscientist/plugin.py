@@ -171,7 +171,7 @@ class KsHooks:
             # (evolve/loop.py, run_evolution).
             session.exitstatus = self.evolve_code
         ks = self.ks
-        ks.close_partners()
+        ks.close_workers()
         ks.finalize()
         for per_task in ks.results.values():
             for result in per_task.values():

@@ -27,6 +27,7 @@ from pytest_kscientist.results import (
 from pytest_kscientist.scan import scan_file
 from pytest_kscientist.scores import score_all
 from pytest_kscientist.task import Task
+from pytest_kscientist.worker import Spares
 
 REFERENCE_NAME = "reference"
 
@@ -103,13 +104,22 @@ class KsSession:
                 key = (task.name, spec.name)
                 if key not in self.partners:
                     self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s,
-                                                 init_seed=self.evaluator(task).init_seed)
+                                                 init_seed=self.evaluator(task).init_seed,
+                                                 spares=self.spares)
                 out.append(self.partners[key])
         return out
 
-    def close_partners(self) -> None:
+    @cached_property
+    def spares(self) -> Spares:
+        """Runner processes started ahead of need (GPU runs only: worker.Spares)."""
+        return Spares(ahead=self.device.startswith("cuda"))
+
+    def close_workers(self) -> None:
+        """End the baselines' workers and any runner started ahead of need."""
         for partner in self.partners.values():
             partner.close()
+        if "spares" in self.__dict__:
+            self.spares.close()
 
     # -- results ----------------------------------------------------------------------------
 

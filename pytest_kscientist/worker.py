@@ -161,30 +161,20 @@ def _warn_unsandboxed(why: str) -> None:
         "namespaces to enable it"), stacklevel=3)
 
 
-class Worker:
-    """One live candidate process. Any failure to answer kills it; make a new one to go on.
+class RunnerProcess:
+    """A started ``pytest_kscientist.runner`` that has not been told its candidate yet.
 
-    ``sandbox``: None uses the OS sandbox when it works here, True requires it, False skips it.
+    Until its hello it only imports torch (~5 s of a worker's start on the H200, 95% of it) and
+    waits on its request pipe; it touches no device before the hello.
     """
 
-    def __init__(self, problem: dict[str, Any], device: str, output_index: int | None,
-                 timeout: float, sandbox: bool | None = None, protect: Path | None = None):
-        # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
-        # of the task whose project the sandbox keeps read-only (default: the problem's path).
-        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox)
-        self.sandboxed = bool(prefix)
-        self.timeout = timeout
-        self.key = secrets.token_bytes(32)
-        self.seq_out = 0
-        self.seq_in = 0
-        self._pid: int | None = None
-        self._thread_ns: dict[str, int] = {}
+    def __init__(self, prefix: Sequence[str], env: dict[str, str]) -> None:
+        self.prefix = tuple(prefix)
         self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
         channel.widen(res_w)  # outputs travel this way
-        worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, "-m", "pytest_kscientist.runner", str(req_r),
@@ -194,11 +184,82 @@ class Worker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.tmp.name,
-                env=clean_environment(device),
+                env=env,
                 start_new_session=True,
             )
         os.close(req_r)
         os.close(res_w)
+
+    def discard(self) -> None:
+        """Kill it (its whole process group) and remove its folder."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for fd in (self.req_w, self.res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.tmp.cleanup()
+
+
+class Spares:
+    """Runner processes started ahead of need: taking one starts the next.
+
+    A new worker (every candidate, and again after a failed item) then skips the runner's
+    ``import torch``. Used on GPUs only: there the spare's start runs on other host cores while
+    device time is measured; on a CPU it would take a core from the worker being timed.
+    State of one pytest session (``KsSession.spares``); ``close`` at its end.
+    """
+
+    def __init__(self, ahead: bool) -> None:
+        self.ahead = ahead
+        self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
+
+    def take(self, prefix: Sequence[str], env: dict[str, str]) -> RunnerProcess:
+        key = (tuple(prefix), tuple(sorted(env.items())))
+        process = self._ready.pop(key, None)
+        if process is not None and process.proc.poll() is not None:
+            process.discard()  # died while waiting (killed from outside): start another
+            process = None
+        if process is None:
+            process = RunnerProcess(prefix, env)
+        if self.ahead:
+            self._ready[key] = RunnerProcess(prefix, env)
+        return process
+
+    def close(self) -> None:
+        for process in self._ready.values():
+            process.discard()
+        self._ready.clear()
+
+
+class Worker:
+    """One live candidate process. Any failure to answer kills it; make a new one to go on.
+
+    ``sandbox``: None uses the OS sandbox when it works here, True requires it, False skips it.
+    ``spares``: where to take the process from (started ahead of time), else one is started.
+    """
+
+    def __init__(self, problem: dict[str, Any], device: str, output_index: int | None,
+                 timeout: float, sandbox: bool | None = None, protect: Path | None = None,
+                 spares: Spares | None = None):
+        # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
+        # of the task whose project the sandbox keeps read-only (default: the problem's path).
+        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox)
+        process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device))
+        self.sandboxed = bool(prefix)
+        self.timeout = timeout
+        self.key = secrets.token_bytes(32)
+        self.seq_out = 0
+        self.seq_in = 0
+        self._pid: int | None = None
+        self._thread_ns: dict[str, int] = {}
+        self.tmp, self.log_path, self.proc = process.tmp, process.log_path, process.proc
+        self.req_w, self.res_r = process.req_w, process.res_r
+        worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         hello = {
             "key": self.key.hex(),
             "device": worker_device,

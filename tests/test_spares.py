@@ -1,0 +1,80 @@
+"""Runner processes started ahead of need (worker.Spares): real processes, CPU device."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import REPO
+
+from pytest_kscientist.task import load_task
+from pytest_kscientist.worker import Spares, Worker
+
+FP8 = REPO / "tasks" / "fp8_gemm"
+
+
+def _worker(spares: Spares) -> Worker:
+    task = load_task(FP8)
+    return Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=False,
+                  spares=spares)
+
+
+def _ready(spares: Spares) -> list:
+    return list(spares._ready.values())
+
+
+def test_taking_a_runner_starts_the_next_and_the_next_worker_uses_it() -> None:
+    spares = Spares(ahead=True)
+    first = _worker(spares)
+    try:
+        (waiting,) = _ready(spares)
+        assert waiting.proc.poll() is None and waiting.proc.pid != first.proc.pid
+        second = _worker(spares)
+        try:
+            assert second.proc.pid == waiting.proc.pid  # the spare, not a new process
+            # It serves this worker's key: a request gets the runner's own answer.
+            header, _ = second.request("fetch", count=0)
+            assert header["ok"] is False and "without a call before it" in header["reason"]
+            assert len(_ready(spares)) == 1
+        finally:
+            second.close()
+    finally:
+        first.close()
+        left = _ready(spares)
+        spares.close()
+    assert all(p.proc.poll() is not None for p in left)  # close() ended the one waiting
+    assert _ready(spares) == []
+
+
+def test_a_spare_that_died_while_waiting_is_replaced() -> None:
+    spares = Spares(ahead=True)
+    first = _worker(spares)
+    try:
+        (waiting,) = _ready(spares)
+        waiting.proc.kill()
+        waiting.proc.wait()
+        second = _worker(spares)
+        try:
+            assert second.proc.pid != waiting.proc.pid and second.alive()
+            assert second.overhead_us >= 0.0
+        finally:
+            second.close()
+    finally:
+        first.close()
+        spares.close()
+
+
+def test_without_ahead_nothing_waits() -> None:
+    spares = Spares(ahead=False)
+    worker = _worker(spares)
+    try:
+        assert _ready(spares) == [] and worker.alive()
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("device, ahead", [("cpu", False), ("cuda:0", True)])
+def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool) -> None:
+    from pytest_kscientist.session import KsSession
+
+    session = KsSession.__new__(KsSession)
+    session.__dict__["device"] = device
+    assert session.spares.ahead is ahead
