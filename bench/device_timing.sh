@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
-#   KS_PART=first: fidelity with both timer placements (bench/fidelity.py --launch hidden
-#     counted), one candidate's suite without and with both baselines (wall), the gpu-marked
-#     tests under the "counted" placement, the HIP seed's portable form
+#   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
+#     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
+#     --evolve 2 from the Triton seed (each generation's time in its log)
 #   KS_PART=measure (default): fidelity table (bench/fidelity.py), one candidate's full suite
 #     without and with both cuBLAS baselines (wall time), GPU A/A (bench/aa.py, 2 runs)
 #   KS_PART=tests: the gpu-marked tests (the GPU adversarial corpus too), then the fidelity
@@ -25,18 +25,16 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
-if [[ ${KS_PART:-measure} == first ]]; then
-  t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --launch hidden counted \
-    --out "$OUT/fidelity.json"
-  t 60 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
-    --kernel "$SEED" --ks-skip-reference --ks-baselines none
+if [[ ${KS_PART:-measure} == anchors ]]; then
+  t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 100 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
-    --kernel "$SEED" --ks-skip-reference --ks-baselines all
-  t 240 "$OUT/gpu-tests.log" env KSBENCH_TIMER_LAUNCH=counted python3 -m pytest tests -m gpu --continue-on-collection-errors \
-    -p no:cacheprovider -q -rA
-  t 60 "$OUT/hip.log" python3 bench/hip_seed_portable.py --profile full
+    --kernel "$SEED" --ks-skip-reference --ks-baselines all --durations=30
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
+  t 280 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 2 \
+    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
   tar -C "$OUT" -czf "$OUT/logs.tgz" --exclude logs.tgz . 2>/dev/null
-elif [[ ${KS_PART:-measure} == measure ]]; then
+elif [[ $KS_PART == measure ]]; then
   t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 100 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
     --kernel "$SEED" --ks-skip-reference --ks-baselines none
