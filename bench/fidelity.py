@@ -34,8 +34,10 @@ TASK = ROOT / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "triton_blockscaled.py"
 
 
-def plain_loop(kernels, ref, cases, reps):
-    """(name, case id) -> median us with the GPU MODE protocol, all in this process."""
+def plain_loop(kernels, ref, cases, reps, spin=False):
+    """(name, case id) -> median us with the GPU MODE protocol, all in this process.
+    ``spin``: a 0.2 ms spin kernel queued right after the synchronisation, before the flush (what
+    the harness does, timing.py), so the GPU never idles between calls."""
     import torch
     from triton.testing import do_bench
 
@@ -51,6 +53,8 @@ def plain_loop(kernels, ref, cases, reps):
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 torch.cuda.synchronize()
+                if spin:
+                    torch.cuda._sleep(400_000)
                 scratch.zero_()
                 start.record()
                 fn(inputs[i % 4])
@@ -159,33 +163,37 @@ def main() -> None:
     plain = plain_loop(kernels, ref, cases, args.reps)
     cupti = kernel_time(kernels, ref, cases, args.reps, args.out.parent)
     timed, wall = harness(args.budget, args.out.with_suffix(".harness.json"))
-    # The plain loop again, after the harness: the anchor's own repeatability.
+    # The plain loop again, after the harness: the anchor's own repeatability; then with the
+    # harness's spin before the flush: the plain loop with the GPU kept awake.
     again = plain_loop(kernels, ref, cases, args.reps)
-    cols = ("plain", "plain again", "do_bench", "kernels (CUPTI)", "harness")
-    print("| kernel | shape | " + " | ".join(f"{c} us" for c in cols)
-          + " | harness/CUPTI | harness/plain | plain again/plain |")
-    print("|---|---|" + "---|" * (len(cols) + 3))
+    spun = plain_loop(kernels, ref, cases, args.reps, spin=True)
+    cols = ("plain", "plain again", "plain + spin", "do_bench", "kernels (CUPTI)", "harness")
+    pairs = (("harness", "kernels (CUPTI)"), ("harness", "plain"), ("harness", "plain + spin"),
+             ("plain again", "plain"))
+    at = {c: i for i, c in enumerate(cols)}
+    print("| kernel | shape | " + " | ".join(f"{c} us" for c in cols) + " | "
+          + " | ".join(f"{a}/{b}" for a, b in pairs) + " |")
+    print("|---|---|" + "---|" * (len(cols) + len(pairs)))
     rows = []
     for name in kernels:
         for case in cases:
             key = (name, case_id(case))
-            row = (plain[key], again[key], plain[(name + "/do_bench", key[1])], cupti[key],
-                   timed.get(key, math.nan))
+            row = (plain[key], again[key], spun[key], plain[(name + "/do_bench", key[1])],
+                   cupti[key], timed.get(key, math.nan))
             rows.append((name, key[1], *row))
-            mark = {True: "", False: " (out)"}
-            print(f"| {name} | {key[1]} | " + " | ".join(f"{v:.1f}" for v in row)
-                  + f" | {row[4] / row[3]:.3f}{mark[within(row[4], row[3])]}"
-                  f" | {row[4] / row[0]:.3f}{mark[within(row[4], row[0])]}"
-                  f" | {row[1] / row[0]:.3f}{mark[within(row[1], row[0])]} |")
+            ratios = [f"{row[at[a]] / row[at[b]]:.3f}"
+                      + ("" if within(row[at[a]], row[at[b]]) else " (out)") for a, b in pairs]
+            print(f"| {name} | {key[1]} | " + " | ".join(f"{v:.1f}" for v in row) + " | "
+                  + " | ".join(ratios) + " |")
     print("\nshapes within max(3%, 2 us) and geomeans:")
-    print("| kernel | " + " | ".join(f"{c} geomean us" for c in cols)
-          + " | harness within CUPTI | harness within plain | plain again within plain |")
-    print("|---|" + "---|" * (len(cols) + 3))
+    print("| kernel | " + " | ".join(f"{c} geomean us" for c in cols) + " | "
+          + " | ".join(f"{a} within {b}" for a, b in pairs) + " |")
+    print("|---|" + "---|" * (len(cols) + len(pairs)))
     summary = {}
     for name in kernels:
-        mine = [r for r in rows if r[0] == name]
-        g = [geomean([r[2 + i] for r in mine]) for i in range(len(cols))]
-        counts = [sum(within(r[a], r[b]) for r in mine) for a, b in ((6, 5), (6, 2), (3, 2))]
+        mine = [r[2:] for r in rows if r[0] == name]
+        g = [geomean([r[i] for r in mine]) for i in range(len(cols))]
+        counts = [sum(within(r[at[a]], r[at[b]]) for r in mine) for a, b in pairs]
         summary[name] = {"geomeans": dict(zip(cols, g, strict=True)), "within": counts}
         print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in g) + " | "
               + " | ".join(f"{c}/{len(mine)}" for c in counts) + " |")
