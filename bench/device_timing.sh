@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
+#   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
 #     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
 #     --evolve 2 from the Triton seed (each generation's time in its log)
@@ -25,7 +26,10 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
-if [[ ${KS_PART:-measure} == anchors ]]; then
+if [[ ${KS_PART:-measure} == check ]]; then
+  t 200 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
+  t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
+elif [[ ${KS_PART:-measure} == anchors ]]; then
   t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 100 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
     --kernel "$SEED" --ks-skip-reference --ks-baselines all --durations=30
