@@ -146,3 +146,60 @@ def test_rewrite_round_trips(knobs: dict, new: list, layout: str, prefix: str, p
     head, tail = source.split("TUNABLES = ", 1)[0], source.rsplit("}", 1)[1]
     assert out.startswith(head) and out.endswith(tail)
     assert rewrite_tunables(out, {k: knobs[k] for k in changes}) == rewrite_tunables(source, {})
+
+
+SHAPED = (
+    '"""Knobs per class of shapes."""\n'
+    "TUNABLES = {'a': 1, 'b': 'x'}  # defaults\n"
+    "SHAPE_KEYS = ['m', 'k']\n"
+    "TUNABLES_BY_SHAPE = []  # rules\n"
+    "def custom_kernel(d):\n"
+    "    return d\n"
+)
+
+
+def test_per_shape_rules_read_and_rewrite_leaving_the_rest_intact() -> None:
+    from pytest_kscientist.evolve.knobs import read_by_shape, read_shape_keys
+
+    assert read_by_shape(SEED.read_text()) is None  # declares none: cannot dispatch per shape
+    assert read_shape_keys(SEED.read_text()) == []
+    assert (read_by_shape(SHAPED), read_shape_keys(SHAPED)) == ([], ["m", "k"])
+    rules = [{"when": {"m": (None, 2509), "k": [725, None]}, "knobs": {"a": 2}},
+             {"when": {"m": [0.5, 9.5]}, "knobs": {"a": 3, "b": "y"}}]
+    out = rewrite_tunables(SHAPED, {"b": "z"}, rules, ["m < 2509, k >= 725: c0002's", ""])
+    assert read_tunables(out) == {"a": 1, "b": "z"}
+    assert read_by_shape(out) == [
+        {"when": {"m": [None, 2509], "k": [725, None]}, "knobs": {"a": 2}},
+        {"when": {"m": [0.5, 9.5]}, "knobs": {"a": 3, "b": "y"}}]
+    assert "    # m < 2509, k >= 725: c0002's\n" in out and "  # rules\n" in out
+    assert skeleton_sha(out) == skeleton_sha(SHAPED)  # the same code: one family
+    assert rewrite_tunables(out, {"b": "x"}, []) == SHAPED  # back to no rules, byte for byte
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"when": {}}, "must be a list literal of"),
+        ([{"when": {}, "knobs": {"c": 1}}], r"TUNABLES_BY_SHAPE\[0\] sets 'c', which TUNABLES"),
+        ([{"when": {"n": [1, 2]}, "knobs": {}}], "bounds 'n', which is not in SHAPE_KEYS"),
+        ([{"when": {"m": [4, 2]}, "knobs": {}}], r"low < high .* found \[4, 2\]"),
+        ([{"when": {"m": [1]}, "knobs": {}}], "must be bounded by"),
+        ([{"when": {"m": [True, 2]}, "knobs": {}}], "must be bounded by"),
+        ([{"when": {}, "knobs": {"a": [1]}}], "is not a plain literal"),
+        ([{"when": {}}], "must be a dict with the keys 'when' and 'knobs'"),
+    ],
+)
+def test_bad_per_shape_rules_are_refused_with_the_rule_named(rules: object, message: str) -> None:
+    with pytest.raises(KnobError, match=message):
+        rewrite_tunables(SHAPED, {}, rules)  # type: ignore[arg-type]
+
+
+def test_per_shape_rules_need_a_kernel_that_declares_them() -> None:
+    from pytest_kscientist.evolve.knobs import read_by_shape
+
+    with pytest.raises(KnobError, match="declares no module-level TUNABLES_BY_SHAPE list"):
+        rewrite_tunables(SEED.read_text(), {}, [{"when": {}, "knobs": {"k_group": 2}}])
+    with pytest.raises(KnobError, match="TUNABLES_BY_SHAPE must be a list literal"):
+        read_by_shape("TUNABLES = {'a': 1}\nTUNABLES_BY_SHAPE = rules()\n")
+    with pytest.raises(KnobError, match="written with literal values only"):
+        read_by_shape("TUNABLES = {'a': 1}\nTUNABLES_BY_SHAPE = [x]\n")

@@ -3,6 +3,12 @@
 A tunable kernel declares ``TUNABLES = {"knob": value, ...}`` (literal keys and values) and
 ``TUNABLE_SPACE = {"knob": [value, ...]}``. Rewriting goes through the ``ast`` node positions of
 the dict's value nodes, so comments, layout and everything else in the file stay byte-identical.
+
+A kernel that can run other knob values per class of shapes also declares ``SHAPE_KEYS`` (the
+shape values it passes to its ``tunables_for(**shape)``, named as the task's case keys) and
+``TUNABLES_BY_SHAPE = [{"when": {key: [low, high]}, "knobs": {...}}, ...]``: the first rule whose
+every ``low <= shape[key] < high`` holds (``None``: no bound) sets its knobs over ``TUNABLES``;
+no rule, ``TUNABLES``. ``compose.dispatch`` states the same rule on this side.
 """
 
 from __future__ import annotations
@@ -10,14 +16,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import itertools
-from collections.abc import Iterator, Mapping
-from typing import TypeAlias
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from pytest_kscientist.declarations import assignments
 
 Knob: TypeAlias = int | float | str | bool | None
 TUNABLES_NAME = "TUNABLES"
 SPACE_NAME = "TUNABLE_SPACE"
+BY_SHAPE_NAME = "TUNABLES_BY_SHAPE"
+SHAPE_KEYS_NAME = "SHAPE_KEYS"
+# One rule of TUNABLES_BY_SHAPE: {"when": {key: [low, high]}, "knobs": {knob: value}}.
+Rule: TypeAlias = dict[str, Any]
+_RULES = "a list literal of {'when': {key: [low, high]}, 'knobs': {knob: value}} rules"
 
 
 class KnobError(ValueError):
@@ -26,13 +37,21 @@ class KnobError(ValueError):
 
 def _module_dict(tree: ast.Module, name: str) -> ast.Dict | None:
     """The last module-level ``name = {...}`` (or annotated) dict literal, or None."""
-    found: ast.Dict | None = None
+    found = _module_literal(tree, name, ast.Dict, "a dict literal {'knob': value, ...}")
+    return found if isinstance(found, ast.Dict) else None
+
+
+def _module_literal(
+    tree: ast.Module, name: str, kind: type[ast.expr], what: str
+) -> ast.expr | None:
+    """The value node of the last module-level ``name = ...`` (or annotated), which must be a
+    ``kind`` node; None when the module binds no ``name``."""
+    found: ast.expr | None = None
     for bound, value, _ in assignments(tree):
         if bound == name:
-            if not isinstance(value, ast.Dict):
+            if not isinstance(value, kind):
                 raise KnobError(
-                    f"{name} must be a dict literal {{'knob': value, ...}}, found "
-                    f"{type(value).__name__}; write the knobs out literally"
+                    f"{name} must be {what}, found {type(value).__name__}; write it out literally"
                 )
             found = value
     return found
@@ -60,6 +79,14 @@ def _literal(value: ast.expr, name: str, knob: str) -> object:
         raise KnobError(
             f"{name}[{knob!r}] must be a literal value, found {ast.unparse(value)!r}"
         ) from None
+
+
+def _whole(node: ast.expr, name: str) -> object:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise KnobError(f"{name} must be written with literal values only, found "
+                        f"{ast.unparse(node)!r}") from None
 
 
 def read_tunables(source: str) -> dict[str, Knob]:
@@ -103,9 +130,103 @@ def _check_literal(knob: str, value: object) -> None:
         )
 
 
-def rewrite_tunables(source: str, changes: Mapping[str, Knob]) -> str:
-    """``source`` with the given ``TUNABLES`` entries set to new literal values, all else intact."""
-    node = _module_dict(_parse(source), TUNABLES_NAME)
+def read_shape_keys(source: str) -> list[str]:
+    """The kernel's ``SHAPE_KEYS`` (the shape values its ``tunables_for`` receives), or []."""
+    node = _module_literal(_parse(source), SHAPE_KEYS_NAME, ast.List, "a list of key names")
+    if node is None:
+        return []
+    keys = _whole(node, SHAPE_KEYS_NAME)
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise KnobError(f"{SHAPE_KEYS_NAME} must list case keys as strings, e.g. ['m', 'n', 'k']")
+    return keys
+
+
+def read_by_shape(source: str) -> list[Rule] | None:
+    """The kernel's ``TUNABLES_BY_SHAPE`` rules, checked; None when it declares none."""
+    tree = _parse(source)
+    node = _module_literal(tree, BY_SHAPE_NAME, ast.List, _RULES)
+    if node is None:
+        return None
+    rules = _whole(node, BY_SHAPE_NAME)
+    return check_rules(rules, set(read_tunables(source)), read_shape_keys(source))
+
+
+def check_rules(rules: object, knobs: set[str], keys: Sequence[str]) -> list[Rule]:
+    """``rules`` as TUNABLES_BY_SHAPE holds them (bounds as [low, high] lists), or KnobError
+    naming the first rule that is not one over ``keys`` setting declared ``knobs``."""
+    if not isinstance(rules, (list, tuple)):
+        raise KnobError(f"{BY_SHAPE_NAME} must be {_RULES}")
+    out = []
+    for i, rule in enumerate(rules):
+        where = f"{BY_SHAPE_NAME}[{i}]"
+        if not isinstance(rule, Mapping) or set(rule) != {"when", "knobs"}:
+            raise KnobError(f"{where} must be a dict with the keys 'when' and 'knobs'")
+        when, values = rule["when"], rule["knobs"]
+        if not isinstance(when, Mapping) or not isinstance(values, Mapping):
+            raise KnobError(f"{where}: 'when' and 'knobs' must be dicts")
+        unknown = sorted(set(values) - knobs)
+        if unknown:
+            raise KnobError(f"{where} sets {', '.join(map(repr, unknown))}, which "
+                            f"{TUNABLES_NAME} does not declare; set only declared knobs")
+        for knob, value in values.items():
+            _check_literal(knob, value)
+        bounds = {}
+        for key, pair in when.items():
+            if key not in keys:
+                raise KnobError(f"{where} bounds {key!r}, which is not in {SHAPE_KEYS_NAME} "
+                                f"({', '.join(map(repr, keys)) or 'none declared'})")
+            ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+                b is None or (isinstance(b, (int, float)) and not isinstance(b, bool))
+                for b in pair)
+            if not ok or (pair[0] is not None and pair[1] is not None and pair[0] >= pair[1]):
+                raise KnobError(f"{where}: {key!r} must be bounded by [low, high] with low < "
+                                f"high (numbers, or None for no bound), found {pair!r}")
+            bounds[key] = list(pair)
+        out.append({"when": bounds, "knobs": dict(values)})
+    return out
+
+
+def _splice(source: str, spans: Sequence[tuple[ast.expr, str]]) -> str:
+    """``source`` with the text of each node replaced; every other byte stays as it was."""
+    # ast columns are UTF-8 byte offsets, so splice the encoded text.
+    data = source.encode("utf-8")
+    starts = _line_offsets(data)
+    cuts = []
+    for node, text in spans:
+        assert node.end_lineno is not None and node.end_col_offset is not None
+        begin = starts[node.lineno - 1] + node.col_offset
+        end = starts[node.end_lineno - 1] + node.end_col_offset
+        cuts.append((begin, end, text.encode("utf-8")))
+    for begin, end, text in sorted(cuts, reverse=True):
+        data = data[:begin] + text + data[end:]
+    return data.decode("utf-8")
+
+
+def _rules_text(rules: Sequence[Rule], notes: Sequence[str]) -> str:
+    """TUNABLES_BY_SHAPE's literal: one rule a line pair, each after its note as a comment."""
+    if not rules:
+        return "[]"
+    lines = ["["]
+    for i, rule in enumerate(rules):
+        if i < len(notes) and notes[i]:
+            lines.append("    # " + " ".join(notes[i].split()))
+        lines.append(f"    {{'when': {rule['when']!r},")
+        lines.append(f"     'knobs': {rule['knobs']!r}}},")
+    lines.append("    # any other shape: TUNABLES")
+    return "\n".join(lines + ["]"])
+
+
+def rewrite_tunables(
+    source: str,
+    changes: Mapping[str, Knob],
+    by_shape: Sequence[Rule] | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """``source`` with the given ``TUNABLES`` entries set to new literal values, all else intact;
+    with ``by_shape``, its ``TUNABLES_BY_SHAPE`` replaced by those rules (``notes``: a comment
+    above each)."""
+    tree = _parse(source)
+    node = _module_dict(tree, TUNABLES_NAME)
     if node is None:
         raise KnobError(f"kernel declares no module-level {TUNABLES_NAME} dict; nothing to rewrite")
     nodes = dict(_items(node, TUNABLES_NAME))
@@ -117,32 +238,35 @@ def rewrite_tunables(source: str, changes: Mapping[str, Knob]) -> str:
         )
     for knob, value in changes.items():
         _check_literal(knob, value)
-    # ast columns are UTF-8 byte offsets, so splice the encoded text.
-    data = source.encode("utf-8")
-    starts = _line_offsets(data)
-    spans = []
-    for knob, value in changes.items():
-        v = nodes[knob]
-        assert v.end_lineno is not None and v.end_col_offset is not None
-        begin = starts[v.lineno - 1] + v.col_offset
-        end = starts[v.end_lineno - 1] + v.end_col_offset
-        spans.append((begin, end, repr(value).encode("utf-8")))
-    for begin, end, text in sorted(spans, reverse=True):
-        data = data[:begin] + text + data[end:]
-    out = data.decode("utf-8")
+    spans: list[tuple[ast.expr, str]] = [(nodes[k], repr(v)) for k, v in changes.items()]
+    rules = None
+    if by_shape is not None:
+        rules_node = _module_literal(tree, BY_SHAPE_NAME, ast.List, _RULES)
+        if rules_node is None:
+            raise KnobError(f"kernel declares no module-level {BY_SHAPE_NAME} list; it cannot "
+                            "run other knob values per shape")
+        rules = check_rules(by_shape, set(nodes), read_shape_keys(source))
+        spans.append((rules_node, _rules_text(rules, notes)))
+    out = _splice(source, spans)
     got = read_tunables(out)
     expected = {k: _literal(v, TUNABLES_NAME, k) for k, v in nodes.items()} | dict(changes)
-    if got != expected:  # pragma: no cover - a bug in the splice, never user input
+    if got != expected or (rules is not None and read_by_shape(out) != rules):  # pragma: no cover
         raise KnobError(f"rewriting {TUNABLES_NAME} produced {got}, expected {expected}")
     return out
 
 
 def skeleton_sha(source: str) -> str:
-    """A hash of the code with knob values blanked: equal for kernels that differ only in knobs."""
+    """A hash of the code with knob values (and per-shape rules) blanked: equal for kernels
+    that differ only in those."""
     tree = _parse(source)
     node = _module_dict(tree, TUNABLES_NAME)
     if node is not None:
         node.values = [ast.Constant(value=None) for _ in node.values]
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
+            [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == BY_SHAPE_NAME for t in targets):
+            stmt.value = ast.Constant(value=None)  # type: ignore[union-attr]
     return hashlib.sha256(ast.unparse(tree).encode("utf-8")).hexdigest()
 
 
