@@ -67,23 +67,26 @@ class RoleError(Exception):
 
 
 def task_brief(task: Task, members: Sequence[Member]) -> TaskBrief:
-    """The brief: description, reference source, hardware and benchmark ids as last measured."""
+    """The brief: description, reference source, hardware and benchmarks as last measured."""
     evaluated = [m.evaluation for m in members if m.evaluation is not None]
     latest = max(evaluated, key=lambda e: e.evaluated_at, default=None)
-    hardware, bench_ids = "not measured yet", []
+    hardware, bench_ids, bench_cases = "not measured yet", [], {}
     if latest is not None and latest.machine is not None:
         mi = latest.machine
         known = describe(mi.device_name, mi.device)
         hardware = f"{known}; torch {mi.torch}, {mi.platform}"
     if latest is not None and latest.profile in task.spec.profiles:
         hardware += f"; case profile '{latest.profile}'"
-        bench_ids = [task.case_id(c) for c in task.spec.profiles[latest.profile].benchmarks]
+        benchmarks = task.spec.profiles[latest.profile].benchmarks
+        bench_ids = [task.case_id(c) for c in benchmarks]
+        bench_cases = {task.case_id(c): dict(c) for c in benchmarks}
     return TaskBrief(
         name=task.name,
         description=task.spec.description.strip(),
         reference_source=reference_text(task),
         hardware=hardware,
         benchmark_ids=bench_ids,
+        benchmark_cases=bench_cases,
         entry=task.entry,
         contract=CONTRACTS.get(task.form, DEFAULT_CONTRACT),
     )

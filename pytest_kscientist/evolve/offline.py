@@ -2,23 +2,31 @@
 
 The designer learns an additive model of log(geomean) over knob values from every evaluated
 member of the base's family (kernels whose code differs only in knob values), extrapolates one
-step along observed trends, and proposes unexplored single, paired and cross-over moves. Gains are
-speed-ups in percent: +100 means twice as fast.
+step along observed trends, and proposes unexplored single, paired and cross-over moves. When the
+base's kernel can run knob values per class of shapes (``TUNABLES_BY_SHAPE``), it also proposes
+the structural move of ``compose.py``: one kernel dispatching each class of shapes to the knob
+point fastest there. Gains are speed-ups in percent: +100 means twice as fast.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pytest_kscientist.evolve import compose
 from pytest_kscientist.evolve.knobs import (
+    BY_SHAPE_NAME,
     Knob,
     KnobError,
+    Rule,
     moves,
     paired_moves,
+    read_by_shape,
+    read_shape_keys,
     read_space,
     read_tunables,
     rewrite_tunables,
@@ -52,15 +60,28 @@ class NothingToMove(KnobError):
 
 @dataclass(frozen=True)
 class Tuned:
-    """A candidate whose knobs the offline roles can read."""
+    """A candidate whose knobs the offline roles can read; ``rules``: its TUNABLES_BY_SHAPE
+    (None when it declares none), ``shape_keys``: its SHAPE_KEYS."""
 
     summary: CandidateSummary
     values: dict[str, Knob]
     space: dict[str, list[Knob]]
     family: str
+    rules: list[Rule] | None = None
+    shape_keys: tuple[str, ...] = ()
 
-    def config(self) -> tuple[tuple[str, Knob], ...]:
-        return tuple(sorted(self.values.items()))
+    def config(
+        self, values: dict[str, Knob] | None = None, rules: list[Rule] | None = None
+    ) -> tuple[tuple[str, Knob], ...]:
+        """The kernel's configuration (or the one with other ``values`` / ``rules``)."""
+        rules = self.rules if rules is None else rules
+        config = tuple(sorted((self.values if values is None else values).items()))
+        return config + ((BY_SHAPE_NAME, json.dumps(rules, sort_keys=True)),) if rules else config
+
+    @property
+    def composed(self) -> bool:
+        """Whether it runs other knob values on some shapes (so its geomean is no knob point's)."""
+        return bool(self.rules)
 
 
 def tuned(candidate: CandidateSummary) -> Tuned | None:
@@ -68,19 +89,22 @@ def tuned(candidate: CandidateSummary) -> Tuned | None:
     try:
         values, space = read_tunables(candidate.source), read_space(candidate.source)
         family = skeleton_sha(candidate.source)
+        rules, keys = read_by_shape(candidate.source), read_shape_keys(candidate.source)
     except KnobError:
         return None
     if not values or not any(k in values for k in space):
         return None
-    return Tuned(candidate, values, space, family)
+    return Tuned(candidate, values, space, family, rules, tuple(keys))
 
 
-def _family(base: Tuned, population: list[CandidateSummary]) -> list[Tuned]:
+def _family(base: Tuned, population: list[CandidateSummary], single: bool = False) -> list[Tuned]:
+    """The kernels of ``base``'s family; ``single``: only those with one configuration."""
     out = []
     for c in population:
         t = tuned(c)
         if t is not None and t.family == base.family and set(t.values) == set(base.values):
-            out.append(t)
+            if not (single and t.composed):
+                out.append(t)
     return out
 
 
@@ -108,7 +132,9 @@ class OfflineSelector:
     """Base = fastest passing kernel with knobs left to try; reference = its strongest rival.
 
     When the best kernel has not been beaten for ``stall`` generations, the base moves to the
-    best kernel of another family (different code) that still has untried knobs.
+    best kernel of another family (different code) that still has untried knobs. A composed
+    kernel (knob points per shape class) is no base for knob moves: they go on from kernels of
+    one configuration, and the designer composes again from their per-shape results.
     """
 
     def __init__(self, stall: int = 3) -> None:
@@ -124,10 +150,20 @@ class OfflineSelector:
         if not passed:
             raise ValueError("no candidate has passed its checks; there is no base to improve")
         best = passed[0]
-        open_ = [c for c in passed if (t := tuned(c)) and _has_untried(t, _family(t, population))]
+        open_ = [
+            c
+            for c in passed
+            if (t := tuned(c)) and not t.composed and _has_untried(t, _family(t, population, True))
+        ]
         base, note = (open_[0] if open_ else best), ""
         if base is not best:
-            note = f" (the fastest, {best.id}, has every knob configuration tried)"
+            fastest = tuned(best)
+            note = (
+                f" (the fastest, {best.id}, runs knob points per shape class: knob moves go on "
+                "from kernels of one configuration)"
+                if fastest is not None and fastest.composed
+                else f" (the fastest, {best.id}, has every knob configuration tried)"
+            )
         latest = max(c.generation for c in population)
         if open_ and latest - best.generation >= self.stall:
             family = tb.family if (tb := tuned(base)) else ""
@@ -280,20 +316,24 @@ class OfflineDesigner:
                 "openai --ks-model NAME --ks-llm-base-url URL), or declare knobs in a seed"
             )
         family = _family(t, population)
-        model = KnobModel.fit(family, t.space)
+        single = [f for f in family if not f.composed]
+        model = KnobModel.fit(single, t.space)
         changes = self._changes(t, family, reference)
         base_pred, _ = model.predict(t.values)
-        plans = [self._plan(t, model, base_pred, c, origin, len(family)) for c, origin in changes]
+        plans = [self._plan(t, model, base_pred, c, origin, len(single)) for c, origin in changes]
         ranked = sorted(
             plans, key=lambda p: p.expected_gain_min_pct + p.expected_gain_max_pct, reverse=True
         )
+        composition, learned = compose.move(task, t, family, model.spread)
+        # The structural move comes first: the knob plans fill the other places.
+        ranked = ([composition] if composition else []) + ranked
         avenues = [f"{p.title}: {p.changes}" for p in ranked[:N_AVENUES]]
         chosen = self._choose(ranked, max(N_PLANS, n_keep))
         return Design(
             avenues=avenues or [f"every knob configuration near {base.id} has been tried"],
             plans=chosen,
             kept=keep_three(chosen, n_keep),
-            findings_update=self._learned(t, model),
+            findings_update="\n".join(x for x in (self._learned(t, model), learned) if x),
         )
 
     @staticmethod
@@ -304,7 +344,7 @@ class OfflineDesigner:
         out: list[tuple[dict[str, Knob], str]] = []
 
         def add(change: dict[str, Knob], origin: str) -> None:
-            config = tuple(sorted((t.values | change).items()))
+            config = t.config(t.values | change)
             if change and config not in tried:
                 tried.add(config)
                 out.append((change, origin))
@@ -391,15 +431,18 @@ class OfflineDesigner:
 
 
 class OfflineWriter:
-    """Writes a plan's knob values into the base's TUNABLES via the ast; nothing else changes."""
+    """Writes a plan's knob values into the base's TUNABLES, and its per-shape rules into
+    TUNABLES_BY_SHAPE, via the ast; nothing else changes."""
 
     def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft:
-        if not plan.knobs:
+        if not plan.knobs and not plan.by_shape:
             raise KnobError(
                 f"plan '{plan.title}' names no knob values; "
-                "the offline writer only rewrites TUNABLES"
+                "the offline writer only rewrites TUNABLES and TUNABLES_BY_SHAPE"
             )
-        source = rewrite_tunables(base.source, plan.knobs)
+        rules = [r.model_dump(exclude={"note"}) for r in plan.by_shape] if plan.by_shape else None
+        notes = [r.note for r in plan.by_shape]
+        source = rewrite_tunables(base.source, plan.knobs, rules, notes)
         return Draft(
             source=source,
             explanation=f"{base.id} with {plan.title}. {plan.changes}.",

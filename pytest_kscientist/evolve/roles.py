@@ -17,13 +17,16 @@ DEFAULT_CONTRACT = (
 
 class TaskBrief(BaseModel):
     """What every role is told about the task and the machine; ``entry`` is the name a
-    candidate file must define at module level and ``contract`` says what it is, in words."""
+    candidate file must define at module level and ``contract`` says what it is, in words;
+    ``benchmark_cases``: each benchmark's case values by id (its shape, for the offline
+    composition move)."""
 
     name: str
     description: str
     reference_source: str
     hardware: str
     benchmark_ids: list[str]
+    benchmark_cases: dict[str, dict[str, int | float | bool | str]] = Field(default_factory=dict)
     entry: str = "custom_kernel"
     contract: str = DEFAULT_CONTRACT
 
@@ -52,8 +55,19 @@ class Selection(BaseModel):
     reason: str
 
 
+class ShapeRule(BaseModel):
+    """One entry of a kernel's ``TUNABLES_BY_SHAPE``: the knob values for calls whose shape lies
+    within ``when`` (key -> [low, high]: low <= value < high, None for no bound)."""
+
+    when: dict[str, tuple[int | float | None, int | float | None]]
+    knobs: dict[str, int | float | str | bool | None]
+    note: str = ""  # written above the rule as a comment: where its values come from
+
+
 class ExperimentPlan(BaseModel):
-    """One experiment: what to change, the expected gain range (percent) and how novel it is."""
+    """One experiment: what to change, the expected gain range (percent) and how novel it is;
+    ``knobs`` and ``by_shape`` are the offline writer's exact edits (``TUNABLES`` values, and
+    the rules that replace ``TUNABLES_BY_SHAPE``)."""
 
     title: str
     changes: str
@@ -61,6 +75,7 @@ class ExperimentPlan(BaseModel):
     expected_gain_max_pct: float
     innovation: float = Field(ge=0, le=10)
     knobs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    by_shape: list[ShapeRule] = Field(default_factory=list)
 
 
 class Design(BaseModel):
@@ -142,4 +157,5 @@ def _same_plan(a: ExperimentPlan, b: ExperimentPlan) -> bool:
     def norm(text: str) -> str:
         return " ".join(text.lower().split())
 
-    return (norm(a.title), norm(a.changes), a.knobs) == (norm(b.title), norm(b.changes), b.knobs)
+    return (norm(a.title), norm(a.changes), a.knobs, a.by_shape) == (
+        norm(b.title), norm(b.changes), b.knobs, b.by_shape)

@@ -177,6 +177,9 @@ def plan_text(plan: ExperimentPlan) -> str:
     )
     if plan.knobs:
         text += "\nKnob settings: " + ", ".join(f"{k}={v!r}" for k, v in plan.knobs.items())
+    if plan.by_shape:
+        text += "\nTUNABLES_BY_SHAPE rules (first that holds wins; [low, high) per key): " + (
+            "; ".join(f"when {r.when} knobs {r.knobs}" for r in plan.by_shape))
     return text
 
 

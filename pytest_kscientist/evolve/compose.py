@@ -1,0 +1,321 @@
+"""The offline scientist's structural move: one kernel that runs, per class of shapes, the knob
+point that was fastest on that class's benchmarks (the paper's "reference kernel, fastest on
+some shapes", made into a dispatch).
+
+The rule, a greedy regression tree over the shape keys the kernel declares (``SHAPE_KEYS``):
+
+1. The knob points are the family's kernels with one configuration (no ``TUNABLES_BY_SHAPE``
+   rules of their own) that passed their checks and have a median on every benchmark. Only
+   these are composed, so each class runs a configuration that passed as a whole kernel.
+2. A class of benchmarks is served by the point with the lowest geomean over them (ties: the
+   earlier point).
+3. Starting from one class holding every benchmark, a class is split in two at a threshold of
+   one key, between two adjacent values its benchmarks take: their geometric mean, rounded up
+   for integers (m 1024 | 6144 splits at 2509), or their mean where one is not positive. The
+   split taken lowers the benchmarks' summed log time the most, and only if the benchmarks that
+   change point gain at least ``MIN_CLASS_GAIN`` on geomean (below that, medians timed in
+   different sessions may just differ by drift); at most ``MAX_CLASSES`` classes.
+4. The class with the most benchmarks (ties: the one the base's own point serves, then the
+   first) becomes ``TUNABLES``; every other class is one rule, bounded by the splits that made
+   it. The classes tile the whole space (thresholds are open ended), so any shape, benchmark or
+   not, runs exactly one of the points.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pytest_kscientist.evolve.knobs import Knob, Rule
+from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, ShapeRule, TaskBrief
+
+MAX_CLASSES = 4
+MIN_CLASS_GAIN = 0.03  # CPU timings on 2 shared cores vary by a few percent between sessions
+
+Bound = tuple[float | None, float | None]
+Cases = Mapping[str, Mapping[str, Any]]  # benchmark id -> its case values
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured knob point: a passed kernel's id, its knob values, its benchmark medians."""
+
+    id: str
+    knobs: dict[str, Knob]
+    times: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """Benchmarks whose shapes lie within ``when`` (key -> [low, high)), served by ``point``."""
+
+    when: dict[str, Bound]
+    benches: tuple[str, ...]
+    point: Point
+
+
+def dispatch(
+    default: Mapping[str, Knob], rules: Sequence[Rule], shape: Mapping[str, Any]
+) -> dict[str, Knob]:
+    """The knobs a kernel runs for ``shape``: those of the first rule whose every bound holds
+    (low <= value < high, None for no bound) over ``default``; the kernel's ``tunables_for``."""
+    for rule in rules:
+        if all(
+            (low is None or low <= shape[key]) and (high is None or shape[key] < high)
+            for key, (low, high) in rule["when"].items()
+        ):
+            return {**default, **rule["knobs"]}
+    return dict(default)
+
+
+def key_of(knobs: Mapping[str, Knob]) -> str:
+    """A knob point as one comparable string."""
+    return json.dumps(dict(knobs), sort_keys=True)
+
+
+def _cost(point: Point, benches: Sequence[str]) -> float:
+    return sum(math.log(point.times[b]) for b in benches)
+
+
+def _best(points: Sequence[Point], benches: Sequence[str]) -> tuple[float, Point]:
+    return min(((_cost(p, benches), p) for p in points), key=lambda cp: cp[0])
+
+
+def threshold(low: float, high: float) -> float:
+    """Where a class is cut between two adjacent values (rule 3): ``low < t <= high``."""
+    if low > 0:
+        mid = math.sqrt(low * high)
+        return math.ceil(mid) if isinstance(low, int) and isinstance(high, int) else mid
+    mid = (low + high) / 2
+    return math.floor(mid) + 1 if isinstance(low, int) and isinstance(high, int) else mid
+
+
+def _split(
+    cls: ShapeClass, points: Sequence[Point], cases: Cases, keys: Sequence[str], min_gain: float
+) -> tuple[float, ShapeClass, ShapeClass] | None:
+    """The best allowed split of ``cls`` (rule 3): (gain in summed log time, left, right)."""
+    cost, _ = _best(points, cls.benches)
+    found = None
+    for key in keys:
+        values = sorted({cases[b][key] for b in cls.benches})
+        for low, high in zip(values, values[1:], strict=False):
+            t = threshold(low, high)
+            left = tuple(b for b in cls.benches if cases[b][key] < t)
+            right = tuple(b for b in cls.benches if b not in left)
+            (cost_l, p_l), (cost_r, p_r) = _best(points, left), _best(points, right)
+            gain = cost - cost_l - cost_r
+            moved = [b for b in left if p_l is not cls.point] + [
+                b for b in right if p_r is not cls.point
+            ]
+            if not moved or gain < len(moved) * math.log1p(min_gain):
+                continue
+            if found is None or gain > found[0]:
+                lo, hi = cls.when.get(key, (None, None))
+                found = (
+                    gain,
+                    ShapeClass({**cls.when, key: (lo, t)}, left, p_l),
+                    ShapeClass({**cls.when, key: (t, hi)}, right, p_r),
+                )
+    return found
+
+
+def shape_classes(
+    points: Sequence[Point],
+    cases: Cases,
+    keys: Sequence[str],
+    benches: Sequence[str],
+    min_gain: float = MIN_CLASS_GAIN,
+    max_classes: int = MAX_CLASSES,
+) -> list[ShapeClass]:
+    """The classes of rules 2-3 over ``benches``: one when no split pays."""
+    usable = [k for k in keys if all(_number(cases[b].get(k)) for b in benches)]
+    classes = [ShapeClass({}, tuple(benches), _best(points, benches)[1])]
+    while len(classes) < max_classes:
+        splits = [
+            (s, i)
+            for i, c in enumerate(classes)
+            if (s := _split(c, points, cases, usable, min_gain)) is not None
+        ]
+        if not splits:
+            break
+        (_, left, right), i = max(splits, key=lambda si: si[0][0])
+        classes[i : i + 1] = [left, right]
+    return classes
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def describe(when: Mapping[str, Bound]) -> str:
+    """``1024 <= m < 2509, k < 725``: a class's bounds in words."""
+    parts = []
+    for key, (low, high) in when.items():
+        if low is not None and high is not None:
+            parts.append(f"{low:g} <= {key} < {high:g}")
+        elif high is not None:
+            parts.append(f"{key} < {high:g}")
+        elif low is not None:
+            parts.append(f"{key} >= {low:g}")
+    return ", ".join(parts) or "any shape"
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Rule 4: the class that becomes ``TUNABLES`` and the classes that become rules."""
+
+    default: ShapeClass
+    ruled: tuple[ShapeClass, ...]
+
+    def rules(self) -> list[ShapeRule]:
+        return [
+            ShapeRule(
+                when=c.when,
+                knobs=c.point.knobs,
+                note=f"{describe(c.when)}: {c.point.id}'s knobs, fastest on "
+                f"{_count(c.benches)} there",
+            )
+            for c in self.ruled
+        ]
+
+    def assignment(self) -> dict[str, str]:
+        """Benchmark -> the knob point it runs (``key_of``)."""
+        return {b: key_of(c.point.knobs) for c in (self.default, *self.ruled) for b in c.benches}
+
+    def text(self) -> str:
+        """Each class, its point and benchmarks, on one line."""
+        parts = [f"{describe(c.when)} -> {c.point.id} ({', '.join(c.benches)})" for c in self.ruled]
+        parts.append(f"other shapes -> {self.default.point.id} ({', '.join(self.default.benches)})")
+        return "; ".join(parts)
+
+
+def _count(benches: Sequence[str]) -> str:
+    return f"{len(benches)} benchmark{'s' if len(benches) != 1 else ''}"
+
+
+def compose(
+    points: Sequence[Point],
+    cases: Cases,
+    keys: Sequence[str],
+    benches: Sequence[str],
+    base_knobs: Mapping[str, Knob],
+    min_gain: float = MIN_CLASS_GAIN,
+) -> Composition | None:
+    """Rules 1-4 over ``points`` (each timed on every benchmark), or None when one point serves
+    every class or the benchmarks' shapes are unknown."""
+    benches = [b for b in benches if b in cases]
+    points = [p for p in points if all(b in p.times and p.times[b] > 0 for b in benches)]
+    if len(points) < 2 or len(benches) < 2 or not keys:
+        return None
+    classes = shape_classes(points, cases, keys, benches, min_gain)
+    if len({key_of(c.point.knobs) for c in classes}) < 2:
+        return None
+    base = key_of(base_knobs)
+    default = max(classes, key=lambda c: (len(c.benches), key_of(c.point.knobs) == base))
+    comp = Composition(default, tuple(c for c in classes if c is not default))
+    rules = [r.model_dump(exclude={"note"}) for r in comp.rules()]
+    for c in classes:  # each benchmark runs its class's point through the kernel's own rule
+        assert all(
+            dispatch(default.point.knobs, rules, cases[b]) == c.point.knobs for b in c.benches
+        ), (c, rules)
+    return comp
+
+
+def composition_plan(
+    comp: Composition,
+    base_id: str,
+    base_knobs: Mapping[str, Knob],
+    base_times: Mapping[str, float],
+    prior: Sequence[Mapping[str, str]],
+    spread: float,
+    n_points: int,
+) -> ExperimentPlan | None:
+    """The move as a plan: its gain over the base predicted from the points' own medians (+-
+    ``spread``, log units), its innovation 10 x the share of benchmarks given a point that
+    neither the base nor an earlier composition (``prior``: their ``assignment``s) gives them.
+    None when the base is timed on fewer benchmarks or is predicted no slower."""
+    assignment = comp.assignment()
+    if not all(b in base_times and base_times[b] > 0 for b in assignment):
+        return None
+    times = {b: c.point.times[b] for c in (comp.default, *comp.ruled) for b in c.benches}
+    gain = sum(math.log(base_times[b] / times[b]) for b in assignment) / len(assignment)
+    if gain <= 0:
+        return None
+    new = [b for b, point in assignment.items() if all(p.get(b) != point for p in prior)]
+    low, high = _pct(gain - spread), _pct(gain + spread)
+    title = "per shape class: " + "; ".join(
+        [f"{describe(c.when)} {c.point.id}" for c in comp.ruled]
+        + [f"other shapes {comp.default.point.id}"]
+    )
+    return ExperimentPlan(
+        title=title,
+        changes=(
+            f"composed from the per-shape winners of {n_points} passed kernel(s) of the "
+            f"family: {comp.text()}; predicted {_pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%)"
+            f" over {base_id} from their medians, timed in different sessions"
+        ),
+        expected_gain_min_pct=round(low, 2),
+        expected_gain_max_pct=round(high, 2),
+        innovation=round(10.0 * len(new) / len(assignment), 2),
+        knobs={k: v for k, v in comp.default.point.knobs.items() if base_knobs.get(k) != v},
+        by_shape=comp.rules(),
+    )
+
+
+def _pct(log_ratio: float) -> float:
+    return (math.exp(log_ratio) - 1.0) * 100.0
+
+
+class Kernel(Protocol):
+    """What the move reads of a kernel of the family (``offline.Tuned``)."""
+
+    summary: CandidateSummary
+    values: dict[str, Knob]
+    rules: list[Rule] | None
+    shape_keys: tuple[str, ...]
+
+    @property
+    def composed(self) -> bool: ...
+
+
+def move(
+    task: TaskBrief, base: Kernel, family: Sequence[Kernel], spread: float
+) -> tuple[ExperimentPlan | None, str]:
+    """The composition move from ``base`` over its ``family``, and a findings line on the
+    classes; no plan when the kernel cannot dispatch per shape (no ``TUNABLES_BY_SHAPE`` or
+    ``SHAPE_KEYS``), one point wins everywhere, or a kernel of the family already runs each
+    benchmark with the same point (the same composition, measured)."""
+    if base.rules is None or not base.shape_keys:
+        return None, ""
+    points = [
+        Point(f.summary.id, f.values, f.summary.bench_median_us)
+        for f in family
+        if not f.composed and f.summary.status == "passed"
+    ]
+    cases = task.benchmark_cases
+    comp = compose(points, cases, base.shape_keys, task.benchmark_ids, base.values)
+    if comp is None:
+        return None, ""
+    learned = f"- fastest per shape class ({len(points)} kernels of one configuration): " + (
+        comp.text()
+    )
+    prior = [_assignment(f, cases) for f in [base, *(f for f in family if f.composed)]]
+    if comp.assignment() in prior:
+        return None, learned
+    summary = base.summary
+    plan = composition_plan(
+        comp, summary.id, base.values, summary.bench_median_us, prior, spread, len(points)
+    )
+    return plan, learned
+
+
+def _assignment(kernel: Kernel, cases: Cases) -> dict[str, str]:
+    """Benchmark -> the knob point ``kernel`` runs it with; {} when its rules name a key the
+    benchmarks lack (such a kernel fails its own calls)."""
+    try:
+        return {b: key_of(dispatch(kernel.values, kernel.rules or [], c)) for b, c in cases.items()}
+    except KeyError:
+        return {}
