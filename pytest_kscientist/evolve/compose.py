@@ -272,10 +272,17 @@ def _pct(log_ratio: float) -> float:
 class Kernel(Protocol):
     """What the move reads of a kernel of the family (``offline.Tuned``)."""
 
-    summary: CandidateSummary
-    values: dict[str, Knob]
-    rules: list[Rule] | None
-    shape_keys: tuple[str, ...]
+    @property
+    def summary(self) -> CandidateSummary: ...
+
+    @property
+    def values(self) -> dict[str, Knob]: ...
+
+    @property
+    def rules(self) -> list[Rule] | None: ...
+
+    @property
+    def shape_keys(self) -> tuple[str, ...]: ...
 
     @property
     def composed(self) -> bool: ...

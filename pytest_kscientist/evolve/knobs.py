@@ -197,8 +197,8 @@ def _splice(source: str, spans: Sequence[tuple[ast.expr, str]]) -> str:
         begin = starts[node.lineno - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
         cuts.append((begin, end, text.encode("utf-8")))
-    for begin, end, text in sorted(cuts, reverse=True):
-        data = data[:begin] + text + data[end:]
+    for begin, end, encoded in sorted(cuts, reverse=True):
+        data = data[:begin] + encoded + data[end:]
     return data.decode("utf-8")
 
 
@@ -263,10 +263,10 @@ def skeleton_sha(source: str) -> str:
     if node is not None:
         node.values = [ast.Constant(value=None) for _ in node.values]
     for stmt in tree.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-            [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
-        if any(isinstance(t, ast.Name) and t.id == BY_SHAPE_NAME for t in targets):
-            stmt.value = ast.Constant(value=None)  # type: ignore[union-attr]
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == BY_SHAPE_NAME for t in targets):
+                stmt.value = ast.Constant(value=None)
     return hashlib.sha256(ast.unparse(tree).encode("utf-8")).hexdigest()
 
 
