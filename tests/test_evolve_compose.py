@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from helpers import run_pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +27,7 @@ from pytest_kscientist.evolve.knobs import (
     skeleton_sha,
 )
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
-from pytest_kscientist.evolve.roles import CandidateSummary, TaskBrief
+from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, ShapeRule, TaskBrief
 
 REPO = Path(__file__).parent.parent
 
@@ -392,3 +394,29 @@ def test_evolve_writes_a_composed_kernel_that_passes_its_checks(pytester: pytest
     assert "per shape class: n < 4096 c0002" in (root / "lineage.md").read_text()
     assert "fastest per shape class (2 kernels of one configuration)" in (
         root / "findings.md").read_text()
+
+
+def test_a_composed_triton_seed_passes_the_checks_on_every_class(tmp_path: Path) -> None:
+    """The fp8_gemm Triton seed with three knob points, one per class the CPU checks fall in,
+    checked by the harness under the Triton interpreter (drawn cases too)."""
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("numpy") is None:
+        pytest.skip("the Triton interpreter needs triton and numpy")
+    seed = REPO / "tasks/fp8_gemm/seeds/triton_blockscaled.py"
+    base = CandidateSummary(id="c0001", generation=0, source=seed.read_text(), status="passed")
+    plan = ExperimentPlan(
+        title="three classes", changes="by hand", expected_gain_min_pct=0,
+        expected_gain_max_pct=1, innovation=5, knobs={"LAYOUT": "direct"},
+        by_shape=[  # m32-n200-k384; m64-n64-k128; the default: m96-n320-k256
+            ShapeRule(when={"m": (None, 64)}, knobs=dict(
+                LAYOUT="kmajor", BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_M=4, SPLIT_K=2)),
+            ShapeRule(when={"m": (64, None), "k": (None, 200)}, knobs=dict(
+                LAYOUT="fp16", BLOCK_M=64, BLOCK_N=128, BLOCK_K=64)),
+        ])
+    composed = tmp_path / "composed.py"
+    composed.write_text(OfflineWriter().write(BRIEF, base, plan).source)
+    code, out, data = run_pytest([str(REPO / "tasks/fp8_gemm"), "--kernel", str(composed),
+                                  "--ks-profile", "cpu", "--ks-drawn", "2", "-k", "check"],
+                                 cwd=tmp_path)
+    assert code == 0, out
+    cases = [c for c in data["candidates"] if c["name"] == "composed"][0]["cases"]
+    assert len(cases) == 4 and all(c["outcome"] == "passed" for c in cases), cases
