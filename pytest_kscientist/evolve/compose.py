@@ -185,11 +185,13 @@ class Composition:
         """Benchmark -> the knob point it runs (``key_of``)."""
         return {b: key_of(c.point.knobs) for c in (self.default, *self.ruled) for b in c.benches}
 
-    def text(self) -> str:
-        """Each class, its point and benchmarks, on one line."""
-        parts = [f"{describe(c.when)} -> {c.point.id} ({', '.join(c.benches)})" for c in self.ruled]
-        parts.append(f"other shapes -> {self.default.point.id} ({', '.join(self.default.benches)})")
-        return "; ".join(parts)
+    def text(self, ids: bool = True) -> str:
+        """Each class, its point and its benchmarks (``ids``, else how many), on one line."""
+        classes = [(describe(c.when), c) for c in self.ruled] + [("other shapes", self.default)]
+        return "; ".join(
+            f"{where} -> {c.point.id} ({', '.join(c.benches) if ids else _count(c.benches)})"
+            for where, c in classes
+        )
 
 
 def _count(benches: Sequence[str]) -> str:
@@ -307,7 +309,7 @@ def move(
     if comp is None:
         return None, ""
     learned = f"- fastest per shape class ({len(points)} kernels of one configuration): " + (
-        comp.text()
+        comp.text(ids=False)
     )
     prior = [_assignment(f, cases) for f in [base, *(f for f in family if f.composed)]]
     if comp.assignment() in prior:
