@@ -199,3 +199,43 @@ def test_a_wrong_result_keeps_the_worker_and_skips_the_benchmarks(tmp_path: Path
     tokens = log.read_text().split()
     assert len(tokens) == 2 and len(set(tokens)) == 1, tokens  # one worker served both checks
     assert code == 1
+
+
+# -- the outside check under load: honest code is never called a cheat -------------------------
+
+LOADED_BENCHMARKS = 24
+
+
+def test_honest_kernels_timed_many_times_under_cpu_load_pass_the_outside_check(
+        tmp_path: Path) -> None:
+    # Issue 10: about once in 30 runs the task's own reference failed with "timing disagrees
+    # with what the pytest process measures from outside". Here the reference and an honest
+    # seed are timed on 24 benchmarks each while two processes keep every core of a small
+    # machine busy; each benchmark's outside check compares the calls with probes of the same
+    # path, so the load must not turn into a verdict.
+    import subprocess
+    import sys
+
+    task = tmp_path / "axpy"
+    shutil.copytree(AXPY, task)
+    cases = ", ".join(f"{{ n = {4096 + 512 * i}, seed = {100 + i} }}"
+                      for i in range(LOADED_BENCHMARKS))
+    spec = (task / "task.toml").read_text()
+    spec = re.sub(r"\[profiles\.cpu\].*", "[profiles.cpu]\ntests = [{ n = 33, seed = 2 }]\n"
+                  f"benchmarks = [{cases}]\n", spec, flags=re.S)
+    (task / "task.toml").write_text(spec)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(2)]
+    try:
+        code, output, data = run_pytest(
+            [str(task), "-k", "bench", f"--kernel={task / 'seeds' / 'good.py'}"], cwd=tmp_path)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert data is not None, output[-3000:]
+    outcomes = case_reasons(data)
+    assert len(outcomes) == 2 * LOADED_BENCHMARKS, sorted(outcomes)
+    failed = {key: why for key, why in outcomes.items() if why[0] != "passed"}
+    assert failed == {}, output[-3000:]
+    assert "timing disagrees" not in output and code == 0
