@@ -5,8 +5,10 @@
 Builds the kernel with the specialisations a GPU launch of the task's inputs gets (16-byte
 aligned pointers, strides and sizes divisible by 16, the unit strides of the chosen layout as
 constants) and prints: shared memory, the number of wgmma / mma.sync / cp.async / TMA
-instructions, the wgmma.wait_group depths, local-memory traffic (spills) and the widths of the
-global loads. Reading these costs no device time (METHOD.md: "read what costs no device time").
+instructions, the wgmma.wait_group depths, local-memory traffic, the widths of the global loads
+and the registers and stack (spills) per thread that ptxas gave it. A seed with a ``plan()``
+(triton_fused.py) names the constexprs it launches with for the largest benchmark shape.
+Reading these costs no device time (METHOD.md: "read what costs no device time").
 The installed Triton may differ from the GPU machine's (3.9 here, 3.6 there on 2026-11-29).
 """
 
@@ -15,7 +17,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -26,8 +30,8 @@ from triton.compiler import ASTSource
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_blockscaled.py"
 H200_SMEM = 232448  # shared_memory_per_block_optin of an H100/H200
-INTS = ["M", "N", "K", "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_sam",
-        "stride_sak", "stride_sbn", "stride_sbk", "stride_os", "stride_om", "stride_on"]
+H200_SMS = 132
+SHAPE = (6144, 4608, 7168)  # m, n, k of the largest benchmark, for a seed's plan()
 
 
 def load(path: Path, changes: dict[str, object]):
@@ -55,22 +59,34 @@ def main(argv: list[str]) -> None:
     module = load(path, changes)
     cfg = module.TUNABLES
     fn = module._fp8_block_scaled_gemm
-    kmajor = cfg["LAYOUT"].endswith("kmajor")
+    kmajor = cfg["LAYOUT"].endswith("kmajor")  # "fused" reads fp8 in the task's layout
     element = "fp16" if cfg["LAYOUT"].startswith("fp16") else "fp8e4nv"
+    a_name, b_name = fn.arg_names[:2]  # a_ptr, b_ptr (triton_fused: a_src, b_src)
     signature = {name: "constexpr" for name in fn.arg_names}
-    signature.update({"a_ptr": f"*{element}", "b_ptr": f"*{element}", "sa_ptr": "*fp32",
-                      "sb_ptr": "*fp32", "out_ptr": "*bf16"})
-    signature.update({name: "i32" for name in INTS})
-    consts = {name: cfg[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")}
-    consts.update(EVEN_K=True, SCALE_BLOCK=module.SCALE_BLOCK)
+    pointers = {a_name: f"*{element}", b_name: f"*{element}", "sa_ptr": "*fp32",
+                "sb_ptr": "*fp32", "out_ptr": "*bf16"}
+    signature.update(pointers)
+    # M, N, K and the strides (triton_fused: its programs too)
+    ints = [p.name for p in fn.params if not p.is_constexpr and p.name not in pointers]
+    signature.update({name: "i32" for name in ints})
+    if hasattr(module, "plan"):  # the seed says which constexprs it launches with (triton_fused)
+        _, _, consts = module.plan(cfg, *SHAPE, H200_SMS, cfg.get("TMA", False))
+        if consts["TMA"]:  # descriptors of A^T [k,m] and B^T [k,n]
+            for name, block in ((a_name, consts["BLOCK_M"]), (b_name, consts["BLOCK_N"])):
+                signature[name] = f"tensordesc<{element}[{consts['BLOCK_K']},{block}]>"
+    else:
+        consts = {name: cfg[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
+                                               "SPLIT_K")}
+        consts.update(EVEN_K=True, SCALE_BLOCK=module.SCALE_BLOCK)
     # the unit strides: column-major A [m,k] and B [n,k] unless copied K-major; scales and C
-    for name in ("stride_ak", "stride_bk") if kmajor else ("stride_am", "stride_bn"):
-        consts[name] = 1
-    consts.update(stride_sam=1, stride_sbn=1, stride_on=1)
+    units = ["stride_ak", "stride_bk"] if kmajor else ["stride_am", "stride_bn"]
+    for name in units + ["stride_sam", "stride_sbn", "stride_on"]:
+        if name in fn.arg_names:  # (triton_fused takes column-major operands, no strides)
+            consts[name] = 1
     extra = {k: cfg[k] for k in cfg if k in fn.arg_names and k not in consts}
     consts.update(extra)
-    divisible = [n for n in ("a_ptr", "b_ptr", "sa_ptr", "sb_ptr", "out_ptr", *INTS)
-                 if n not in consts]
+    divisible = [n for n in (a_name, b_name, "sa_ptr", "sb_ptr", "out_ptr", *ints)
+                 if n not in consts and signature[n][0] in "*i"]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     for name in consts:
         signature[name] = "constexpr"
@@ -94,6 +110,24 @@ def main(argv: list[str]) -> None:
     print(f"mma.sync: {ptx.count('mma.sync')}, cp.async: {async_copies}, "
           f"TMA: {ptx.count('cp.async.bulk.tensor')}, local (spill) ld/st: {spills}")
     print("global loads: " + ", ".join(f"{k} x{v}" for k, v in sorted(loads.items())))
+    print(f"registers per thread, stack (spills): {resources(kernel.asm['cubin'])}")
+
+
+def resources(cubin: bytes) -> str:
+    """REG and STACK of the compiled kernel, as cuobjdump (shipped with Triton) reads them.
+
+    ptxas spills do not show as ld/st.local in the PTX: a 128x256 fp16 tile with two products
+    in flight compiled to 255 registers and a 1280-byte stack with none there."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return "unknown (no cuobjdump beside Triton)"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True,
+                              text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", text)
+    return f"{found.group(1)} registers, {found.group(2)} B stack" if found else "unknown"
 
 
 if __name__ == "__main__":
