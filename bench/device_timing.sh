@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
+#   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
+#     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
 #     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
@@ -26,7 +28,19 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
-if [[ ${KS_PART:-measure} == check ]]; then
+if [[ ${KS_PART:-measure} == fused ]]; then
+  t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
+    f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
+  t 150 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel tasks/fp8_gemm/seeds/triton_fused.py --kernel "$SEED" --ks-skip-reference \
+    --ks-baselines all --ks-json "$OUT/suite.json"
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
+  t 360 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 --ks-time-limit 320 \
+    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
+  cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
+  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+elif [[ ${KS_PART:-measure} == check ]]; then
   t 200 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
   t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
 elif [[ ${KS_PART:-measure} == anchors ]]; then
