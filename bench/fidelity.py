@@ -34,6 +34,13 @@ TASK = ROOT / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "triton_blockscaled.py"
 
 
+def four_inputs(ref, prep, case):
+    """Four inputs of ``case`` on the GPU (seeds seed..seed+3), each through ``prep``."""
+    return [prep(list(ref.generate_input(case["m"], case["n"], case["k"], case["seed"] + i,
+                                         device="cuda")))
+            for i in range(4)]
+
+
 def plain_loop(kernels, ref, cases, reps, spin=False):
     """(name, case id) -> median us with the GPU MODE protocol, all in this process.
     ``spin``: a 0.2 ms spin kernel queued right after the synchronisation, before the flush (what
@@ -45,9 +52,7 @@ def plain_loop(kernels, ref, cases, reps, spin=False):
     out = {}
     for name, (fn, prep) in kernels.items():
         for case in cases:
-            inputs = [prep(list(ref.generate_input(case["m"], case["n"], case["k"],
-                                                   case["seed"] + i, device="cuda")))
-                      for i in range(4)]
+            inputs = four_inputs(ref, prep, case)
             times = []
             for i in range(reps + 3):
                 start = torch.cuda.Event(enable_timing=True)
@@ -109,9 +114,7 @@ def kernel_time(kernels, ref, cases, reps, trace_dir: Path):
     out = {}
     for name, (fn, prep) in kernels.items():
         for case in cases:
-            inputs = [prep(list(ref.generate_input(case["m"], case["n"], case["k"],
-                                                   case["seed"] + i, device="cuda")))
-                      for i in range(4)]
+            inputs = four_inputs(ref, prep, case)
             for i in range(3):
                 fn(inputs[i % 4])
             torch.cuda.synchronize()

@@ -31,6 +31,15 @@ from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Sha
 
 REPO = Path(__file__).parent.parent
 
+# The per-shape reader a composable seed carries (as the fp8_gemm seeds do).
+TUNABLES_FOR = '''def tunables_for(**shape):
+    for rule in TUNABLES_BY_SHAPE:
+        if all((low is None or low <= shape[key]) and (high is None or shape[key] < high)
+               for key, (low, high) in rule["when"].items()):
+            return {**TUNABLES, **rule["knobs"]}
+    return TUNABLES
+'''
+
 # A kernel of the tunable toy whose knobs may differ per class of shapes (its only shape key: n).
 SHAPED = '''"""A tunable seed running other knobs per class of n, as the fp8_gemm Triton seed."""
 
@@ -40,13 +49,7 @@ SHAPE_KEYS = ["n"]
 TUNABLES_BY_SHAPE = []
 
 
-def tunables_for(**shape):
-    for rule in TUNABLES_BY_SHAPE:
-        if all((low is None or low <= shape[key]) and (high is None or shape[key] < high)
-               for key, (low, high) in rule["when"].items()):
-            return {**TUNABLES, **rule["knobs"]}
-    return TUNABLES
-
+''' + TUNABLES_FOR + '''
 
 def custom_kernel(data):
     return data, tunables_for(n=len(data))
@@ -337,13 +340,7 @@ SHAPE_KEYS = ["n"]
 TUNABLES_BY_SHAPE = []
 
 
-def tunables_for(**shape):
-    for rule in TUNABLES_BY_SHAPE:
-        if all((low is None or low <= shape[key]) and (high is None or shape[key] < high)
-               for key, (low, high) in rule["when"].items()):
-            return {**TUNABLES, **rule["knobs"]}
-    return TUNABLES
-
+''' + TUNABLES_FOR + '''
 
 def custom_kernel(data):
     x, y, out = data
