@@ -169,7 +169,6 @@ class RunnerProcess:
     """
 
     def __init__(self, prefix: Sequence[str], env: dict[str, str]) -> None:
-        self.prefix = tuple(prefix)
         self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
@@ -190,18 +189,25 @@ class RunnerProcess:
         os.close(req_r)
         os.close(res_w)
 
-    def discard(self) -> None:
-        """Kill it (its whole process group) and remove its folder."""
+    def kill(self) -> int:
+        """Kill its whole process group and close its pipes; return its exit code."""
+        # The whole group, even after the leader exited: a candidate may leave children behind.
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.proc.wait()
+        code = self.proc.wait()
         for fd in (self.req_w, self.res_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
+        self.req_w = self.res_r = -1
+        return code
+
+    def discard(self) -> None:
+        """Kill it and remove its folder."""
+        self.kill()
         self.tmp.cleanup()
 
 
@@ -257,8 +263,7 @@ class Worker:
         self.seq_in = 0
         self._pid: int | None = None
         self._thread_ns: dict[str, int] = {}
-        self.tmp, self.log_path, self.proc = process.tmp, process.log_path, process.proc
-        self.req_w, self.res_r = process.req_w, process.res_r
+        self.process = process
         worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         hello = {
             "key": self.key.hex(),
@@ -271,7 +276,7 @@ class Worker:
 
     def _send(self, header: dict[str, Any], key: bytes = b"") -> None:
         try:
-            channel.send(self.req_w, key, self.seq_out, header)
+            channel.send(self.process.req_w, key, self.seq_out, header)
         except OSError as exc:
             self.kill()
             raise WorkerDied(f"worker closed its request pipe ({exc.strerror})",
@@ -281,7 +286,8 @@ class Worker:
     def _receive(self, op: str, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
         try:
-            header, payload = channel.read_frame(self.res_r, self.key, self.seq_in, deadline)
+            header, payload = channel.read_frame(self.process.res_r, self.key, self.seq_in,
+                                                 deadline)
         except TimeoutError:
             self.kill()
             raise WorkerDied(
@@ -354,40 +360,28 @@ class Worker:
 
     def log_tail(self, limit: int = 4000) -> str:
         try:
-            data = self.log_path.read_bytes()
+            data = self.process.log_path.read_bytes()
         except OSError:
             return ""
         return data[-limit:].decode(errors="replace")
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.process.proc
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def kill(self) -> int:
         """Kill the worker's whole process group; return its exit code."""
-        # The whole group, even after the leader exited: a candidate may leave children behind.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        code = self.proc.wait()
-        self._close_fds()
-        return code
+        return self.process.kill()
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
         if self.proc.poll() is None:
             try:
-                channel.send(self.req_w, b"", self.seq_out, {"op": "exit"})
+                channel.send(self.process.req_w, b"", self.seq_out, {"op": "exit"})
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        self.kill()
-        self.tmp.cleanup()
-
-    def _close_fds(self) -> None:
-        for fd in (self.req_w, self.res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.req_w = self.res_r = -1
+        self.process.discard()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +215,6 @@ def test_honest_kernels_timed_many_times_under_cpu_load_pass_the_outside_check(
     # seed are timed on 24 benchmarks each while two processes keep every core of a small
     # machine busy; each benchmark's outside check compares the calls with probes of the same
     # path, so the load must not turn into a verdict.
-    import subprocess
-    import sys
-
     task = tmp_path / "axpy"
     shutil.copytree(AXPY, task)
     cases = ", ".join(f"{{ n = {4096 + 512 * i}, seed = {100 + i} }}"

@@ -262,11 +262,9 @@ def skeleton_sha(source: str) -> str:
     node = _module_dict(tree, TUNABLES_NAME)
     if node is not None:
         node.values = [ast.Constant(value=None) for _ in node.values]
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if any(isinstance(t, ast.Name) and t.id == BY_SHAPE_NAME for t in targets):
-                stmt.value = ast.Constant(value=None)
+    rules = _module_literal(tree, BY_SHAPE_NAME, ast.List, _RULES)
+    if rules is not None:
+        rules.elts = []
     return hashlib.sha256(ast.unparse(tree).encode("utf-8")).hexdigest()
 
 
