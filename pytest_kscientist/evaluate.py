@@ -44,9 +44,9 @@ HIDDEN_CPU_SLACK_US = 1000.0
 OUTSIDE_SLACK_US = 2.0
 OUTSIDE_SLACK_SHARE = 0.02
 # A checked output above this many elements is verified on a sample of CHECK_SAMPLED elements
-# drawn after the call (a KernelBench level-1 output of 6.4 GB, at the ~6 ms per MB measured on
-# the H200 host, would take ~40 s, twice per check); a wrong share f escapes with probability
-# (1-f)^CHECK_SAMPLED.
+# drawn after the call (a KernelBench level-1 output of 6.4 GB, at issue 10's ~6 ms per MB, a
+# model fitted to an H200 run, would take ~40 s, twice per check); a wrong share f escapes with
+# probability (1-f)^CHECK_SAMPLED.
 CHECK_SAMPLE_ABOVE = 1 << 24
 CHECK_SAMPLED = 1 << 22
 # A benchmark stops early once its median is known this precisely (95% interval half-width).

@@ -5,7 +5,8 @@ A benchmark verifies a secret sample of its timed calls. For an output larger th
 seed the pytest process picks after the call, so the candidate cannot know which elements count
 until its output is already snapshotted; both sides draw the same indices from that seed.
 A wrong share f of the elements escapes one sampled call with probability (1-f)^65536
-(f = 0.01%: 0.14%). Whole outputs took ~6 ms per MB over the pipe on the H200 (issue 10).
+(f = 0.01%: 0.14%). Whole outputs cost ~6 ms per MB over the pipe (issue 10: profiled on a CPU,
+fitted to an H200 run's wall times; before the pipe was widened).
 """
 
 from __future__ import annotations

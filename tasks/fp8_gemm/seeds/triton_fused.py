@@ -2,15 +2,14 @@
 values, fp32 partials scaled in fp32, one bf16 rounding), which waits for each step's product
 before scaling it. Knobs:
 - PAIR: two BLOCK_K steps per iteration, the second's product scaled in the next, so its MMA
-  runs during the scaling (Triton's WGMMAPipeline.cpp, rule 3b: an async dot's result is used
-  in the loop only after a ``wait 0``, here the first step's).
+  may run during the scaling (WGMMAPipeline.cpp, rule 3b); slower on the H200 (notes).
 - LAYOUT "fp16": a torch upcast of A and B first; "fused": fp8 tiles converted in the loop,
   via registers, so never in flight (rule 1).
 - TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
   4, until every SM has one), partials summed by a second kernel.
 Tiles at most 128 wide lie in one B scale block: one FMA per element scales them. All points
-compile for sm_90 (bench/triton_compile_check.py); BLOCK_N 256, 4 warps at 128x128, PAIR
+compile for sm_90 (triton 3.9, bench/triton_compile_check.py); BLOCK_N 256, 4 warps at 128x128, PAIR
 without TMA spill.
 """
 
