@@ -15,8 +15,10 @@ from fake_scientist import (
 
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted, ProviderError, ReplayMiss
+from pytest_kscientist.evolve.llm.provider import LLMRequest
+from pytest_kscientist.evolve.llm.replay import ReplayProvider
 from pytest_kscientist.evolve.llm.settings import LLMSettings, Prices, RoleLimits
-from pytest_kscientist.evolve.llm.transcript import read_calls
+from pytest_kscientist.evolve.llm.transcript import CallRecord, read_calls
 from pytest_kscientist.evolve.roles import CandidateSummary
 
 
@@ -92,7 +94,7 @@ def test_logged_failures_and_budget_stops_replay_as_the_same_errors(tmp_path):
     assert again[2] == first[2].replace("writer: ", "writer: (replayed) ", 1)
 
 
-def test_a_changed_prompt_takes_the_roles_next_logged_answer_and_is_marked(tmp_path):
+def test_a_changed_prompt_takes_the_roles_nearest_logged_answer_and_is_marked(tmp_path):
     population = sample_population()
     with FakeLLMServer(ScientistResponder()) as server:
         live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")
@@ -105,8 +107,32 @@ def test_a_changed_prompt_takes_the_roles_next_logged_answer_and_is_marked(tmp_p
     assert one_generation(replay, remeasured) == first
     records = read_calls(tmp_path / "again" / "llm-calls.jsonl")
     matches = [r.replay_match for r in records]
-    assert matches[:3] == ["sequence"] * 3  # selector, designer, writer prompts carry times
-    assert replay.session.provider.mismatches == matches.count("sequence")
+    assert matches[:3] == ["nearest"] * 3  # selector, designer, writer prompts carry times
+    assert replay.session.provider.mismatches == matches.count("nearest")
+
+
+def test_writers_logged_out_of_order_replay_to_their_own_plans(tmp_path):
+    """Writers called at once are logged as they finish; a re-run (its times changed) must still
+    give each plan the answer written for it, not the one that happened to finish first."""
+
+    def prompt(plan: str, time_us: float) -> str:
+        return f"# Stage 3: write the kernel\nbase geomean {time_us} us\n## Plan\n{plan}\n"
+
+    log = tmp_path / "llm-calls.jsonl"
+    records = [  # plan B finished first in the live run
+        CallRecord(index=i, role="writer", prompt_sha256=f"{i}", occurrence=0, provider="gemini",
+                   model="m", system="s", prompt=prompt(plan, 5.9), response_text=f"for {plan}")
+        for i, plan in enumerate(["knob experiment 1.4", "knob experiment 1.3"])
+    ]
+    log.write_text("".join(r.model_dump_json() + "\n" for r in records))
+    replay = ReplayProvider(log)
+    answers = [
+        replay.generate(LLMRequest(role="writer", system="s", prompt=prompt(plan, 6.1),
+                                   max_output_tokens=100, prompt_sha256="changed"))
+        for plan in ["knob experiment 1.3", "knob experiment 1.4"]
+    ]
+    assert [a.text for a in answers] == ["for knob experiment 1.3", "for knob experiment 1.4"]
+    assert [a.replay_match for a in answers] == ["nearest", "nearest"]
 
 
 def test_asking_for_more_than_the_log_holds_is_a_replay_miss_naming_the_log(tmp_path):

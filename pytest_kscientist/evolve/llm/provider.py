@@ -42,7 +42,7 @@ class LLMReply:
     finish_reason: str = ""
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None  # set only by replay: the logged cost
-    replay_match: str = ""  # set only by replay: "exact" or "sequence"
+    replay_match: str = ""  # set only by replay: "exact" or "nearest"
 
 
 class Provider(Protocol):

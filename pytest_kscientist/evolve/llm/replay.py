@@ -2,8 +2,10 @@
 
 A request takes the logged answer with the same (role, request sha256, occurrence) when there is
 one. Measured times differ between runs, so a re-run's prompts rarely match byte for byte: then
-it takes the role's next unused answer in log order, and the new log marks the call
-``replay_match="sequence"``. Logged failures replay as the same errors, and each answer is
+it takes the role's unused answer whose logged prompt shares the most lines with this one (ties:
+log order), and the new log marks the call ``replay_match="nearest"``. Log order alone is not
+enough: calls made at once (the writers of a generation) are logged as they finish, which
+differs between runs. Logged failures replay as the same errors, and each answer is
 charged its logged cost, so budget stops reproduce too. ``ReplayMiss`` means the role has no
 logged answers left.
 """
@@ -11,6 +13,7 @@ logged answers left.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from pathlib import Path
 
 from pytest_kscientist.evolve.llm.llm_errors import (
@@ -31,7 +34,7 @@ class ReplayProvider:
     def __init__(self, path: Path, model: str = "replay") -> None:
         self.path = path / CALLS_FILE if path.is_dir() else path
         self.model = model
-        self.mismatches = 0  # calls answered by sequence, not by an exact prompt match
+        self.mismatches = 0  # calls answered by the nearest prompt, not an exact match
         self._records = read_calls(self.path)
         self._exact: dict[tuple[str, str, int], int] = {}
         for i, record in enumerate(self._records):
@@ -48,15 +51,8 @@ class ReplayProvider:
             index = self._exact.get(key)
             match = "exact"
             if index is None or index in self._used:
-                match = "sequence"
-                index = next(
-                    (
-                        i
-                        for i, r in enumerate(self._records)
-                        if i not in self._used and r.role == request.role
-                    ),
-                    None,
-                )
+                match = "nearest"
+                index = self._nearest(request)
             if index is None:
                 logged = sum(r.role == request.role for r in self._records)
                 raise ReplayMiss(
@@ -66,9 +62,21 @@ class ReplayProvider:
                     "count or population?)",
                 )
             self._used.add(index)
-            if match == "sequence":
+            if match == "nearest":
                 self.mismatches += 1
             return self._records[index], match
+
+    def _nearest(self, request: LLMRequest) -> int | None:
+        """The unused record of the request's role whose prompt shares most lines with it."""
+        lines = Counter(request.prompt.splitlines())
+        best: tuple[int, int] | None = None  # (shared lines, -index)
+        for i, record in enumerate(self._records):
+            if i in self._used or record.role != request.role:
+                continue
+            shared = sum((lines & Counter(record.prompt.splitlines())).values())
+            if best is None or (shared, -i) > best:
+                best = (shared, -i)
+        return None if best is None else -best[1]
 
     def generate(self, request: LLMRequest) -> LLMReply:
         """The logged answer (or failure) for this request."""

@@ -46,7 +46,7 @@ class CallRecord(BaseModel):
     error: str = ""  # why there is no answer (outcome other than "answer")
     status: int | None = None
     elapsed_s: float = 0.0
-    replay_match: str = ""  # a replayed answer: "exact" prompt match or by "sequence"
+    replay_match: str = ""  # a replayed answer: "exact" prompt match or the "nearest" one
     time: float = 0.0  # Unix seconds at the end of the call
 
 
