@@ -63,7 +63,8 @@ def main(argv: list[str]) -> None:
     element = "fp16" if cfg["LAYOUT"].startswith("fp16") else "fp8e4nv"
     a_name, b_name = fn.arg_names[:2]  # a_ptr, b_ptr (triton_fused: a_src, b_src)
     signature = {name: "constexpr" for name in fn.arg_names}
-    pointers = {a_name: f"*{element}", b_name: f"*{element}", "sa_ptr": "*fp32",
+    b_element = "fp16" if cfg["LAYOUT"] == "b16" else element  # B upcast first
+    pointers = {a_name: f"*{element}", b_name: f"*{b_element}", "sa_ptr": "*fp32",
                 "sb_ptr": "*fp32", "out_ptr": "*bf16"}
     signature.update(pointers)
     # M, N, K and the strides (triton_fused: its programs too)
@@ -72,8 +73,9 @@ def main(argv: list[str]) -> None:
     if hasattr(module, "plan"):  # the seed says which constexprs it launches with (triton_fused)
         _, _, consts = module.plan(cfg, *SHAPE, H200_SMS, cfg.get("TMA", False))
         if consts["TMA"]:  # descriptors of A^T [k,m] and B^T [k,n]
-            for name, block in ((a_name, consts["BLOCK_M"]), (b_name, consts["BLOCK_N"])):
-                signature[name] = f"tensordesc<{element}[{consts['BLOCK_K']},{block}]>"
+            for name, block, elem in ((a_name, consts["BLOCK_M"], element),
+                                      (b_name, consts["BLOCK_N"], b_element)):
+                signature[name] = f"tensordesc<{elem}[{consts['BLOCK_K']},{block}]>"
     else:
         consts = {name: cfg[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
                                                "SPLIT_K")}
@@ -107,6 +109,10 @@ def main(argv: list[str]) -> None:
     print(f"num_stages used: {stages}; shared memory: {kernel.metadata.shared} B ({fits} in "
           f"the H200's {H200_SMEM})")
     print(f"wgmma.mma_async: {ptx.count('wgmma.mma_async')}, wait_group depths: {waits}")
+    first = re.search(r"wgmma\.mma_async[^;]*;", ptx, re.S)
+    # the A operand is a brace list of registers, or a 64-bit shared memory descriptor
+    a_from = "registers" if first and re.search(r"\}\s*,\s*\{", first.group(0)) else "shared"
+    print(f"wgmma A operand from: {a_from}" + (f" ({first.group(0).split()[0]})" if first else ""))
     print(f"mma.sync: {ptx.count('mma.sync')}, cp.async: {async_copies}, "
           f"TMA: {ptx.count('cp.async.bulk.tensor')}, local (spill) ld/st: {spills}")
     print("global loads: " + ", ".join(f"{k} x{v}" for k, v in sorted(loads.items())))

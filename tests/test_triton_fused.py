@@ -58,6 +58,9 @@ POINTS = {
         FIRST, LAYOUT="fused", SPLIT_K=0, PERSISTENT=1, num_warps=4
     ),
     "fp16-tma-nopair-128x128x128-splitauto": dict(FIRST, PAIR=False, BLOCK_K=128, SPLIT_K=0),
+    "b16-tma-64x128x128-split2": dict(
+        FIRST, LAYOUT="b16", PAIR=False, BLOCK_M=64, BLOCK_K=128, SPLIT_K=2, num_warps=4
+    ),
 }
 ATOL, RTOL = 1e-3, 2e-2
 
@@ -176,7 +179,7 @@ def test_the_checked_runs_took_every_path(interpreted_results) -> None:
     default = read_tunables(SEED.read_text())
     layouts_with_tma = {dict(default, **POINTS[key.split("|")[0]])["LAYOUT"]
                         for key, launch in launches.items() if launch["TMA"]}
-    assert layouts_with_tma == {"fused", "fp16"}
+    assert layouts_with_tma == {"fused", "fp16", "b16"}
     assert any(not launch["EVEN_K"] and launch["TMA"] for launch in launches.values())
     walked = [launch for launch in launches.values() if launch["PERSISTENT"]]
     assert any(launch["programs"] < launch["items"] for launch in walked)
@@ -241,3 +244,8 @@ def test_stages_are_lowered_until_the_tiles_fit_in_shared_memory() -> None:
     assert seed.fitting_stages(
         dict(point, LAYOUT="fused", PAIR=True, BLOCK_N=256, BLOCK_K=128), h200) == 2
     assert seed.fitting_stages(dict(point, LAYOUT="fp16", num_stages=2), h200) == 2  # never up
+    # B upcast first: fp16 B in every buffer, fp8 A in one fewer (triton 3.6 compiled 114736 B
+    # for 64x128x128 at 3 stages: modelled 115712); 4 stages fit only above 156672 B
+    b16 = dict(point, LAYOUT="b16", PAIR=False, BLOCK_M=64, BLOCK_K=128)
+    assert seed.fitting_stages(b16, 156672) == 4
+    assert seed.fitting_stages(b16, 156671) == 3

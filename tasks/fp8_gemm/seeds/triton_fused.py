@@ -3,8 +3,8 @@ values, fp32 partials scaled in fp32, one bf16 rounding), which waits for each s
 before scaling it. Knobs:
 - PAIR: two BLOCK_K steps per iteration, the second's product scaled in the next, so its MMA
   may run during the scaling (WGMMAPipeline.cpp, rule 3b); slower on the H200 (notes).
-- LAYOUT "fp16": a torch upcast of A and B first; "fused": fp8 tiles converted in the loop,
-  via registers, so never in flight (rule 1).
+- LAYOUT "fp16": a torch upcast of A and B first; "fused": fp8 tiles converted in the loop
+  (never in flight, rule 1), B through shared memory; "b16": B upcast first.
 - TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
   4, until every SM has one), partials summed by a second kernel.
@@ -41,7 +41,7 @@ TUNABLE_SPACE = {
     "PAIR": [False, True],
     "PERSISTENT": [0, 1, 2],
     "SPLIT_K": [0, 1, 2, 4],
-    "LAYOUT": ["fused", "fp16"],
+    "LAYOUT": ["fused", "fp16", "b16"],
     "TMA": [False, True],
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4],
@@ -71,13 +71,13 @@ NUM_SMS = _PROPS.multi_processor_count if _PROPS is not None else 3
 
 
 def fitting_stages(cfg: dict, limit: int) -> int:
-    """num_stages, lowered until the tiles fit in ``limit`` bytes (triton 3.9's sm_90 layout,
-    to 1 KiB): fp16 in ``stages`` buffers, fp8 in one fewer and B once in fp16."""
-    fp16 = cfg["LAYOUT"] == "fp16"
-    tiles = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * (1 + fp16) * (1 + cfg["PAIR"])
+    """num_stages, lowered until the tiles fit in ``limit`` bytes (triton 3.6/3.9 on sm_90):
+    fp16 tiles in ``stages`` buffers, fp8 in one fewer; "fused" adds B once in fp16."""
+    a16, b16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"
+    a, b = (cfg[x] * cfg["BLOCK_K"] * (1 + cfg["PAIR"]) for x in ("BLOCK_M", "BLOCK_N"))
     stages = cfg["num_stages"]
-    while stages > 1 and (tiles * (stages - 1 + fp16) + 1024 + (
-            0 if fp16 else cfg["BLOCK_K"] * cfg["BLOCK_N"] * 2)) > limit:
+    while stages > 1 and (a * (1 + a16) * (stages - 1 + a16) + b * (1 + b16) * (stages - 1 + b16)
+                          + 1024 + (0 if b16 else 2 * b // (1 + cfg["PAIR"]))) > limit:
         stages -= 1
     return stages
 
@@ -249,8 +249,8 @@ def custom_kernel(data):
     cfg = tunables_for(m=m, n=n, k=k)
     a, b, a_scale, b_scale = (x if x.stride(0) == 1 and x.stride(1) == x.shape[0] else
                               x.T.contiguous().T for x in (a, b, a_scale, b_scale))  # col-major
-    if cfg["LAYOUT"] == "fp16":
-        a, b = a.to(torch.float16), b.to(torch.float16)  # keeps the strides
+    if cfg["LAYOUT"] != "fused":  # .to keeps the strides
+        a, b = a.to(torch.float16) if cfg["LAYOUT"] == "fp16" else a, b.to(torch.float16)
     sources = _tma_sources(a, b, cfg) if cfg["TMA"] else None
     programs, split, consts = plan(cfg, m, n, k, NUM_SMS, sources is not None)
     # bf16 stored into c (the interpreter truncates: within tolerance, NOTES.md)
