@@ -135,6 +135,24 @@ def test_writers_logged_out_of_order_replay_to_their_own_plans(tmp_path):
     assert [a.replay_match for a in answers] == ["nearest", "nearest"]
 
 
+def test_a_later_generations_longer_prompt_does_not_take_an_earlier_ones_place(tmp_path):
+    """Generation 2's designer prompt holds generation 1's rows and more; replaying generation 1
+    with new times must still take generation 1's answer."""
+    rows = [f"c000{i} passed {i}.0 us" for i in range(1, 6)]
+    first, second = ["# Stage 2", *rows[:2], "best 5.9 us"], ["# Stage 2", *rows, "best 5.0 us"]
+    log = tmp_path / "llm-calls.jsonl"
+    log.write_text("".join(
+        CallRecord(index=i, role="designer", prompt_sha256=f"{i}", occurrence=0,
+                   provider="gemini", model="m", system="s", prompt="\n".join(lines),
+                   response_text=f"design {i + 1}").model_dump_json() + "\n"
+        for i, lines in enumerate([first, second])))
+    replay = ReplayProvider(log)
+    again = "\n".join(["# Stage 2", *rows[:2], "best 5.0 us"])  # re-measured: 5.0, as gen 2's
+    answer = replay.generate(LLMRequest(role="designer", system="s", prompt=again,
+                                        max_output_tokens=100, prompt_sha256="new"))
+    assert answer.text == "design 1"
+
+
 def test_asking_for_more_than_the_log_holds_is_a_replay_miss_naming_the_log(tmp_path):
     with FakeLLMServer(ScientistResponder()) as server:
         live = build_roles(fake_settings(server), sample_task(), tmp_path / "live")

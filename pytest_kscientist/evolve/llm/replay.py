@@ -2,12 +2,13 @@
 
 A request takes the logged answer with the same (role, request sha256, occurrence) when there is
 one. Measured times differ between runs, so a re-run's prompts rarely match byte for byte: then
-it takes the role's unused answer whose logged prompt shares the most lines with this one (ties:
-log order), and the new log marks the call ``replay_match="nearest"``. Log order alone is not
-enough: calls made at once (the writers of a generation) are logged as they finish, which
-differs between runs. Logged failures replay as the same errors, and each answer is
-charged its logged cost, so budget stops reproduce too. ``ReplayMiss`` means the role has no
-logged answers left.
+it takes the role's unused answer whose logged prompt is nearest this one (the most lines in
+common for the lines of both together, so a later generation's longer prompt that holds this
+one's lines loses; ties: log order), and the new log marks the call ``replay_match="nearest"``.
+Log order alone is not enough: calls made at once (the writers of a generation) are logged as
+they finish, which differs between runs. Logged failures replay as the same errors, and each
+answer is charged its logged cost, so budget stops reproduce too. ``ReplayMiss`` means the role
+has no logged answers left.
 """
 
 from __future__ import annotations
@@ -67,15 +68,17 @@ class ReplayProvider:
             return self._records[index], match
 
     def _nearest(self, request: LLMRequest) -> int | None:
-        """The unused record of the request's role whose prompt shares most lines with it."""
+        """The unused record of the request's role whose prompt is nearest it: the largest
+        share of lines in common (Jaccard over the two prompts' lines, repeats counted)."""
         lines = Counter(request.prompt.splitlines())
-        best: tuple[int, int] | None = None  # (shared lines, -index)
+        best: tuple[float, int] | None = None  # (share, -index)
         for i, record in enumerate(self._records):
             if i in self._used or record.role != request.role:
                 continue
-            shared = sum((lines & Counter(record.prompt.splitlines())).values())
-            if best is None or (shared, -i) > best:
-                best = (shared, -i)
+            logged = Counter(record.prompt.splitlines())
+            share = sum((lines & logged).values()) / max(1, sum((lines | logged).values()))
+            if best is None or (share, -i) > best:
+                best = (share, -i)
         return None if best is None else -best[1]
 
     def generate(self, request: LLMRequest) -> LLMReply:
