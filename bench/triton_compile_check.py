@@ -63,9 +63,11 @@ def main(argv: list[str]) -> None:
     element = "fp16" if cfg["LAYOUT"].startswith("fp16") else "fp8e4nv"
     a_name, b_name = fn.arg_names[:2]  # a_ptr, b_ptr (triton_fused: a_src, b_src)
     signature = {name: "constexpr" for name in fn.arg_names}
-    b_element = "fp16" if cfg["LAYOUT"] == "b16" else element  # B upcast first
-    pointers = {a_name: f"*{element}", b_name: f"*{b_element}", "sa_ptr": "*fp32",
-                "sb_ptr": "*fp32", "out_ptr": "*bf16"}
+    # the kernel's B operand in fp16: upcast first (b16, or A as the kernel's B for a16)
+    b_element = "fp16" if cfg["LAYOUT"] in ("b16", "a16") else element
+    a_scale, b_scale = fn.arg_names[2:4]  # sa_ptr, sb_ptr (triton_fused: rs_ptr, cs_ptr)
+    pointers = {a_name: f"*{element}", b_name: f"*{b_element}", a_scale: "*fp32",
+                b_scale: "*fp32", "out_ptr": "*bf16"}
     signature.update(pointers)
     # M, N, K and the strides (triton_fused: its programs too)
     ints = [p.name for p in fn.params if not p.is_constexpr and p.name not in pointers]
@@ -82,12 +84,14 @@ def main(argv: list[str]) -> None:
         consts.update(EVEN_K=True, SCALE_BLOCK=module.SCALE_BLOCK)
     # the unit strides: column-major A [m,k] and B [n,k] unless copied K-major; scales and C
     units = ["stride_ak", "stride_bk"] if kmajor else ["stride_am", "stride_bn"]
-    for name in units + ["stride_sam", "stride_sbn", "stride_on"]:
-        if name in fn.arg_names:  # (triton_fused takes column-major operands, no strides)
+    # C's unit stride (a launch specialises an int equal to 1): its rows', for a16's C^T tiles
+    units.append("stride_om" if cfg["LAYOUT"] == "a16" else "stride_on")
+    for name in units + ["stride_sam", "stride_sbn"]:
+        if name in fn.arg_names:  # (triton_fused: column-major operands, no stride args)
             consts[name] = 1
     extra = {k: cfg[k] for k in cfg if k in fn.arg_names and k not in consts}
     consts.update(extra)
-    divisible = [n for n in (a_name, b_name, "sa_ptr", "sb_ptr", "out_ptr", *ints)
+    divisible = [n for n in (a_name, b_name, a_scale, b_scale, "out_ptr", *ints)
                  if n not in consts and signature[n][0] in "*i"]
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     for name in consts:

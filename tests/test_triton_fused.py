@@ -36,17 +36,16 @@ SHAPES = [
     (40, 136, 200, 9),
     (48, 208, 200, 10),
 ]
-# The seed's first defaults (fp16 upcast, TMA, PAIR, 128x128x64, 8 warps): most points below
-# change a few knobs from here; "default" is the seed's TUNABLES (fused, TMA, 64x128x128).
-FIRST = dict(LAYOUT="fp16", TMA=True, PAIR=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
-             GROUP_M=8, PERSISTENT=0, SPLIT_K=1, num_warps=8, num_stages=3)
+# The seed's first defaults (fp16 upcast, TMA, 128x128x64, 8 warps): most points below change
+# a few knobs from here; "default" is the seed's TUNABLES (fused, TMA, 64x128x128).
+FIRST = dict(LAYOUT="fp16", TMA=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+             PERSISTENT=0, SPLIT_K=1, num_warps=8, num_stages=3)
 POINTS = {
     "default": {},
-    "fp16-tma-pair": FIRST,
-    "fused-ptr-pair": dict(FIRST, LAYOUT="fused", TMA=False),
-    "fused-ptr-256wide-nopair-g1": dict(
-        FIRST, LAYOUT="fused", TMA=False, BLOCK_N=256, BLOCK_K=128, PAIR=False, GROUP_M=1
-    ),
+    "fp16-tma": FIRST,
+    "fused-ptr": dict(FIRST, LAYOUT="fused", TMA=False),
+    "fused-ptr-256wide-g1": dict(FIRST, LAYOUT="fused", TMA=False, BLOCK_N=256, BLOCK_K=128,
+                                 GROUP_M=1),
     "fp16-tma-64x64-persistent2": dict(FIRST, BLOCK_M=64, BLOCK_N=64, PERSISTENT=2, GROUP_M=4),
     "fused-tma-64x256x128-split2": dict(
         FIRST, LAYOUT="fused", BLOCK_M=64, BLOCK_N=256, BLOCK_K=128, SPLIT_K=2, GROUP_M=16
@@ -57,9 +56,15 @@ POINTS = {
     "fused-tma-splitauto-persistent1": dict(
         FIRST, LAYOUT="fused", SPLIT_K=0, PERSISTENT=1, num_warps=4
     ),
-    "fp16-tma-nopair-128x128x128-splitauto": dict(FIRST, PAIR=False, BLOCK_K=128, SPLIT_K=0),
+    "fp16-tma-128x128x128-splitauto": dict(FIRST, BLOCK_K=128, SPLIT_K=0),
     "b16-tma-64x128x128-split2": dict(
-        FIRST, LAYOUT="b16", PAIR=False, BLOCK_M=64, BLOCK_K=128, SPLIT_K=2, num_warps=4
+        FIRST, LAYOUT="b16", BLOCK_M=64, BLOCK_K=128, SPLIT_K=2, num_warps=4
+    ),
+    "a16-tma-64x128x128-splitauto": dict(
+        FIRST, LAYOUT="a16", BLOCK_M=64, BLOCK_K=128, SPLIT_K=0, num_warps=4
+    ),
+    "a16-ptr-128x256x64-persistent1-g1": dict(
+        FIRST, LAYOUT="a16", TMA=False, BLOCK_N=256, PERSISTENT=1, GROUP_M=1
     ),
 }
 ATOL, RTOL = 1e-3, 2e-2
@@ -109,7 +114,8 @@ for name, point in points.items():
             "seconds": seconds, "launch": launches[0],
         }
 # other layouts than the task's: row-major A, B and scales, c a transposed view
-for name in ("default", "fp16-ptr-128x64x128-split4-persistent1"):
+for name in ("default", "fp16-ptr-128x64x128-split4-persistent1",
+             "a16-tma-64x128x128-splitauto"):
     seed.TUNABLES.clear()
     seed.TUNABLES.update(default, **points[name])
     data = list(reference.generate_input(96, 320, 256, 3))
@@ -179,7 +185,7 @@ def test_the_checked_runs_took_every_path(interpreted_results) -> None:
     default = read_tunables(SEED.read_text())
     layouts_with_tma = {dict(default, **POINTS[key.split("|")[0]])["LAYOUT"]
                         for key, launch in launches.items() if launch["TMA"]}
-    assert layouts_with_tma == {"fused", "fp16", "b16"}
+    assert layouts_with_tma == {"fused", "fp16", "b16", "a16"}
     assert any(not launch["EVEN_K"] and launch["TMA"] for launch in launches.values())
     walked = [launch for launch in launches.values() if launch["PERSISTENT"]]
     assert any(launch["programs"] < launch["items"] for launch in walked)
@@ -189,7 +195,8 @@ def test_the_checked_runs_took_every_path(interpreted_results) -> None:
     assert {launch["SPLIT_K"] for launch in auto} > {1}  # the SM count asked for slices
 
 
-@pytest.mark.parametrize("point", ["default", "fp16-ptr-128x64x128-split4-persistent1"])
+@pytest.mark.parametrize("point", ["default", "fp16-ptr-128x64x128-split4-persistent1",
+                                   "a16-tma-64x128x128-splitauto"])
 def test_other_layouts_are_copied_to_the_tasks(interpreted_results, point) -> None:
     """Row-major operands and scales, c a transposed view: still within tolerance, in c."""
     result = interpreted_results[f"layouts|{point}"]
@@ -237,15 +244,17 @@ def test_stages_are_lowered_until_the_tiles_fit_in_shared_memory() -> None:
     seed = _seed_module()
     h200 = 232448
     point = dict(seed.TUNABLES, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_stages=4)
-    assert seed.fitting_stages(dict(point, LAYOUT="fp16", PAIR=True), h200) == 3
-    assert seed.fitting_stages(dict(point, LAYOUT="fp16", PAIR=False), h200) == 4
-    # fp8 tiles: one buffer fewer, plus the converted B tile (230400 B modelled at 4 stages)
-    assert seed.fitting_stages(dict(point, LAYOUT="fused", PAIR=True, BLOCK_K=128), h200) == 4
-    assert seed.fitting_stages(
-        dict(point, LAYOUT="fused", PAIR=True, BLOCK_N=256, BLOCK_K=128), h200) == 2
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16", BLOCK_K=128), h200) == 3
+    assert seed.fitting_stages(dict(point, LAYOUT="fp16"), h200) == 4
+    # fp8 tiles: one buffer fewer, plus the converted B tile (132096 B modelled at 4 stages)
+    fused = dict(point, LAYOUT="fused", BLOCK_K=128)
+    assert seed.fitting_stages(fused, 132096) == 4
+    assert seed.fitting_stages(fused, 132095) == 3
     assert seed.fitting_stages(dict(point, LAYOUT="fp16", num_stages=2), h200) == 2  # never up
-    # B upcast first: fp16 B in every buffer, fp8 A in one fewer (triton 3.6 compiled 114736 B
-    # for 64x128x128 at 3 stages: modelled 115712); 4 stages fit only above 156672 B
-    b16 = dict(point, LAYOUT="b16", PAIR=False, BLOCK_M=64, BLOCK_K=128)
+    # One operand upcast first: its fp16 tiles in every buffer, the fp8 one in one fewer
+    # (triton 3.6 compiled 114736 B for b16 64x128x128 at 3 stages: modelled 115712); 4
+    # stages fit only above 156672 B; a16 is the same kernel on B's rows
+    b16 = dict(point, LAYOUT="b16", BLOCK_M=64, BLOCK_K=128)
     assert seed.fitting_stages(b16, 156672) == 4
+    assert seed.fitting_stages(dict(b16, LAYOUT="a16"), 156672) == 4
     assert seed.fitting_stages(b16, 156671) == 3

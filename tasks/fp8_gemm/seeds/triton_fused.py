@@ -1,16 +1,14 @@
 """Triton seed 2 (issue 15): triton_blockscaled.py's exact arithmetic (fp16 dots of e4m3
 values, fp32 partials scaled in fp32, one bf16 rounding), which waits for each step's product
 before scaling it. Knobs:
-- PAIR: two BLOCK_K steps per iteration, the second's product scaled in the next, so its MMA
-  may run during the scaling (WGMMAPipeline.cpp, rule 3b); slower on the H200 (notes).
-- LAYOUT "fp16": a torch upcast of A and B first; "fused": fp8 tiles converted in the loop
-  (never in flight, rule 1), B through shared memory; "b16": B upcast first.
+- LAYOUT "fused": fp8 tiles converted in the loop (A into the MMA's registers, B through
+  shared memory); "fp16": a torch upcast of A and B first; "b16": B upcast first; "a16": A
+  upcast first and C^T computed (rows: B's), so the smaller operand can be the one upcast.
 - TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
   4, until every SM has one), partials summed by a second kernel.
-Tiles at most 128 wide lie in one B scale block: one FMA per element scales them. All points
-compile for sm_90 (triton 3.9, bench/triton_compile_check.py); BLOCK_N 256, 4 warps at 128x128, PAIR
-without TMA spill.
+A tile at most 128 wide lies in one B scale block: its scale is folded into the other side's.
+All points compile for sm_90 (triton 3.6, bench/triton_compile_check.py); BLOCK_N 256 spills.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ TUNABLES = {  # the best point of bench/fused_sweep.py on the H200 (notes/fp8_ge
     "BLOCK_N": 128,
     "BLOCK_K": 128,
     "GROUP_M": 8,
-    "PAIR": False,
     "PERSISTENT": 0,
     "SPLIT_K": 1,
     "LAYOUT": "fused",
@@ -38,10 +35,9 @@ TUNABLE_SPACE = {
     "BLOCK_N": [64, 128, 256],
     "BLOCK_K": [64, 128],
     "GROUP_M": [1, 4, 8, 16],
-    "PAIR": [False, True],
     "PERSISTENT": [0, 1, 2],
     "SPLIT_K": [0, 1, 2, 4],
-    "LAYOUT": ["fused", "fp16", "b16"],
+    "LAYOUT": ["fused", "fp16", "b16", "a16"],
     "TMA": [False, True],
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4],
@@ -73,42 +69,42 @@ NUM_SMS = _PROPS.multi_processor_count if _PROPS is not None else 3
 def fitting_stages(cfg: dict, limit: int) -> int:
     """num_stages, lowered until the tiles fit in ``limit`` bytes (triton 3.6/3.9 on sm_90):
     fp16 tiles in ``stages`` buffers, fp8 in one fewer; "fused" adds B once in fp16."""
-    a16, b16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"
-    a, b = (cfg[x] * cfg["BLOCK_K"] * (1 + cfg["PAIR"]) for x in ("BLOCK_M", "BLOCK_N"))
+    r16, c16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"  # the kernel's A, B in fp16
+    a, b = (cfg[x] * cfg["BLOCK_K"] for x in ("BLOCK_M", "BLOCK_N"))
     stages = cfg["num_stages"]
-    while stages > 1 and (a * (1 + a16) * (stages - 1 + a16) + b * (1 + b16) * (stages - 1 + b16)
-                          + 1024 + (0 if b16 else 2 * b // (1 + cfg["PAIR"]))) > limit:
+    while stages > 1 and (a * (1 + r16) * (stages - 1 + r16) + b * (1 + c16) * (stages - 1 + c16)
+                          + 1024 + (0 if c16 else 2 * b)) > limit:
         stages -= 1
     return stages
 
 
 @triton.jit
-def _scales(sa_ptrs, sb_ptrs, step, M, NB, in_m, in_n, BLOCK_K: tl.constexpr,
-            ROW: tl.constexpr):
-    """A step's scales: (a_scale * b_scale per row, b_scale) if ROW, else per row and column."""
+def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: tl.constexpr,
+            UNI: tl.constexpr):
+    """acc + part * row scale * column scale, in fp32. UNI 1: one column scale for the tile,
+    2: one row scale."""
     kb = (step * BLOCK_K) // 128  # the task's scale block
-    sa = tl.load(sa_ptrs + kb * M, mask=in_m, other=0.0)
-    if ROW:
-        sb = tl.load(sb_ptrs + kb * NB)
-        return sa * sb, sb
+    if UNI == 2:
+        r = tl.load(rs_ptrs + kb * RS_K)
     else:
-        return sa, tl.load(sb_ptrs + kb * NB, mask=in_n, other=0.0)
+        r = tl.load(rs_ptrs + kb * RS_K, mask=in_m, other=0.0)
+    if UNI == 1:
+        c = tl.load(cs_ptrs + kb * CS_K)
+    else:
+        c = tl.load(cs_ptrs + kb * CS_K, mask=in_n, other=0.0)
+    if UNI == 1:
+        return acc + part * (r * c)[:, None]
+    elif UNI == 2:
+        return acc + part * (c * r)[None, :]
+    else:
+        return acc + part * r[:, None] * c[None, :]
 
 
 @triton.jit
-def _scaled(acc, part, sa, sb, ROW: tl.constexpr):
-    """acc + part * scales, in fp32."""
-    if ROW:
-        return acc + part * sa[:, None]
-    else:
-        return acc + part * sa[:, None] * sb[None, :]
-
-
-@triton.jit
-def _step(a_in, b_in, sa_ptrs, sb_ptrs, step, m0, n0, M, N, K, in_m, in_n,
-          BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, TMA: tl.constexpr, ROW: tl.constexpr):
-    """A step's fp32 product of fp16 tiles, and its scales (fp8 wgmma accumulation misses the
-    tolerance: notes/fp8_gemm_h200.md). a_in, b_in: descriptors, or pointers at step 0."""
+def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexpr,
+             EVEN_K: tl.constexpr, TMA: tl.constexpr):
+    """A step's fp32 product of fp16 tiles (fp8 wgmma accumulation misses the tolerance:
+    notes/fp8_gemm_h200.md). a_in, b_in: descriptors, or pointers at step 0."""
     k0 = step * BLOCK_K
     if TMA:
         a = a_in.load([k0, m0]).T
@@ -119,15 +115,14 @@ def _step(a_in, b_in, sa_ptrs, sb_ptrs, step, m0, n0, M, N, K, in_m, in_n,
             k_ok = tl.full((BLOCK_K,), 1, tl.int1)
         a = tl.load(a_in + k0 * M, mask=in_m[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_in + k0 * N, mask=k_ok[:, None] & in_n[None, :], other=0.0)
-    sa, sb = _scales(sa_ptrs, sb_ptrs, step, M, tl.cdiv(N, 128), in_m, in_n, BLOCK_K, ROW)
-    return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32), sa, sb
+    return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
 
 
 @triton.jit
-def _tile(item, a_src, b_src, sa_ptr, sb_ptr, out_ptr, M, N, K, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-          SPLIT_K: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, TMA: tl.constexpr,
-          PIN: tl.constexpr, ROW: tl.constexpr):
+def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
+          stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+          GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+          TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr, UNI: tl.constexpr):
     """Work item ``item``: a C tile, or its fp32 partial over one K slice."""
     tile = item // SPLIT_K
     # GROUP_M row tiles walk down a column of tiles: neighbours share B tiles in L2
@@ -145,58 +140,39 @@ def _tile(item, a_src, b_src, sa_ptr, sb_ptr, out_ptr, M, N, K, BLOCK_M: tl.cons
     else:
         a_in = a_src + offs_m[:, None] + tl.arange(0, BLOCK_K)[None, :] * M
         b_in = b_src + tl.arange(0, BLOCK_K)[:, None] * N + offs_n[None, :]
-    sa_ptrs = sa_ptr + offs_m
-    if ROW:
-        sb_ptrs = sb_ptr + n0 // 128
-    else:  # the last B scale block may be partial: index it per column
-        sb_ptrs = sb_ptr + offs_n // 128
+    # scales per row / column, or one for the tile (UNI); DIV 128: one per 128 rows / columns
+    rs_ptrs = rs_ptr + (m0 // RDIV if UNI == 2 else offs_m // RDIV)
+    cs_ptrs = cs_ptr + (n0 // CDIV if UNI == 1 else offs_n // CDIV)
 
     # split K by whole steps: a step never straddles two scale blocks
     steps = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(steps, SPLIT_K)
     first = (item % SPLIT_K) * per_split
-    last = min(first + per_split, steps)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if PAIR:
-        # held: the second step's product (min: an empty K slice reads no scale past K)
-        held = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        held_sa, held_sb = _scales(sa_ptrs, sb_ptrs, min(first, steps - 1), M, tl.cdiv(N, 128),
-                                   in_m, in_n, BLOCK_K, ROW)
-        for step in range(first, last - 1, 2):
-            p0, sa0, sb0 = _step(a_in, b_in, sa_ptrs, sb_ptrs, step, m0, n0, M, N, K, in_m, in_n,
-                                 BLOCK_K, EVEN_K, TMA, ROW)
-            acc = _scaled(acc, p0, sa0, sb0, ROW)
-            if PIN:  # computed here, not after the next MMA: 218 registers, not 255 and a stack
-                acc = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [acc],
-                                                dtype=tl.float32, is_pure=False, pack=1)
-            p1, sa1, sb1 = _step(a_in, b_in, sa_ptrs, sb_ptrs, step + 1, m0, n0, M, N, K, in_m,
-                                 in_n, BLOCK_K, EVEN_K, TMA, ROW)
-            acc = _scaled(acc, held, held_sa, held_sb, ROW)
-            held, held_sa, held_sb = p1, sa1, sb1
-        acc = _scaled(acc, held, held_sa, held_sb, ROW)
-        first = last - (last - first) % 2  # the odd step left, if any
-    for step in range(first, last):
-        part, sa, sb = _step(a_in, b_in, sa_ptrs, sb_ptrs, step, m0, n0, M, N, K, in_m, in_n,
-                             BLOCK_K, EVEN_K, TMA, ROW)
-        acc = _scaled(acc, part, sa, sb, ROW)
-    c_offs = (item % SPLIT_K) * M * N + offs_m[:, None] * N + offs_n[None, :]
+    for step in range(first, min(first + per_split, steps)):
+        part = _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K, EVEN_K, TMA)
+        acc = _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K, UNI)
+    c_offs = (item % SPLIT_K) * M * N + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptr + c_offs, acc.to(out_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
 
 
 @triton.jit
-def _fp8_block_scaled_gemm(a_src, b_src, sa_ptr, sb_ptr, out_ptr, M, N, K, programs,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, PAIR: tl.constexpr,
-                           PERSISTENT: tl.constexpr, EVEN_K: tl.constexpr, TMA: tl.constexpr,
-                           PIN: tl.constexpr, ROW: tl.constexpr):
+def _fp8_block_scaled_gemm(a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K,
+                           stride_om, stride_on, programs, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                           SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, EVEN_K: tl.constexpr,
+                           TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr,
+                           UNI: tl.constexpr):
     if PERSISTENT:
         for item in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K,
                           programs):
-            _tile(item, a_src, b_src, sa_ptr, sb_ptr, out_ptr, M, N, K, BLOCK_M, BLOCK_N,
-                  BLOCK_K, GROUP_M, SPLIT_K, PAIR, EVEN_K, TMA, PIN, ROW)
+            _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
+                  stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA, RDIV,
+                  CDIV, UNI)
     else:
-        _tile(tl.program_id(0), a_src, b_src, sa_ptr, sb_ptr, out_ptr, M, N, K, BLOCK_M,
-              BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, PAIR, EVEN_K, TMA, PIN, ROW)
+        _tile(tl.program_id(0), a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K,
+              stride_om, stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA,
+              RDIV, CDIV, UNI)
 
 
 @triton.jit
@@ -209,12 +185,9 @@ def _sum_splits(part_ptr, c_ptr, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constex
     tl.store(c_ptr + offs, total.to(c_ptr.dtype.element_ty), mask=ok)
 
 
-# the interpreter (TRITON_INTERPRET=1 when defined) runs no inline PTX
-INTERPRETED = type(_fp8_block_scaled_gemm).__name__ == "InterpretedFunction"
-
-
 def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, int, dict]:
-    """(programs, split, the kernel's constexprs) for one shape and ``sms`` SMs."""
+    """(programs, split, the kernel's constexprs) for one shape (the kernel's rows and columns:
+    n and m for "a16") and ``sms`` SMs."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     steps = triton.cdiv(k, bk)
@@ -226,9 +199,11 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
     split = max(1, min(split, steps))
     items = tiles * split
     programs = min(items, cfg["PERSISTENT"] * sms) if cfg["PERSISTENT"] else items
+    swap = cfg["LAYOUT"] == "a16"  # rows: B's, with one scale per 128; columns: A's
+    uni = (2 if SCALE_BLOCK % bm == 0 else 0) if swap else (1 if SCALE_BLOCK % bn == 0 else 0)
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split,
-                  PAIR=cfg["PAIR"], PERSISTENT=cfg["PERSISTENT"] > 0, EVEN_K=k % bk == 0, TMA=tma,
-                  PIN=not INTERPRETED, ROW=SCALE_BLOCK % bn == 0)
+                  PERSISTENT=cfg["PERSISTENT"] > 0, EVEN_K=k % bk == 0, TMA=tma,
+                  RDIV=SCALE_BLOCK if swap else 1, CDIV=1 if swap else SCALE_BLOCK, UNI=uni)
     return programs, split, consts
 
 
@@ -249,17 +224,25 @@ def custom_kernel(data):
     cfg = tunables_for(m=m, n=n, k=k)
     a, b, a_scale, b_scale = (x if x.stride(0) == 1 and x.stride(1) == x.shape[0] else
                               x.T.contiguous().T for x in (a, b, a_scale, b_scale))  # col-major
-    if cfg["LAYOUT"] != "fused":  # .to keeps the strides
-        a, b = a.to(torch.float16) if cfg["LAYOUT"] == "fp16" else a, b.to(torch.float16)
-    sources = _tma_sources(a, b, cfg) if cfg["TMA"] else None
-    programs, split, consts = plan(cfg, m, n, k, NUM_SMS, sources is not None)
+    layout = cfg["LAYOUT"]
+    a = a.to(torch.float16) if layout in ("fp16", "a16") else a  # .to keeps the strides
+    b = b.to(torch.float16) if layout in ("fp16", "b16") else b
+    # the kernel's rows, columns, their scales, K strides of the scales, C's strides
+    rows, cols, rs, cs, rs_k, cs_k, strides = (a, b, a_scale, b_scale, m, b_scale.shape[0],
+                                               (n, 1))
+    if layout == "a16":  # C^T = B A^T: rows of B in the registers, A's fp16 tiles shared
+        rows, cols, rs, cs, rs_k, cs_k, strides = (b, a, b_scale, a_scale, b_scale.shape[0], m,
+                                                   (1, n))
+    sources = _tma_sources(rows, cols, cfg) if cfg["TMA"] else None
+    mk, nk = rows.shape[0], cols.shape[0]
+    programs, split, consts = plan(cfg, mk, nk, k, NUM_SMS, sources is not None)
     # bf16 stored into c (the interpreter truncates: within tolerance, NOTES.md)
     dest = c if c.is_contiguous() else torch.empty(c.shape, dtype=c.dtype, device=c.device)
     out = dest if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=c.device)
     stages = cfg["num_stages"] if SMEM_LIMIT is None else fitting_stages(cfg, SMEM_LIMIT)
-    _fp8_block_scaled_gemm[(programs,)](*(sources or (a, b)), a_scale, b_scale, out, m, n, k,
-                                        programs, **consts, num_warps=cfg["num_warps"],
-                                        num_stages=stages)
+    _fp8_block_scaled_gemm[(programs,)](*(sources or (rows, cols)), rs, cs, out, mk, nk, k,
+                                        rs_k, cs_k, *strides, programs, **consts,
+                                        num_warps=cfg["num_warps"], num_stages=stages)
     if split > 1:
         _sum_splits[(triton.cdiv(m * n, 1024),)](out, dest, m * n, SPLIT_K=split, BLOCK=1024)
     if dest is not c:
