@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
+#   KS_PART=sweep: every point of bench/fused_sweep.py (b16/a16 first), 450 s box
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
@@ -28,7 +29,9 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
-if [[ ${KS_PART:-measure} == fused ]]; then
+if [[ ${KS_PART:-measure} == sweep ]]; then
+  t 500 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --seconds 450
+elif [[ ${KS_PART:-measure} == fused ]]; then
   t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
     f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
   t 150 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
