@@ -158,3 +158,24 @@ def test_the_projection_says_what_the_generations_cost_and_where_the_cap_stops(t
     assert "this population's average cost per call" in project(ledger, 1, 3)
     assert generation_usd(ledger, 3) < each
     assert project(ledger, 0, 3) == ""
+
+
+def test_a_peek_at_the_ledger_counts_no_run_and_moves_nothing(tmp_path):
+    from pytest_kscientist.evolve.llm.cost import project
+    from pytest_kscientist.evolve.llm.ledger import peek_ledger
+
+    path = tmp_path / "llm" / "llm-ledger.json"
+    assert peek_ledger(Prices(1.0, 1.0), 5.0, path).spent_usd == 0.0  # no file: $0
+    assert not path.parent.exists()  # and none created
+    ledger = CostLedger(Prices(1.25, 10.0), 5.0, path)
+    ledger.charge("writer", Usage(input_tokens=1000, output_tokens=1000))
+    files = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    view = peek_ledger(Prices(1.25, 10.0), 5.0, path)
+    assert view is not None
+    assert project(view, 4, 3) == project(ledger, 4, 3)  # the same line as the ledger's
+    assert "this population's average cost per call" in project(view, 4, 3)
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == files
+    assert load_ledger(path).runs == 1
+    path.write_text("{not json")  # unreadable: spent unknown, and the file stays put
+    assert peek_ledger(Prices(1.25, 10.0), 5.0, path) is None
+    assert path.read_text() == "{not json"

@@ -8,9 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from evolve_fakes import REFERENCE, SEED, TASK_TOML
 from fake_llm_server import FakeLLMServer
 from fake_scientist import ScientistResponder
 
+from pytest_kscientist.evolve.llm.ledger import CostLedger, Usage, load_ledger
+from pytest_kscientist.evolve.llm.settings import Prices
 from pytest_kscientist.evolve.llm.transcript import read_calls
 
 REPO = Path(__file__).parent.parent
@@ -25,6 +28,35 @@ def scientist(monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", KEY)
     with FakeLLMServer(ScientistResponder()) as server:
         yield server
+
+
+TOY_CONFTEST = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from evolve_fakes import FakeEvaluator
+from pytest_kscientist.evolve.sessions import EVALUATOR_KEY
+
+FAIL = {{(("tile", 16), ("unroll", 1))}}  # the seed's knobs
+
+
+def pytest_configure(config):
+    fail = FAIL if os.environ.get("KS_TOY_SEED_FAILS") else set()
+    config.stash[EVALUATOR_KEY] = FakeEvaluator(fail=fail)
+"""
+
+
+@pytest.fixture
+def toy(pytester):
+    """The toy task with a fake evaluator (the seed fails its check when KS_TOY_SEED_FAILS is
+    set)."""
+    task = pytester.mkdir("toy")
+    (task / "task.toml").write_text(TASK_TOML)
+    (task / "reference.py").write_text(REFERENCE)
+    (task / "seeds").mkdir()
+    (task / "seeds" / "tunable.py").write_text(SEED)
+    pytester.makeconftest(TOY_CONFTEST)
+    pytester.makeini("[pytest]\n")
+    return pytester
 
 
 def sources(population: Path) -> dict[str, str]:
@@ -59,15 +91,17 @@ def test_evolve_with_gemini_then_replay_without_it(pytester, scientist):
     )
     assert live.ret == 0, live.stdout.str()
     live.stdout.fnmatch_lines(
-        [
+        [  # the projection before the seeds are evaluated, and only there
+            "*axpy | gen 0/1 | cost     | kscientist: 1 more generation(s) of 2 candidate(s) "
+            "would cost about $0.4* (*from typical prompt sizes and a thinking model's output; "
+            "an estimate); the cap of $5.00 ($0.00 spent) covers them",
+            "*axpy | gen 0/1 | seed*",
             "*LLM scientist gemini:gemini-2.5-pro, budget $5.00 for this population ($0.00 "
             "spent so far), calls logged in *llm-calls.jsonl",
-            "*kscientist: 1 more generation(s) of 2 candidate(s) would cost about $0.4* (*from "
-            "typical prompt sizes and a thinking model's output; an estimate); the cap of "
-            "$5.00 ($0.00 spent) covers them",
             "*generation 1*",
         ]
     )
+    assert live.stdout.str().count("would cost") == 1
     roles = [r.prompt.splitlines()[0] for r in scientist.requests]
     assert roles == ["# Stage 2: design experiments"] + ["# Stage 3: write the kernel"] * 2
     assert all(r.headers["x-goog-api-key"] == KEY for r in scientist.requests)
@@ -120,3 +154,50 @@ def test_evolve_two_generations_of_fp8_gemm_with_gemini(pytester, scientist):
     log = pytester.path / "population" / "fp8_gemm" / "llm" / "llm-calls.jsonl"
     assert {r.role for r in read_calls(log)} >= {"selector", "designer", "writer"}
     assert KEY not in all_text(pytester.path / "population")
+
+
+def test_the_projection_comes_first_and_leaves_the_ledger_as_it_was(toy, scientist,
+                                                                     monkeypatch):
+    """Shown before the seeds are evaluated, from the population's ledger, without counting a
+    run in it or writing anything: the seed fails, so no role ever starts."""
+    monkeypatch.setenv("KS_TOY_SEED_FAILS", "1")
+    llm = toy.path / "population" / "toy" / "llm"
+    llm.mkdir(parents=True)
+    ledger = CostLedger(Prices(1.25, 10.0), 5.0, llm / "llm-ledger.json")
+    ledger.charge("writer", Usage(input_tokens=200_000, output_tokens=100_000))
+    before = {p.name: p.read_bytes() for p in llm.iterdir()}
+    result = toy.runpytest_subprocess("-p", "no:cacheprovider", "--evolve", "3", "toy",
+                                      "--ks-llm", "gemini", "--ks-llm-base-url", scientist.url,
+                                      "--ks-candidates", "3")
+    assert result.ret == 1, result.stdout.str()  # no candidate passes its checks
+    result.stdout.fnmatch_lines([
+        "*toy | gen 0/3 | cost     | kscientist: 3 more generation(s) of 3 candidate(s) would "
+        "cost about $11.65 (*from this population's average cost per call); the cap of "
+        "$5.00 ($1.25 spent) covers about 0: *",
+        "*toy | gen 0/3 | seed     | 1 new of 1 seed(s): c0001",
+        "*no candidate passes its checks*",
+    ])
+    assert {p.name: p.read_bytes() for p in llm.iterdir()} == before
+    assert load_ledger(llm / "llm-ledger.json").runs == 1
+    assert scientist.requests == []
+
+
+def test_a_conftest_role_hook_defers_the_projection_to_the_roles(toy, scientist,
+                                                                 monkeypatch):
+    """A conftest implementing a role hook may replace the LLM roles, so the projection waits
+    for them; here the hook returns None, the LLM roles play, and the line comes once."""
+    monkeypatch.delenv("KS_TOY_SEED_FAILS", raising=False)
+    toy.makeconftest(TOY_CONFTEST + "\n\ndef pytest_kscientist_make_selector(config, task):\n"
+                     "    return None\n")
+    result = toy.runpytest_subprocess("-p", "no:cacheprovider", "--evolve", "1", "toy",
+                                      "--ks-llm", "gemini", "--ks-llm-base-url", scientist.url,
+                                      "--ks-candidates", "1")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*toy | gen 0/1 | seed     | 1 new of 1 seed(s): c0001",
+        "*toy | gen 1/1 | roles    | kscientist: 1 more generation(s) of 1 candidate(s) would "
+        "cost about $* the cap of $5.00 ($0.00 spent) covers them",
+        "*generation 1*",
+    ])
+    assert result.stdout.str().count("would cost") == 1
+    result.stdout.no_fnmatch_line("*| cost     |*")

@@ -8,7 +8,7 @@ configured, else the offline scientist; pluggy calls them only for roles nobody 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,18 +133,55 @@ def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[
     return roles, notes
 
 
+def _generations_left(config: pytest.Config, members: Sequence[Member]) -> tuple[int, int]:
+    """(generations this run still has to make, candidates per generation): ``--evolve N``
+    less the generations the population already holds."""
+    from pytest_kscientist.session import KS_SESSION
+
+    ks = config.stash.get(KS_SESSION, None)
+    if ks is None or not ks.settings.evolve:
+        return 0, 0
+    done = max((m.meta.generation for m in members), default=0)
+    return ks.settings.evolve - done, ks.settings.evolve_options.candidates
+
+
 def _projection(config: pytest.Config, made: Any, members: Sequence[Member]) -> str:
     """The projected LLM cost of the generations this run still has to make, or ""."""
     project = getattr(made, "projection", None)
     if project is None:
         return ""
-    from pytest_kscientist.session import KS_SESSION
+    return str(project(*_generations_left(config, members)))
 
-    ks = config.stash.get(KS_SESSION, None)
-    if ks is None or not ks.settings.evolve:
+
+def early_projection(config: pytest.Config, log_dir: Path, members: Sequence[Member]) -> str:
+    """The projection before anything is spent or run, when the built-in LLM scientist will
+    play the roles; "" when offline, when nothing is left to make, or when the ledger in
+    ``log_dir`` cannot be read (the roles' start shows it then). Counts no run in the ledger."""
+    try:
+        from pytest_kscientist.evolve.llm import llm_options
+        from pytest_kscientist.evolve.llm.cost import project
+        from pytest_kscientist.evolve.llm.ledger import peek_ledger
+        from pytest_kscientist.evolve.llm.transcript import LEDGER_FILE
+    except ImportError:
         return ""
-    done = max((m.meta.generation for m in members), default=0)
-    return str(project(ks.settings.evolve - done, ks.settings.evolve_options.candidates))
+    settings = llm_options.settings(config)
+    generations, candidates = _generations_left(config, members)
+    if settings.provider == "offline" or generations <= 0:
+        return ""
+    view = peek_ledger(settings.prices, settings.budget_usd, log_dir / LEDGER_FILE)
+    return "" if view is None else project(view, generations, candidates)
+
+
+def _own_roles(config: pytest.Config) -> bool:
+    """Whether a conftest or plugin implements a role hook, so the built-in roles may not play."""
+    hook = config.pluginmanager.hook
+    return any(
+        impl.plugin_name != BUILTIN_ROLES
+        for caller in (hook.pytest_kscientist_make_selector,
+                       hook.pytest_kscientist_make_designer,
+                       hook.pytest_kscientist_make_writer)
+        for impl in caller.get_hookimpls()
+    )
 
 
 class BuiltinRoles:
@@ -204,25 +241,42 @@ def register_builtin_roles(config: pytest.Config, root: Path) -> BuiltinRoles:
     return builtin
 
 
-def make_roles_factory(
-    config: pytest.Config, task: Task, root: Path
-) -> Callable[[Sequence[Member]], tuple[Roles, TaskBrief]]:
-    """A callable building the run's roles once the seeds are measured (the brief needs them)."""
-    builtin = register_builtin_roles(config, root)
+class RolesFactory:
+    """Builds the run's roles once the seeds are measured (the brief needs them); ``preview``
+    gives the lines to show before generation 0 (the LLM cost projection)."""
 
-    def make(members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
-        brief = task_brief(task, members)
+    def __init__(self, config: pytest.Config, task: Task, root: Path) -> None:
+        self._config = config
+        self._task = task
+        self._builtin = register_builtin_roles(config, root)
+        self._log_dir = root / "llm"
+        self._projected = False  # whether preview showed the projection
+
+    def preview(self, members: Sequence[Member]) -> list[str]:
+        """Lines for the start of the run: the projected LLM cost, unless a conftest or plugin
+        implements a role hook (the projection then waits for the roles to start)."""
+        if _own_roles(self._config):
+            return []
+        line = early_projection(self._config, self._log_dir, members)
+        self._projected = bool(line)
+        return [line] if line else []
+
+    def __call__(self, members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
+        config = self._config
+        brief = task_brief(self._task, members)
         chosen = {
             "selector": config.hook.pytest_kscientist_make_selector(config=config, task=brief),
             "designer": config.hook.pytest_kscientist_make_designer(config=config, task=brief),
             "writer": config.hook.pytest_kscientist_make_writer(config=config, task=brief),
         }
         # Notes about the built-in scientists, when one of them plays a role.
-        made = builtin.made(brief)
+        made = self._builtin.made(brief)
         ours = made is not None and any(v is m for m in made[0] for v in chosen.values())
         notes = list(made[1]) if made is not None and ours else []
-        projection = _projection(config, made[0] if made is not None and ours else (), members)
-        notes += [projection] if projection else []
+        if not self._projected:
+            projection = _projection(config, made[0] if made is not None and ours else (),
+                                     members)
+            notes += [projection] if projection else []
         for role, value in chosen.items():
             if not isinstance(value, PROTOCOLS[role]):
                 method = {"selector": "select", "designer": "design", "writer": "write"}[role]
@@ -233,4 +287,8 @@ def make_roles_factory(
                 )
         return Roles(notes=tuple(notes), **chosen), brief
 
-    return make
+
+def make_roles_factory(config: pytest.Config, task: Task, root: Path) -> RolesFactory:
+    """A callable building the run's roles once the seeds are measured (the brief needs them),
+    with ``preview`` for the lines to show before they are."""
+    return RolesFactory(config, task, root)

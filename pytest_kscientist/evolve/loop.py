@@ -71,6 +71,7 @@ class Evolution(WriteStage):
         task_dir: Path | None = None,
         seed_notes: dict[str, str] | None = None,
         seed_hint: str = "add kernels to seeds/",
+        preview: Any = None,
     ) -> None:
         self.task = task
         self.task_dir = task_dir  # what a child session collects: a folder or a problem file
@@ -80,6 +81,8 @@ class Evolution(WriteStage):
         self.pop = population
         self.evaluator = evaluator
         self._make_roles = make_roles  # callable(members) -> (Roles, TaskBrief), called lazily
+        # callable(members) -> lines to show before generation 0 (the LLM cost projection)
+        self._preview = preview
         self.budget = budget
         self.term = terminal
         self.clock = clock
@@ -100,6 +103,7 @@ class Evolution(WriteStage):
                 f"{self.budget.generations} asks; raise --evolve to go further"
             )
         try:
+            self._show_preview(already)
             self._evaluate_pending(resumed=True)
             if 0 not in self._done():
                 self._seed()
@@ -115,6 +119,15 @@ class Evolution(WriteStage):
         done = max(self._done())
         self.term.count("generation" if done == 1 else "generations", done)
         return code
+
+    def _show_preview(self, done: int) -> None:
+        """Show what the run will cost before anything is spent or run (issue 13: the line came
+        only after the seeds' evaluation, minutes into a GPU run)."""
+        if self._preview is None:
+            return
+        self.generation = max(done, 0)
+        for line in self._preview(self.pop.members()):
+            self._stage("cost", line)
 
     def _done(self) -> set[int]:
         done = {e.generation for e in self.pop.events() if e.kind == "generation_done"}
@@ -513,6 +526,7 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
         )
     elif evaluator is None:
         evaluator = ChildSession.for_config(config, task_dir, population.root / "sessions")
+    roles = make_roles_factory(config, task, population.root)
     evolution = Evolution(
         task=task.name,
         seeds=seeds.paths,
@@ -520,7 +534,8 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
         seed_hint=f"add kernels to {task.seeds_dir}",
         population=population,
         evaluator=evaluator,
-        make_roles=make_roles_factory(config, task, population.root),
+        make_roles=roles,
+        preview=roles.preview,
         budget=Budget(ks.settings.evolve, settings.candidates, settings.time_limit_s),
         terminal=progress.Terminal.for_config(config),
         task_dir=task_dir,

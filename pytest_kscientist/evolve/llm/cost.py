@@ -1,5 +1,6 @@
-"""What the LLM scientist will cost: the projection shown when a run starts (issue 13: the
-default cap stopped a 20-generation run near generation 10 without saying so up front).
+"""What the LLM scientist will cost: the projection shown when a run starts, before the seeds
+are evaluated (issue 13: the default cap stopped a 20-generation run near generation 10 without
+saying so up front).
 
 Per call, the tokens a role uses come from this population's ledger once the role has been
 called; before that from ``TYPICAL_TOKENS``. A generation is one selector call, one designer
@@ -9,7 +10,10 @@ of candidates that failed when they ran) in the share this population has needed
 
 from __future__ import annotations
 
-from pytest_kscientist.evolve.llm.ledger import CostLedger
+from pytest_kscientist.evolve.llm.ledger import CostLedger, LedgerView
+
+# The ledger itself, or a read-only view of it (``ledger.peek_ledger``: counts no run).
+Ledger = CostLedger | LedgerView
 
 # (input, billed output) tokens per call. Inputs: the prompts of tasks/fp8_gemm measured at
 # generation 1 (selector 1.5k, designer 5k, writer 4.3k tokens, the system prompt included, at
@@ -25,7 +29,7 @@ TYPICAL_TOKENS = {
 TYPICAL_REPAIR_SHARE = 0.25  # repair calls per writer call, until this population has some
 
 
-def per_call_usd(ledger: CostLedger) -> tuple[dict[str, float], float, bool]:
+def per_call_usd(ledger: Ledger) -> tuple[dict[str, float], float, bool]:
     """(cost of one call per role, repair calls per writer call, whether measured)."""
     totals = ledger.totals().roles
     costs, measured = {}, False
@@ -42,14 +46,14 @@ def per_call_usd(ledger: CostLedger) -> tuple[dict[str, float], float, bool]:
     return costs, share, measured
 
 
-def generation_usd(ledger: CostLedger, candidates: int) -> float:
+def generation_usd(ledger: Ledger, candidates: int) -> float:
     """The expected cost of one generation of ``candidates`` new kernels."""
     costs, share, _ = per_call_usd(ledger)
     writes = candidates * (costs["writer"] + share * costs["repair"])
     return costs["selector"] + costs["designer"] + writes
 
 
-def project(ledger: CostLedger, generations: int, candidates: int) -> str:
+def project(ledger: Ledger, generations: int, candidates: int) -> str:
     """A line for the terminal: the projected cost of ``generations`` more generations and
     whether the cap covers them."""
     if generations <= 0:

@@ -19,6 +19,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
@@ -223,6 +224,43 @@ def _live(key: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """A read-only look at a population's ledger: what ``cost.project`` reads from a
+    ``CostLedger`` (prices, this run's cap, the totals), with no run counted."""
+
+    prices: Prices
+    budget_usd: float
+    record: LedgerRecord
+
+    @property
+    def spent_usd(self) -> float:
+        return self.record.spent_usd
+
+    def totals(self) -> LedgerRecord:
+        """A copy of the totals."""
+        return self.record.model_copy(deep=True)
+
+
+def peek_ledger(prices: Prices, budget_usd: float, path: Path) -> LedgerView | None:
+    """The ledger in ``path`` as a run with these prices and cap would see it, without
+    opening it as a run does: no run is counted and nothing is written, moved or created.
+
+    No file: a fresh record ($0 spent). A file that cannot be read: None (spent unknown), and
+    the file stays where it is; the run that opens the ledger sets it aside with a warning.
+    No lock is taken: every write is an atomic ``os.replace``, so a read sees one whole version,
+    and taking the lock could create its file.
+    """
+    try:
+        record = load_ledger(path)
+    except FileNotFoundError:
+        record = LedgerRecord(provider="", model="", budget_usd=budget_usd, prices={
+            "input_per_mtok": prices.input_per_mtok, "output_per_mtok": prices.output_per_mtok})
+    except (OSError, ValueError, ValidationError):
+        return None
+    return LedgerView(prices, budget_usd, record)
 
 
 def load_ledger(path: Path) -> LedgerRecord:
