@@ -20,9 +20,10 @@ import sys
 import traceback
 from typing import Any
 
-from pytest_kscientist import channel, forms, perturb, sampling
+from pytest_kscientist import channel, forms, perturb, sampling, threads
 from pytest_kscientist.forms import leaves
 from pytest_kscientist.integrity import Tripwire
+from pytest_kscientist.threads import ThreadWatch
 from pytest_kscientist.timing import make_timer
 
 _type = type
@@ -38,8 +39,8 @@ _enumerate = enumerate
 WORKER_MODULES = frozenset({
     "pytest_kscientist", "pytest_kscientist.runner", "pytest_kscientist.channel",
     "pytest_kscientist.errors", "pytest_kscientist.forms", "pytest_kscientist.integrity",
-    "pytest_kscientist.perturb",
-    "pytest_kscientist.sampling", "pytest_kscientist.timing",
+    "pytest_kscientist.perturb", "pytest_kscientist.sampling", "pytest_kscientist.threads",
+    "pytest_kscientist.timing",
 })
 
 # Attributes of the runner that hold captured functions; replacing one is tampering.
@@ -119,15 +120,17 @@ class Runner:
         self.generate = forms.input_maker(self.problem, module)
         self.init_inputs = getattr(module, "get_init_inputs", None)  # KernelBench
         del module
-        self.timer = make_timer(self.device)
+        self.threads = ThreadWatch()
+        self.timer = make_timer(self.device, self.threads.after)
         self.kernel: Any = None
         self.prepare: Any = None
         self.held: Any = None  # (pristine, given, versions) of the last check, for the re-run
         self.last: Any = None  # output snapshot of the last call, until fetched or replaced
         self.out_like: Any = None  # (shape, dtype) of the last call's output, for probes
         self.tripwire = Tripwire(
-            {"runner": (self, CAPTURED), "timer": (self.timer, None)},
-            modules=[sys.modules[__name__], channel, forms, perturb, sampling],
+            {"runner": (self, CAPTURED), "timer": (self.timer, None),
+             "threads": (self.threads, threads.CAPTURED)},
+            modules=[sys.modules[__name__], channel, forms, perturb, sampling, threads],
         )
         loaded = {m for m in sys.modules if m.split(".")[0] == "pytest_kscientist"}
         if loaded - WORKER_MODULES:
@@ -184,6 +187,8 @@ class Runner:
             return _fail(f"defines no callable {entry}(data) "
                          f"(found {found}); expose it at module level")
         self.kernel = kernel
+        label = f"{entry}.forward" if self.problem["form"] == "kernelbench" else entry
+        self.threads.watch(req["path"], vars(module), label)
         # Only a task's declared baselines are loaded with a prepare entry (a trusted layout
         # conversion, run before each call and left out of its time); candidates never are.
         prepare = req.get("prepare")
@@ -297,7 +302,10 @@ class Runner:
             clones = [self.clone(t) for t in parts]
             snap = clones[0] if _type(out) is self.Tensor else (
                 clones if _isinstance(out, list) else tuple(clones))
-        problem = None if probe else self._check_output(out, parts, given)
+        # A thread the call left running its code (threads.py) comes first: the output that
+        # was copied may not be the one the thread goes on to write.
+        problem = None if probe else (self.threads.found
+                                      or self._check_output(out, parts, given))
         problem = self._check_inputs(pristine, given) or problem
         problem = problem or self.tripwire.check()
         if problem is None and not probe:

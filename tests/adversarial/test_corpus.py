@@ -54,7 +54,8 @@ CHECK = {
     "cache_fingerprint": RERUN,
     "cache_dequant_b": RERUN,
     # timing
-    "background_thread": UNWRITTEN,
+    "background_thread": "custom_kernel returned while a Python thread it started "
+    "('Thread-1 (_fill)', in _fill at background_thread.py:12) was still running",
     "patch_perf_counter": f"failed to load: while importing: replaced time.perf_counter; {PATCHED}",
     "patch_timer_gc": f"failed to load: while importing: replaced timer._now; {PATCHED}",
     "patch_cuda_sync": f"replaced torch.cuda.synchronize; {PATCHED}",
