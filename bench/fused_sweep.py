@@ -57,6 +57,14 @@ POINTS: dict[str, dict[str, object]] = {
     "a16_tma_64x128x128_w4s2": {**A16, **M64W4, "num_stages": 2},  # 2/SM
     "b16_tma_64x64x128_w4s3": {**B16, **M64W4, "BLOCK_N": 64, "num_stages": 3},  # 3/SM
     "a16_tma_64x64x128_w4s3": {**A16, **M64W4, "BLOCK_N": 64, "num_stages": 3},  # 3/SM
+    # the register operand copied K-major first: 2-byte shared loads instead of 1-byte
+    "b16k_tma_64x128x128_w4s2": {**B16, **M64W4, "num_stages": 2, "KMAJOR": True},
+    "a16k_tma_64x128x128_w4s2": {**A16, **M64W4, "num_stages": 2, "KMAJOR": True},
+    "b16k_tma_64x64x128_w4s3": {**B16, **M64W4, "BLOCK_N": 64, "num_stages": 3,
+                                "KMAJOR": True},
+    "a16k_tma_64x64x128_w4s3": {**A16, **M64W4, "BLOCK_N": 64, "num_stages": 3,
+                                "KMAJOR": True},
+    "b16k_tma_128x128x128_w8s3": {**B16, **M128W8, "num_stages": 3, "KMAJOR": True},
     "b16_tma_128x128x128_w8s3": {**B16, **M128W8, "num_stages": 3},
     "a16_tma_128x128x128_w8s3": {**A16, **M128W8, "num_stages": 3},
     "b16_c0019": {**B16, **C0019},

@@ -77,7 +77,10 @@ def main(argv: list[str]) -> None:
         if consts["TMA"]:  # descriptors of A^T [k,m] and B^T [k,n]
             for name, block, elem in ((a_name, consts["BLOCK_M"], element),
                                       (b_name, consts["BLOCK_N"], b_element)):
-                signature[name] = f"tensordesc<{elem}[{consts['BLOCK_K']},{block}]>"
+                shape = f"{consts['BLOCK_K']},{block}"
+                if name == a_name and consts.get("KA"):  # A copied K-major: blocks of A [m,k]
+                    shape = f"{block},{consts['BLOCK_K']}"
+                signature[name] = f"tensordesc<{elem}[{shape}]>"
     else:
         consts = {name: cfg[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
                                                "SPLIT_K")}

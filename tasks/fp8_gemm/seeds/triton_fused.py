@@ -4,6 +4,7 @@ before scaling it. Knobs:
 - LAYOUT "fused": fp8 tiles converted in the loop (A into the MMA's registers, B through
   shared memory); "fp16": a torch upcast of A and B first; "b16": B upcast first; "a16": A
   upcast first and C^T computed (rows: B's), so the smaller operand can be the one upcast.
+- KMAJOR: the operand read into registers copied K-major first (2-byte, not 1-byte, loads).
 - TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
   4, until every SM has one), partials summed by a second kernel.
@@ -26,6 +27,7 @@ TUNABLES = {  # the best point of bench/fused_sweep.py on the H200 (notes/fp8_ge
     "PERSISTENT": 0,
     "SPLIT_K": 1,
     "LAYOUT": "fused",
+    "KMAJOR": False,
     "TMA": True,
     "num_warps": 4,
     "num_stages": 4,
@@ -38,6 +40,7 @@ TUNABLE_SPACE = {
     "PERSISTENT": [0, 1, 2],
     "SPLIT_K": [0, 1, 2, 4],
     "LAYOUT": ["fused", "fp16", "b16", "a16"],
+    "KMAJOR": [False, True],
     "TMA": [False, True],
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4],
@@ -102,18 +105,21 @@ def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: 
 
 @triton.jit
 def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexpr,
-             EVEN_K: tl.constexpr, TMA: tl.constexpr):
+             EVEN_K: tl.constexpr, TMA: tl.constexpr, KA: tl.constexpr):
     """A step's fp32 product of fp16 tiles (fp8 wgmma accumulation misses the tolerance:
     notes/fp8_gemm_h200.md). a_in, b_in: descriptors, or pointers at step 0."""
     k0 = step * BLOCK_K
-    if TMA:
+    if TMA and KA:
+        a = a_in.load([m0, k0])
+    elif TMA:
         a = a_in.load([k0, m0]).T
+    if TMA:
         b = b_in.load([k0, n0])
     else:
         k_ok = tl.arange(0, BLOCK_K) < K - k0
         if EVEN_K:
             k_ok = tl.full((BLOCK_K,), 1, tl.int1)
-        a = tl.load(a_in + k0 * M, mask=in_m[:, None] & k_ok[None, :], other=0.0)
+        a = tl.load(a_in + k0 * (1 if KA else M), mask=in_m[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_in + k0 * N, mask=k_ok[:, None] & in_n[None, :], other=0.0)
     return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
 
@@ -122,7 +128,8 @@ def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexp
 def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
           stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-          TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr, UNI: tl.constexpr):
+          TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr, UNI: tl.constexpr,
+          KA: tl.constexpr):
     """Work item ``item``: a C tile, or its fp32 partial over one K slice."""
     tile = item // SPLIT_K
     # GROUP_M row tiles walk down a column of tiles: neighbours share B tiles in L2
@@ -138,7 +145,8 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
     if TMA:
         a_in, b_in = a_src, b_src
     else:
-        a_in = a_src + offs_m[:, None] + tl.arange(0, BLOCK_K)[None, :] * M
+        a_in = a_src + offs_m[:, None] * (K if KA else 1) + tl.arange(0, BLOCK_K)[None, :] * (
+            1 if KA else M)
         b_in = b_src + tl.arange(0, BLOCK_K)[:, None] * N + offs_n[None, :]
     # scales per row / column, or one for the tile (UNI); DIV 128: one per 128 rows / columns
     rs_ptrs = rs_ptr + (m0 // RDIV if UNI == 2 else offs_m // RDIV)
@@ -150,7 +158,7 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
     first = (item % SPLIT_K) * per_split
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(first, min(first + per_split, steps)):
-        part = _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K, EVEN_K, TMA)
+        part = _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K, EVEN_K, TMA, KA)
         acc = _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K, UNI)
     c_offs = (item % SPLIT_K) * M * N + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptr + c_offs, acc.to(out_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
@@ -162,17 +170,17 @@ def _fp8_block_scaled_gemm(a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                            SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, EVEN_K: tl.constexpr,
                            TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr,
-                           UNI: tl.constexpr):
+                           UNI: tl.constexpr, KA: tl.constexpr):
     if PERSISTENT:
         for item in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K,
                           programs):
             _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
                   stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA, RDIV,
-                  CDIV, UNI)
+                  CDIV, UNI, KA)
     else:
         _tile(tl.program_id(0), a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K,
               stride_om, stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA,
-              RDIV, CDIV, UNI)
+              RDIV, CDIV, UNI, KA)
 
 
 @triton.jit
@@ -203,17 +211,21 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
     uni = (2 if SCALE_BLOCK % bm == 0 else 0) if swap else (1 if SCALE_BLOCK % bn == 0 else 0)
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split,
                   PERSISTENT=cfg["PERSISTENT"] > 0, EVEN_K=k % bk == 0, TMA=tma,
-                  RDIV=SCALE_BLOCK if swap else 1, CDIV=1 if swap else SCALE_BLOCK, UNI=uni)
+                  RDIV=SCALE_BLOCK if swap else 1, CDIV=1 if swap else SCALE_BLOCK, UNI=uni,
+                  KA=cfg["KMAJOR"])
     return programs, split, consts
 
 
 def _tma_sources(a: torch.Tensor, b: torch.Tensor, cfg: dict):
-    """Descriptors of A^T [k,m] and B^T [k,n], or None if a row or base is off 16 bytes."""
-    if any((x.shape[0] * x.element_size()) % 16 or (x.storage_offset() * x.element_size()) % 16
-           for x in (a, b)):
+    """Descriptors of A^T [k,m] (A [m,k] if K-major) and B^T [k,n], or None if a row or base
+    is off 16 bytes."""
+    ka, bk = cfg["KMAJOR"], cfg["BLOCK_K"]
+    views = [(a, [cfg["BLOCK_M"], bk]) if ka else (a.T, [bk, cfg["BLOCK_M"]]),
+             (b.T, [bk, cfg["BLOCK_N"]])]
+    if any((x.stride(0) * x.element_size()) % 16 or (x.storage_offset() * x.element_size()) % 16
+           for x, _ in views):
         return None
-    return [TensorDescriptor(x.T, list(x.T.shape), [x.shape[0], 1], [cfg["BLOCK_K"], block])
-            for x, block in ((a, cfg["BLOCK_M"]), (b, cfg["BLOCK_N"]))]
+    return [TensorDescriptor(x, list(x.shape), [x.stride(0), 1], block) for x, block in views]
 
 
 def custom_kernel(data):
@@ -233,6 +245,7 @@ def custom_kernel(data):
     if layout == "a16":  # C^T = B A^T: rows of B in the registers, A's fp16 tiles shared
         rows, cols, rs, cs, rs_k, cs_k, strides = (b, a, b_scale, a_scale, b_scale.shape[0], m,
                                                    (1, n))
+    rows = rows.contiguous() if cfg["KMAJOR"] else rows  # [m, k] row-major: K-major
     sources = _tma_sources(rows, cols, cfg) if cfg["TMA"] else None
     mk, nk = rows.shape[0], cols.shape[0]
     programs, split, consts = plan(cfg, mk, nk, k, NUM_SMS, sources is not None)
