@@ -40,6 +40,7 @@ class ReplayProvider:
         self._exact: dict[tuple[str, str, int], int] = {}
         for i, record in enumerate(self._records):
             self._exact.setdefault((record.role, record.prompt_sha256, record.occurrence), i)
+        self._lines: dict[int, Counter[str]] = {}  # a record's prompt lines, once needed
         self._used: set[int] = set()
         self._lock = threading.Lock()
 
@@ -75,7 +76,9 @@ class ReplayProvider:
         for i, record in enumerate(self._records):
             if i in self._used or record.role != request.role:
                 continue
-            logged = Counter(record.prompt.splitlines())
+            logged = self._lines.get(i)
+            if logged is None:
+                logged = self._lines[i] = Counter(record.prompt.splitlines())
             share = sum((lines & logged).values()) / max(1, sum((lines | logged).values()))
             if best is None or (share, -i) > best:
                 best = (share, -i)
