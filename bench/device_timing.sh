@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
-#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, 310 s), the fused
+#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, 280 s), the fused
 #     seed with the sweep's knobs (bench/sweep_seed.py), it and the seed as it is in the harness
-#     beside both cuBLAS baselines
+#     beside both cuBLAS baselines and the reference, the per-shape table (bench/summarize.py)
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
@@ -32,11 +32,12 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
 if [[ ${KS_PART:-measure} == sweep ]]; then
-  t 360 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --seconds 310
+  t 330 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --seconds 280
   t 30 "$OUT/swept.log" python3 bench/sweep_seed.py "$OUT/sweep.json" "$OUT/swept.py"
-  t 170 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
-    --kernel "$OUT/swept.py" --kernel tasks/fp8_gemm/seeds/triton_fused.py --ks-skip-reference \
+  t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel "$OUT/swept.py" --kernel tasks/fp8_gemm/seeds/triton_fused.py \
     --ks-baselines all --ks-json "$OUT/suite.json"
+  t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
 elif [[ ${KS_PART:-measure} == fused ]]; then
   t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
     f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
