@@ -9,7 +9,8 @@ before scaling it. Knobs:
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
   4, until every SM has one), partials summed by a second kernel.
 A tile at most 128 wide lies in one B scale block: its scale is folded into the other side's.
-All points compile for sm_90 (triton 3.6, bench/triton_compile_check.py); BLOCK_N 256 spills.
+The sweep's points compile for sm_90 without spills (triton 3.6, bench/triton_compile_check.py);
+BLOCK_N 256 spills.
 """
 
 from __future__ import annotations
