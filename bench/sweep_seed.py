@@ -7,14 +7,14 @@ SWEEP.json is bench/fused_sweep.py's output. ``TUNABLES`` becomes the point with
 geomean over the benchmarks; ``TUNABLES_BY_SHAPE`` the rules ``compose`` finds among the
 passing fused points (classes that gain at least 3% over their sweep times; none: no rules).
 The plain loop's times choose, so the harness must still judge OUT.py: bench/device_timing.sh
-(KS_PART=sweep) runs it in the harness beside both cuBLAS baselines right after the sweep.
+(KS_PART=sweep) runs it in the harness beside the seed, both cuBLAS baselines and the
+reference right after the sweep.
 Prints what it chose.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -27,6 +27,7 @@ SEED = TASK / "seeds" / "triton_fused.py"
 
 from pytest_kscientist.evolve.compose import Point, compose  # noqa: E402
 from pytest_kscientist.evolve.knobs import read_tunables, rewrite_tunables  # noqa: E402
+from pytest_kscientist.stats import geomean  # noqa: E402
 
 
 def cases() -> dict[str, dict[str, int]]:
@@ -56,20 +57,18 @@ def swept_source(sweep: dict, source: str) -> tuple[str, list[str]]:
     if not points:
         raise SystemExit("no fused point of the sweep passed on every benchmark")
 
-    def geomean(p: Point) -> float:
-        return math.exp(sum(math.log(p.times[b]) for b in shapes) / len(shapes))
-
-    best = min(points, key=geomean)
-    said = [f"TUNABLES: {best.id} ({geomean(best):.1f} us geomean in the sweep)"]
+    mean = {p.id: geomean([p.times[b] for b in shapes]) for p in points}
+    best = min(points, key=lambda p: mean[p.id])
     comp = compose(points, shapes, ["m", "n", "k"], list(shapes), best.knobs)
     if comp is None:
-        return rewrite_tunables(source, best.knobs), said + ["no class gains 3%: no rules"]
+        return rewrite_tunables(source, best.knobs), [
+            f"TUNABLES: {best.id} ({mean[best.id]:.1f} us geomean in the sweep)",
+            "no class gains 3%: no rules"]
     rules = comp.rules()
-    said = [f"TUNABLES: {comp.default.point.id}; classes: {comp.text()}"]
-    composed = math.exp(sum(math.log(c.point.times[b]) for c in (comp.default, *comp.ruled)
-                            for b in c.benches) / len(shapes))
-    said.append(f"composed {composed:.1f} us against the best single point's "
-                f"{geomean(best):.1f} ({best.id}) in the sweep")
+    composed = geomean([c.point.times[b] for c in (comp.default, *comp.ruled) for b in c.benches])
+    said = [f"TUNABLES: {comp.default.point.id}; classes: {comp.text()}",
+            f"composed {composed:.1f} us against the best single point's {mean[best.id]:.1f} "
+            f"({best.id}) in the sweep"]
     by_shape = [r.model_dump(exclude={"note"}) for r in rules]
     out = rewrite_tunables(source, comp.default.point.knobs, by_shape, [r.note for r in rules])
     return out, said

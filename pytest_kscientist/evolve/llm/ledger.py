@@ -19,7 +19,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from filelock import FileLock
@@ -102,8 +102,7 @@ class CostLedger:
         self._file_lock = FileLock(str(path) + ".lock") if path is not None else None
         self._record = LedgerRecord(
             task=task, provider=provider, model=model, budget_usd=budget_usd,
-            prices={"input_per_mtok": prices.input_per_mtok,
-                    "output_per_mtok": prices.output_per_mtok},
+            prices=asdict(prices),
         )
         self.spent_before_usd = 0.0  # what earlier and other runs had spent when this one began
         with self._locked() as record:
@@ -256,8 +255,7 @@ def peek_ledger(prices: Prices, budget_usd: float, path: Path) -> LedgerView | N
     try:
         record = load_ledger(path)
     except FileNotFoundError:
-        record = LedgerRecord(provider="", model="", budget_usd=budget_usd, prices={
-            "input_per_mtok": prices.input_per_mtok, "output_per_mtok": prices.output_per_mtok})
+        record = LedgerRecord(provider="", model="", budget_usd=budget_usd, prices=asdict(prices))
     except (OSError, ValueError, ValidationError):
         return None
     return LedgerView(prices, budget_usd, record)
