@@ -6,11 +6,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from pytest_kscientist.source_ast import parse as parse_source
+
 
 def parse(path: Path) -> ast.Module | None:
     """The file's syntax tree, or None when it does not parse (the worker reports that)."""
     try:
-        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        return parse_source(path.read_text(encoding="utf-8", errors="replace"))
     except (SyntaxError, ValueError):
         return None
 

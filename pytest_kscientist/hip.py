@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kscientist.declarations import assignments, parse
+from pytest_kscientist.source_ast import parse as parse_source
 
 NAME = "KS_HIP_ARCH"
 ARCH = re.compile(r"^gfx[0-9]{2,4}[0-9a-f]?(:(sramecc|xnack)[+-])*$")
@@ -213,7 +214,7 @@ def read_source(path: Path) -> HipSource:
     """The device source and flags of the candidate's ``load_inline`` call."""
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        tree = ast.parse(text)
+        tree = parse_source(text)
     except SyntaxError as exc:
         raise HipSourceError(f"{path.name}:{exc.lineno}: the file does not parse: {exc.msg}; "
                              "fix the Python syntax") from None

@@ -17,6 +17,7 @@ import ast
 from pathlib import Path
 
 from pytest_kscientist.errors import TaskSpecError
+from pytest_kscientist.source_ast import parse
 from pytest_kscientist.task import CheckSpec, Profile, Task, TaskSpec
 
 NEEDED = ("Model", "get_inputs", "get_init_inputs")
@@ -34,7 +35,7 @@ def _definitions(path: Path) -> dict[str, ast.stmt] | None:
     if "get_init_inputs" not in text or "Model" not in text:
         return None  # cheap test first: most .py files in a tree are not problems
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except (SyntaxError, ValueError):
         return None
     return {node.name: node for node in tree.body

@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 from pytest_kscientist.kswarnings import KsWarning
+from pytest_kscientist.source_ast import parse as parse_source
 
 MODULES = {
     "gc": "can reach the harness's objects",
@@ -63,7 +64,7 @@ class KsSuspiciousCode(KsWarning):
 def scan_source(text: str) -> list[str]:
     """One line per kind of suspicious construct (its first occurrence): ``line N: what (why)``."""
     try:
-        tree = ast.parse(text)
+        tree = parse_source(text)
     except SyntaxError:
         return []  # the worker reports the syntax error as the verdict
     found: dict[str, tuple[int, str]] = {}

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from pytest_kscientist.declarations import assignments
+from pytest_kscientist.source_ast import parse
 
 Knob: TypeAlias = int | float | str | bool | None
 TUNABLES_NAME = "TUNABLES"
@@ -59,7 +60,7 @@ def _module_literal(
 
 def _parse(source: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return parse(source)
     except SyntaxError as exc:
         raise KnobError(f"kernel source does not parse (line {exc.lineno}: {exc.msg})") from None
 

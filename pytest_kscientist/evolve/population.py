@@ -39,6 +39,7 @@ from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Sel
 from pytest_kscientist.files import atomic_write
 from pytest_kscientist.kswarnings import KsWarning
 from pytest_kscientist.results import CandidateResult, MachineInfo
+from pytest_kscientist.source_ast import parse
 
 SCHEMA_VERSION = 1
 EVENTS = "events.jsonl"
@@ -176,7 +177,7 @@ def now() -> str:
 def source_sha(source: str) -> str:
     """sha256 of the normalised source: formatting and comments do not make code new."""
     try:
-        text = ast.unparse(ast.parse(source))
+        text = ast.unparse(parse(source))
     except (SyntaxError, ValueError):
         lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         text = "\n".join(line.rstrip() for line in lines).strip()

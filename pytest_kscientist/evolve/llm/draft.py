@@ -14,6 +14,7 @@ import re
 import threading
 
 from pytest_kscientist.evolve.llm.provider import truncated
+from pytest_kscientist.source_ast import compile_module, parse
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.IGNORECASE)
@@ -48,7 +49,7 @@ def extract(text: str, finish_reason: str = "", entry: str = "custom_kernel",
 
 def _defines_kernel_quietly(text: str, entry: str) -> bool:
     try:
-        return defines_entry(ast.parse(text), entry)
+        return defines_entry(parse(text), entry)
     except (SyntaxError, ValueError):
         return False
 
@@ -93,7 +94,7 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
 def normalised_sha256(source: str) -> str:
     """sha256 of the code with comments, docstrings and formatting normalised away."""
     try:
-        text = ast.unparse(_strip_docstrings(ast.parse(source)))
+        text = ast.unparse(_strip_docstrings(parse(source)))
     except (SyntaxError, ValueError):
         text = "\n".join(line.rstrip() for line in source.splitlines() if line.strip())
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -121,8 +122,8 @@ class KnownSources:
 def check(source: str, known: KnownSources, entry: str = "custom_kernel") -> str:
     """The first problem of a candidate file, or "" when it may go to the GPU."""
     try:
-        tree = ast.parse(source, filename="<candidate>")
-        compile(tree, "<candidate>", "exec", dont_inherit=True)
+        tree = parse(source, "<candidate>")
+        compile_module(tree, "<candidate>")
     except SyntaxError as exc:
         line = (exc.text or "").rstrip()
         return f"SyntaxError: {exc.msg} at line {exc.lineno}" + (
