@@ -5,6 +5,8 @@
 #     beside both cuBLAS baselines and the reference, the per-shape table (bench/summarize.py)
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
+#   KS_PART=evolve10: --evolve 10 from both Triton seeds (boxed, resumable from a carried
+#     .pop/pop.tgz), the population's table; KS_THEN_TESTS=1 then the gpu-marked tests
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
 #     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
@@ -38,6 +40,8 @@ if [[ ${KS_PART:-measure} == sweep ]]; then
     --kernel "$OUT/swept.py" --kernel tasks/fp8_gemm/seeds/triton_fused.py \
     --ks-baselines all --ks-json "$OUT/suite.json"
   t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
+  tar -C "$OUT" -czf "$OUT/logs.tgz" wheels.log sweep.log swept.log suite.log 2>/dev/null &&
+    rm -f "$OUT"/{wheels,sweep,swept,suite}.log
 elif [[ ${KS_PART:-measure} == fused ]]; then
   t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
     f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
@@ -50,6 +54,21 @@ elif [[ ${KS_PART:-measure} == fused ]]; then
     /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
   cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
   tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+elif [[ ${KS_PART:-measure} == evolve10 ]]; then
+  # --evolve 10 from the Triton seeds as they are in the tree, resumed from .pop/pop.tgz when
+  # the call carries one (the last call's $OUT/pop.tgz); KS_EVOLVE_S boxes it (default 540 s),
+  # KS_THEN_TESTS=1 runs the gpu-marked tests after it
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
+  [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
+  box=${KS_EVOLVE_S:-540}
+  t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
+    --ks-time-limit $(( box - 45 )) /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
+  t 30 "$OUT/summary.md" python3 bench/summarize.py --population /tmp/ks-evolve/pop/fp8_gemm
+  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+  if [[ ${KS_THEN_TESTS:-0} == 1 ]]; then
+    t 250 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
+  fi
 elif [[ ${KS_PART:-measure} == check ]]; then
   t 200 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
   t 200 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
