@@ -40,7 +40,7 @@ def cases() -> dict[str, dict[str, int]]:
 
 def fused_points(sweep: dict, defaults: dict) -> list[Point]:
     """The sweep's fused points that passed on every shape ("seed" is the other family)."""
-    return [Point(name, {**defaults, **row["changes"]}, row["us"])
+    return [Point(name, row.get("knobs") or {**defaults, **row["changes"]}, row["us"])
             for name, row in sweep.items()
             if not name.startswith("_") and name != "seed" and not row["failed"]]
 
@@ -48,7 +48,7 @@ def fused_points(sweep: dict, defaults: dict) -> list[Point]:
 def swept_source(sweep: dict, source: str) -> tuple[str, list[str]]:
     """``source`` with the sweep's knobs, and lines saying what was chosen."""
     defaults = read_tunables(source)
-    swept = sweep.get("_env", {}).get("fused_defaults")
+    swept = sweep.get("_env", {}).get("fused_defaults")  # older sweeps: changes to these
     if swept and swept != defaults:
         raise SystemExit("the sweep ran from other defaults than this seed's TUNABLES: "
                          f"{swept} != {defaults}; sweep again from this seed")
@@ -61,7 +61,7 @@ def swept_source(sweep: dict, source: str) -> tuple[str, list[str]]:
     best = min(points, key=lambda p: mean[p.id])
     comp = compose(points, shapes, ["m", "n", "k"], list(shapes), best.knobs)
     if comp is None:
-        return rewrite_tunables(source, best.knobs), [
+        return rewrite_tunables(source, best.knobs, []), [
             f"TUNABLES: {best.id} ({mean[best.id]:.1f} us geomean in the sweep)",
             "no class gains 3%: no rules"]
     rules = comp.rules()

@@ -37,11 +37,14 @@ SHAPES = [
     (48, 208, 200, 10),
 ]
 # The seed's first defaults (fp16 upcast, TMA, 128x128x64, 8 warps): most points below change
-# a few knobs from here; "default" is the seed's TUNABLES (fused, TMA, 64x128x128).
+# a few knobs from here; "default" is the seed as it is (its TUNABLES and the rules of
+# TUNABLES_BY_SHAPE, which give these small shapes their own knobs), "tunables" its TUNABLES
+# alone; every other point runs without the rules.
 FIRST = dict(LAYOUT="fp16", KMAJOR=False, TMA=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
              GROUP_M=8, PERSISTENT=0, SPLIT_K=1, num_warps=8, num_stages=3)
 POINTS = {
     "default": {},
+    "tunables": {},
     "fp16-tma": FIRST,
     "fused-ptr": dict(FIRST, LAYOUT="fused", TMA=False),
     "fused-ptr-256wide-g1": dict(FIRST, LAYOUT="fused", TMA=False, BLOCK_N=256, BLOCK_K=128,
@@ -101,11 +104,12 @@ class Spy:  # records each launch's programs, work items and constexprs, then la
         return launch
 
 seed._fp8_block_scaled_gemm = Spy()
-default = dict(seed.TUNABLES)
+default, rules = dict(seed.TUNABLES), list(seed.TUNABLES_BY_SHAPE)
 results = {}
 for name, point in points.items():
     seed.TUNABLES.clear()
     seed.TUNABLES.update(default, **point)
+    seed.TUNABLES_BY_SHAPE[:] = rules if name == "default" else []
     for m, n, k, s in shapes:
         data = reference.generate_input(m, n, k, s)
         expected = reference.ref_kernel(data).float()
@@ -124,6 +128,7 @@ for name in ("default", "fp16-ptr-128x64x128-split4-persistent1",
              "a16-tma-64x128x128-splitauto"):
     seed.TUNABLES.clear()
     seed.TUNABLES.update(default, **points[name])
+    seed.TUNABLES_BY_SHAPE[:] = rules if name == "default" else []
     data = list(reference.generate_input(96, 320, 256, 3))
     expected = reference.ref_kernel(data).float()
     data[:4] = [t.contiguous() for t in data[:4]]
@@ -194,7 +199,8 @@ def test_the_checked_runs_took_every_path(interpreted_results) -> None:
                if key.endswith("33x200x384"))
     default = read_tunables(SEED.read_text())
     layouts_with_tma = {dict(default, **POINTS[key.split("|")[0]])["LAYOUT"]
-                        for key, launch in launches.items() if launch["TMA"]}
+                        for key, launch in launches.items()
+                        if launch["TMA"] and not key.startswith("default|")}
     assert layouts_with_tma == {"fused", "fp16", "b16", "a16"}
     assert any(not launch["EVEN_K"] and launch["TMA"] for launch in launches.values())
     walked = [launch for launch in launches.values() if launch["PERSISTENT"]]
@@ -248,6 +254,19 @@ def test_plan_splits_small_grids_and_caps_persistent_programs() -> None:
     assert seed.plan(dict(persistent, PERSISTENT=2), 64, 64, 128, 132, False)[0] == 1
     # never more slices than K steps
     assert seed.plan(dict(cfg, SPLIT_K=4), 64, 64, 256, 132, False)[1] == 2
+
+
+def test_the_split_model_counts_whole_rounds_of_programs() -> None:
+    """m1024-n576-k7168 in 64x128 tiles: 80 tiles of 56 steps. Two slices (160 programs on
+    132 SMs) take two rounds of 28 steps, no fewer than one slice; three take two rounds of 19.
+    A grid that fills the SMs is not split (the partials cost more than they save)."""
+    seed = _seed_module()
+    assert seed.modelled_split(64, 128, 128, 1024, 576, 7168, 132) == 3
+    assert seed.modelled_split(64, 128, 128, 6144, 4608, 7168, 132) == 1
+    # slices of at least two steps: k 256 in 128-wide steps is never split
+    assert seed.modelled_split(64, 64, 128, 64, 64, 256, 132) == 1
+    cfg = dict(seed.TUNABLES, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, SPLIT_K=0)
+    assert seed.plan(cfg, 1024, 576, 7168, 132, True)[:2] == (240, 3)
 
 
 def test_stages_are_lowered_until_the_tiles_fit_in_shared_memory() -> None:

@@ -203,6 +203,22 @@ def _splice(source: str, spans: Sequence[tuple[ast.expr, str]]) -> str:
     return data.decode("utf-8")
 
 
+def _wrapped(head: str, items: Sequence[str], tail: str, width: int = 99) -> list[str]:
+    """``head`` + comma-separated ``items`` + ``tail``, broken into lines of at most ``width``
+    characters (continuation lines indented under the first item)."""
+    lines, line = [], head
+    indent = " " * len(head)
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else tail)
+        if line.strip() and len(line) + len(piece) + 1 > width and line != head:
+            lines.append(line.rstrip())
+            line = indent
+        line += piece + " "
+    if not items:
+        line += tail
+    return lines + [line.rstrip()]
+
+
 def _rules_text(rules: Sequence[Rule], notes: Sequence[str]) -> str:
     """TUNABLES_BY_SHAPE's literal: one rule a line pair, each after its note as a comment."""
     if not rules:
@@ -212,7 +228,8 @@ def _rules_text(rules: Sequence[Rule], notes: Sequence[str]) -> str:
         if i < len(notes) and notes[i]:
             lines.append("    # " + " ".join(notes[i].split()))
         lines.append(f"    {{'when': {rule['when']!r},")
-        lines.append(f"     'knobs': {rule['knobs']!r}}},")
+        items = [f"{k!r}: {v!r}" for k, v in rule["knobs"].items()]
+        lines.extend(_wrapped("     'knobs': {", items, "}},"))
     lines.append("    # any other shape: TUNABLES")
     return "\n".join(lines + ["]"])
 

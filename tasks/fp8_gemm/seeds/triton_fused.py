@@ -6,8 +6,8 @@ before scaling it. Knobs:
   upcast first and C^T computed (rows: B's), so the smaller operand can be the one upcast.
 - KMAJOR: the operand read into registers copied K-major first (2-byte, not 1-byte, loads).
 - TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
-- PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: up to
-  4, until every SM has one), partials summed by a second kernel.
+- PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: the
+  count with the least modelled time, `modelled_split`), partials summed by a second kernel.
 A tile at most 128 wide lies in one B scale block: its scale is folded into the other side's.
 The sweep's points compile for sm_90 without spills (triton 3.6, bench/triton_compile_check.py);
 BLOCK_N 256 spills.
@@ -26,12 +26,12 @@ TUNABLES = {  # the best point of bench/fused_sweep.py on the H200 (notes/fp8_ge
     "BLOCK_K": 128,
     "GROUP_M": 8,
     "PERSISTENT": 0,
-    "SPLIT_K": 1,
-    "LAYOUT": "fused",
+    "SPLIT_K": 0,
+    "LAYOUT": 'b16',
     "KMAJOR": False,
     "TMA": True,
     "num_warps": 4,
-    "num_stages": 4,
+    "num_stages": 3,
 }
 TUNABLE_SPACE = {
     "BLOCK_M": [64, 128],
@@ -49,7 +49,14 @@ TUNABLE_SPACE = {
 
 # Per class of shapes (evolve/compose.py): the first rule whose bounds hold sets its knobs.
 SHAPE_KEYS = ["m", "n", "k"]
-TUNABLES_BY_SHAPE = []
+TUNABLES_BY_SHAPE = [
+    # m < 2509: f8_c0019's knobs, fastest on 9 benchmarks there
+    {'when': {'m': [None, 2509]},
+     'knobs': {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 1, 'PERSISTENT': 0,
+               'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
+               'num_stages': 3}},
+    # any other shape: TUNABLES
+]
 
 
 def tunables_for(**shape):
@@ -70,16 +77,42 @@ SMEM_LIMIT = _PROPS.shared_memory_per_block_optin if _PROPS is not None else Non
 NUM_SMS = _PROPS.multi_processor_count if _PROPS is not None else 3
 
 
-def fitting_stages(cfg: dict, limit: int) -> int:
-    """num_stages, lowered until the tiles fit in ``limit`` bytes (triton 3.6/3.9 on sm_90):
-    fp16 tiles in ``stages`` buffers, fp8 in one fewer; "fused" adds B once in fp16."""
+def shared_bytes(cfg: dict, stages: int) -> int:
+    """Shared memory of one program (triton 3.6/3.9 on sm_90): fp16 tiles in ``stages``
+    buffers, fp8 in one fewer; "fused" adds B once in fp16."""
     r16, c16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"  # the kernel's A, B in fp16
     a, b = (cfg[x] * cfg["BLOCK_K"] for x in ("BLOCK_M", "BLOCK_N"))
+    return (a * (1 + r16) * (stages - 1 + r16) + b * (1 + c16) * (stages - 1 + c16) + 1024
+            + (0 if c16 else 2 * b))
+
+
+def fitting_stages(cfg: dict, limit: int) -> int:
+    """num_stages, lowered until the tiles fit in ``limit`` bytes."""
     stages = cfg["num_stages"]
-    while stages > 1 and (a * (1 + r16) * (stages - 1 + r16) + b * (1 + c16) * (stages - 1 + c16)
-                          + 1024 + (0 if c16 else 2 * b)) > limit:
+    while stages > 1 and shared_bytes(cfg, stages) > limit:
         stages -= 1
     return stages
+
+
+# The split-K model's costs (H200, from notes/fp8_gemm_h200.md): one 64x128x128 step of a
+# program ~0.6 us; fp32 partials written and read back at ~3 TB/s; a launch ~3 us.
+STEP_US, PARTIAL_BYTES_PER_US, LAUNCH_US = 0.6, 3.0e6, 3.0
+
+
+def modelled_split(bm: int, bn: int, bk: int, m: int, n: int, k: int, sms: int) -> int:
+    """Slices of K (1-8, each at least 2 steps) with the least modelled time: the busiest
+    SM's programs times their steps, plus the partials' round trip for a split. Programs land
+    on SMs in whole units, so a grid just over the SM count costs a second round: 72 tiles of
+    56 steps take 2 rounds of 28 as 144 programs but 3 rounds of 19 as 216 on 132 SMs."""
+    tiles, steps = triton.cdiv(m, bm) * triton.cdiv(n, bn), triton.cdiv(k, bk)
+    step_us = STEP_US * (bm * bn * bk) / (64 * 128 * 128)
+
+    def cost(split: int) -> float:
+        mma = triton.cdiv(tiles * split, sms) * triton.cdiv(steps, split) * step_us
+        partials = 0.0 if split == 1 else split * m * n * 8 / PARTIAL_BYTES_PER_US + LAUNCH_US
+        return mma + partials
+
+    return min((s for s in range(1, 9) if s == 1 or steps >= 2 * s), key=cost)
 
 
 @triton.jit
@@ -200,11 +233,7 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     steps = triton.cdiv(k, bk)
-    split = cfg["SPLIT_K"]
-    if split == 0:  # the fewest slices that give every SM a program, at most 4
-        split = 1
-        while split < 4 and tiles * split < sms and steps >= 4 * split:
-            split *= 2
+    split = cfg["SPLIT_K"] or modelled_split(bm, bn, bk, m, n, k, sms)
     split = max(1, min(split, steps))
     items = tiles * split
     programs = min(items, cfg["PERSISTENT"] * sms) if cfg["PERSISTENT"] else items
