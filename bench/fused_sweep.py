@@ -41,13 +41,50 @@ M64W4 = {"BLOCK_M": 64, "num_warps": 4}
 M128W8 = {"BLOCK_M": 128, "num_warps": 8}
 C0019 = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "GROUP_M": 1,
          "SPLIT_K": 0}  # the best evolved kernel's knobs (notes/fp8_gemm_h200.md)
-# name -> changes to triton_fused.py's TUNABLES ("seed": triton_blockscaled.py's defaults).
+# The fused seed's first defaults: every fused point is these knobs with its changes, whatever
+# the seed's TUNABLES are now (the rows record each point's knobs in full).
+FUSED_BASE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "PERSISTENT": 0,
+              "SPLIT_K": 1, "LAYOUT": "fused", "KMAJOR": False, "TMA": True, "num_warps": 4,
+              "num_stages": 4}
+# name -> changes to FUSED_BASE ("seed": to triton_blockscaled.py's defaults).
 # Most promising first: --seconds cuts the tail. Every point compiled without spills for sm_90
 # (bench/triton_compile_check.py, triton 3.6); "2/SM", "3/SM": programs an SM holds (shared
 # memory and registers). Within one warpgroup the scaling cannot overlap the next MMA (ptxas
 # serialises it: notes/fp8_gemm_h200.md), so other programs on the SM are what hides it.
 # The PAIR points of the first sweep (181-271 us) are gone with the knob (notes).
+# The second sweep (2026-12-01), around the first one's best point (b16 64x128x128, 4 warps,
+# 3 stages, split chosen from the shape: 118.7 us there): SPLIT_K 0 is now the split-K model
+# (modelled_split); 8 warps over 64 rows put two warpgroups side by side along N (64x256: each
+# m64n128, 210 registers, no spills); GROUP_M; fused and a16 beside it.
+M = {"SPLIT_K": 0, "BLOCK_K": 128, "TMA": True}
+B16M, A16M, F8M = ({**M, "LAYOUT": x} for x in ("b16", "a16", "fused"))
+W4S3, W8S3 = {"num_warps": 4, "num_stages": 3}, {"num_warps": 8, "num_stages": 3}
+ROUND2: dict[str, dict[str, object]] = {
+    "r2_b16_64x128_w4s3": {**B16M, **W4S3},
+    "r2_b16_64x256_w8s3": {**B16M, **W8S3, "BLOCK_N": 256},
+    "r2_b16_64x256_w8s2": {**B16M, **W8S3, "BLOCK_N": 256, "num_stages": 2},
+    "r2_b16_64x128_w8s3": {**B16M, **W8S3},
+    "r2_b16_64x128_w8s4": {**B16M, **W8S3, "num_stages": 4},
+    "r2_b16_64x128_w4s3_g4": {**B16M, **W4S3, "GROUP_M": 4},
+    "r2_b16_64x128_w4s3_g16": {**B16M, **W4S3, "GROUP_M": 16},
+    "r2_b16_64x128_w4s3_g1": {**B16M, **W4S3, "GROUP_M": 1},
+    "r2_b16_64x64_w4s3": {**B16M, **W4S3, "BLOCK_N": 64},
+    "r2_b16_64x64_w4s4": {**B16M, **W4S3, "BLOCK_N": 64, "num_stages": 4},
+    "r2_b16_128x64_w8s3": {**B16M, **W8S3, "BLOCK_M": 128, "BLOCK_N": 64},
+    "r2_b16_128x128_w8s3": {**B16M, **W8S3, "BLOCK_M": 128},
+    "r2_b16_64x128_w4s4": {**B16M, **W4S3, "num_stages": 4},
+    "r2_b16_64x128_w4s2": {**B16M, **W4S3, "num_stages": 2},
+    "r2_b16_64x256x64_w8s4": {**B16M, **W8S3, "BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4},
+    "r2_a16_64x128_w4s3": {**A16M, **W4S3},
+    "r2_a16_64x256_w8s3": {**A16M, **W8S3, "BLOCK_N": 256},
+    "r2_a16_64x128_w8s3": {**A16M, **W8S3},
+    "r2_f8_c0019": {**F8M, **W8S3, "BLOCK_M": 128, "BLOCK_N": 64, "GROUP_M": 1},
+    "r2_f8_64x256_w8s3": {**F8M, **W8S3, "BLOCK_N": 256},
+    "r2_f8_64x128_w8s3": {**F8M, **W8S3},
+    "r2_f8_64x128_w4s4": {**F8M, "num_warps": 4, "num_stages": 4},
+}
 POINTS: dict[str, dict[str, object]] = {
+    **ROUND2,
     "seed": {},
     "f8_tma_one_64x128x128_w4s4": {**F8_ONE, **M64W4},  # the fused seed's defaults, 2/SM
     "f8_c0019": {**F8_ONE, **C0019},
@@ -111,10 +148,14 @@ def gpumode_us(fn, data, reps: int, flush: torch.Tensor) -> float:
 
 
 def run_point(module, changes, default, shapes, inputs, refs, reps, flush) -> dict:
-    """Check then time one knob point on every shape; stops at the first failure."""
+    """Check then time one knob point (``default`` with ``changes``, one configuration for
+    every shape) on every shape; stops at the first failure."""
     module.TUNABLES.clear()
     module.TUNABLES.update(default, **changes)
-    row: dict[str, object] = {"changes": changes, "us": {}, "failed": None}
+    if hasattr(module, "TUNABLES_BY_SHAPE"):
+        module.TUNABLES_BY_SHAPE.clear()
+    row: dict[str, object] = {"changes": changes, "knobs": dict(module.TUNABLES), "us": {},
+                              "failed": None}
     t0 = time.monotonic()
     try:
         for s, data, ref in zip(shapes, inputs, refs, strict=True):
@@ -177,10 +218,10 @@ def main() -> None:
         except Exception as exc:
             modules[key] = f"import failed: {type(exc).__name__}: {str(exc)[:300]}"
     defaults = {key: dict(m.TUNABLES) for key, m in modules.items() if not isinstance(m, str)}
+    defaults["fused"] = FUSED_BASE
     results: dict[str, dict] = {"_env": {
         "torch": torch.__version__, "triton": __import__("triton").__version__,
-        "device": torch.cuda.get_device_name(), "reps": args.reps,
-        "fused_defaults": defaults.get("fused")}}
+        "device": torch.cuda.get_device_name(), "reps": args.reps, "fused_base": FUSED_BASE}}
     print(f"inputs and references ready (+{time.monotonic() - t0:.0f}s)", flush=True)
     for name in args.points:
         if time.monotonic() - t0 > args.seconds:

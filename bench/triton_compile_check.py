@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -107,6 +108,12 @@ def main(argv: list[str]) -> None:
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": cfg["num_warps"], "num_stages": stages})
     ptx = kernel.asm["ptx"]
+    if os.environ.get("KS_DUMP"):  # KS_DUMP=DIR: the TTGIR and PTX written there
+        for ext in ("ttgir", "ptx"):
+            Path(os.environ["KS_DUMP"], f"kernel.{ext}").write_text(kernel.asm[ext])
+    ws = ptx.count("setmaxnreg")
+    if ws:
+        print(f"warp-specialised: {ws} setmaxnreg")
     loads = Counter(re.findall(r"ld\.global(?:\.[a-z0-9]+)*", ptx))
     waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)))
     async_copies = len(re.findall(r"cp\.async\.c[ag]", ptx))
