@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
-#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, 280 s), the fused
+#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, KS_SWEEP_S=150 s), the fused
 #     seed with the sweep's knobs (bench/sweep_seed.py), it and the seed as it is in the harness
 #     beside both cuBLAS baselines and the reference, the per-shape table (bench/summarize.py)
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
@@ -34,7 +34,7 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
 if [[ ${KS_PART:-measure} == sweep ]]; then
-  t 330 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --seconds 280
+  t 200 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --seconds ${KS_SWEEP_S:-150}
   t 30 "$OUT/swept.log" python3 bench/sweep_seed.py "$OUT/sweep.json" "$OUT/swept.py"
   t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
     --kernel "$OUT/swept.py" --kernel tasks/fp8_gemm/seeds/triton_fused.py \

@@ -82,6 +82,9 @@ ROUND2: dict[str, dict[str, object]] = {
     "r2_f8_64x256_w8s3": {**F8M, **W8S3, "BLOCK_N": 256},
     "r2_f8_64x128_w8s3": {**F8M, **W8S3},
     "r2_f8_64x128_w4s4": {**F8M, "num_warps": 4, "num_stages": 4},
+    "r2_f8_128x128_w8s3": {**F8M, **W8S3, "BLOCK_M": 128},
+    "r2_a16_128x64_w8s3": {**A16M, **W8S3, "BLOCK_M": 128, "BLOCK_N": 64},
+    "r2_a16_64x64_w4s3": {**A16M, **W4S3, "BLOCK_N": 64},
 }
 POINTS: dict[str, dict[str, object]] = {
     **ROUND2,

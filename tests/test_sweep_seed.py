@@ -68,3 +68,17 @@ def test_a_sweep_from_other_defaults_is_refused() -> None:
     sweep = _sweep(script, {**read_tunables(source), "BLOCK_N": 64}, {})
     with pytest.raises(SystemExit, match="other defaults than this seed's TUNABLES"):
         script.swept_source(sweep, source)
+
+
+def test_rows_that_record_their_knobs_are_taken_as_recorded() -> None:
+    """fused_sweep.py's rows carry each point's full knobs (from its fixed first defaults),
+    so a sweep made before the seed's TUNABLES changed still gives the knobs it timed."""
+    script = _script()
+    source = SEED.read_text()
+    defaults = read_tunables(source)
+    other = {**defaults, "BLOCK_N": 64, "LAYOUT": "a16", "num_stages": 2}
+    sweep = _sweep(script, {}, {"a16": ({"LAYOUT": "a16"}, lambda b: 40.0)})
+    sweep["a16"]["knobs"] = other
+    del sweep["_env"]["fused_defaults"]
+    out, _ = script.swept_source(sweep, source)
+    assert read_tunables(out) == other and read_by_shape(out) == []
