@@ -24,10 +24,10 @@ TUNABLES = {  # the best point of bench/fused_sweep.py on the H200 (notes/fp8_ge
     "BLOCK_M": 64,
     "BLOCK_N": 128,
     "BLOCK_K": 128,
-    "GROUP_M": 8,
+    "GROUP_M": 16,
     "PERSISTENT": 0,
     "SPLIT_K": 0,
-    "LAYOUT": 'b16',
+    "LAYOUT": "b16",
     "KMAJOR": False,
     "TMA": True,
     "num_warps": 4,
@@ -50,8 +50,13 @@ TUNABLE_SPACE = {
 # Per class of shapes (evolve/compose.py): the first rule whose bounds hold sets its knobs.
 SHAPE_KEYS = ["m", "n", "k"]
 TUNABLES_BY_SHAPE = [
-    # m < 2509: f8_c0019's knobs, fastest on 9 benchmarks there
-    {'when': {'m': [None, 2509]},
+    # m < 2509, n < 544: r2_f8_128x128_w8s3's knobs, fastest on 1 benchmark there
+    {'when': {'m': [None, 2509], 'n': [None, 544]},
+     'knobs': {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'PERSISTENT': 0,
+               'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
+               'num_stages': 3}},
+    # m < 2509, n >= 544: r2_f8_c0019's knobs, fastest on 8 benchmarks there
+    {'when': {'m': [None, 2509], 'n': [544, None]},
      'knobs': {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 1, 'PERSISTENT': 0,
                'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
                'num_stages': 3}},
