@@ -144,11 +144,21 @@ def test_no_composition_below_the_noise_or_from_one_winner() -> None:
     assert compose([P1, close], GRID, ["m", "k"], list(GRID), {}) is None
     assert compose([P1, grid_point("c0005", {}, 120.0)], GRID, ["m", "k"], list(GRID), {}) is None
     assert compose([P1, P2, P3], GRID, [], list(GRID), {}) is None  # no shape keys: no classes
-    # A point without a median on some benchmark is not composed.
+    # A point timed on some benchmarks only (a composed kernel's class) serves only those.
     partial = Point("c0006", {"BLOCK_M": 1}, {"m1024-k256": 1.0})
     comp = compose([P1, P2, partial], GRID, ["m", "k"], list(GRID), {})
-    assert comp is not None and {c.point.id for c in (comp.default, *comp.ruled)} == {
-        "c0001", "c0002"}
+    assert comp is not None
+    served = {c.point.id: sorted(c.benches) for c in (comp.default, *comp.ruled)}
+    assert served == {"c0001": ["m6144-k2048", "m6144-k256", "m6144-k7168"],
+                      "c0002": ["m1024-k2048", "m1024-k7168"], "c0006": ["m1024-k256"]}
+    # Points that each cover part of the benchmarks compose only where together they tile them.
+    left = Point("c0007", {"BLOCK_M": 7}, {b: 50.0 for b in GRID if b.startswith("m1024")})
+    right = Point("c0008", {"BLOCK_M": 8}, {b: 50.0 for b in GRID if b.startswith("m6144")})
+    comp = compose([left, right], GRID, ["m", "k"], list(GRID), {"BLOCK_M": 8})
+    assert comp is not None and comp.text() == (
+        "m < 2509 -> c0007 (m1024-k256, m1024-k2048, m1024-k7168); other shapes -> c0008 "
+        "(m6144-k256, m6144-k2048, m6144-k7168)")
+    assert compose([left, partial], GRID, ["m", "k"], list(GRID), {}) is None  # m6144 unserved
 
 
 def test_dispatch_takes_the_first_rule_that_holds_on_half_open_bounds() -> None:
@@ -239,10 +249,10 @@ def test_designer_composes_the_per_shape_winners_and_the_writer_writes_them() ->
     assert ns["tunables_for"](n=100) == {"tile": 16, "unroll": 4}
     assert ns["tunables_for"](n=10**6) == {"tile": 64, "unroll": 4}
 
-    # Once present, the same composition is not proposed again, the composed kernel is no
-    # base for knob moves, and the knob model does not read its geomean as a knob point's.
+    # Once present, the same composition is not proposed again, the composed kernel (now the
+    # fastest) is the next base, and the knob model does not read its geomean as a knob point's.
     pop.append(composed)
-    assert OfflineSelector().select(BRIEF, pop, "").base_id != "c0005"
+    assert OfflineSelector().select(BRIEF, pop, "").base_id == "c0005"
     again = OfflineDesigner().design(BRIEF, rival, base, pop, "", n_keep=100)  # every plan
     assert not any(p.by_shape for p in again.plans)
     without = OfflineDesigner().design(BRIEF, rival, base, pop[:-1], "", n_keep=100)
@@ -251,14 +261,15 @@ def test_designer_composes_the_per_shape_winners_and_the_writer_writes_them() ->
         p.changes for p in without.plans if not p.by_shape)
 
 
-def test_selector_says_why_a_composed_fastest_is_not_the_base() -> None:
+def test_selector_takes_a_composed_fastest_as_the_base_and_says_so() -> None:
     base = knobbed("c0001", {"tile": 16, "unroll": 4})
     rival = knobbed("c0002", {"tile": 64, "unroll": 4})
     plan = OfflineDesigner().design(BRIEF, base, rival, [base, rival], "", 3).plans[0]
     composed = cand("c0003", OfflineWriter().write(BRIEF, base, plan).source, gen=1)
     sel = OfflineSelector().select(BRIEF, [base, rival, composed], "")
-    assert sel.base_id in ("c0001", "c0002")
-    assert "the fastest, c0003, runs knob points per shape class" in sel.reason
+    assert sel.base_id == "c0003"
+    assert sel.reason.startswith("base c0003: ") and "rank 1 of 3 passing; it runs knob points " \
+        "per shape class: its moves go inside one class" in sel.reason
 
 
 def test_no_composition_for_a_kernel_that_cannot_dispatch_or_an_unknown_shape() -> None:
@@ -276,9 +287,11 @@ def test_no_composition_for_a_kernel_that_cannot_dispatch_or_an_unknown_shape() 
 
 def test_offline_scientist_composes_past_the_best_single_configuration() -> None:
     """Generations of three on a landscape whose best tile depends on n: the composition of
-    the winners beats every kernel of one configuration, and runs only points that passed."""
+    the winners beats every kernel of one configuration, and runs on each benchmark only a
+    point that passed there in an earlier kernel."""
     pop = [knobbed("c0001", {"tile": 16, "unroll": 1})]
     selector, designer, writer = OfflineSelector(), OfflineDesigner(), OfflineWriter()
+    compositions = []
     for g in range(1, 6):
         sel = selector.select(BRIEF, pop, "")
         base = next(c for c in pop if c.id == sel.base_id)
@@ -286,14 +299,20 @@ def test_offline_scientist_composes_past_the_best_single_configuration() -> None
         for plan in designer.design(BRIEF, base, ref, pop, "", 3).kept:
             source = writer.write(BRIEF, base, plan).source
             pop.append(cand(f"c{len(pop) + 1:04d}", source, g, (base.id,)))
-    composed = [c for c in pop if read_by_shape(c.source)]
+            if plan.title.startswith("per shape class: "):
+                compositions.append(pop[-1])
     single = [c for c in pop if not read_by_shape(c.source)]
-    assert composed
-    passed_points = {json.dumps(read_tunables(c.source), sort_keys=True) for c in single}
-    for c in composed:
+    assert compositions
+
+    def ran(c: CandidateSummary, case: dict) -> str:
         values, rules = read_tunables(c.source), read_by_shape(c.source) or []
+        return json.dumps(dispatch(values, rules, case), sort_keys=True)
+
+    for c in compositions:
+        earlier = [e for e in pop if e.generation < c.generation and e.status == "passed"]
         for case in CASES.values():
-            assert json.dumps(dispatch(values, rules, case), sort_keys=True) in passed_points
+            assert ran(c, case) in {ran(e, case) for e in earlier}
+    composed = [c for c in pop if read_by_shape(c.source)]
     best_single = min(c.geomean_us or math.inf for c in single)
     assert min(c.geomean_us or math.inf for c in composed) < best_single / 1.05
 

@@ -4,17 +4,23 @@ some shapes", made into a dispatch).
 
 The rule, a greedy regression tree over the shape keys the kernel declares (``SHAPE_KEYS``):
 
-1. The knob points are the family's kernels with one configuration (no ``TUNABLES_BY_SHAPE``
-   rules of their own) that passed their checks and have a median on every benchmark. Only
-   these are composed, so each class runs a configuration that passed as a whole kernel.
-2. A class of benchmarks is served by the point with the lowest geomean over them (ties: the
-   earlier point).
+1. The knob points are those the family's passed kernels ran (``points_of``): a kernel of one
+   configuration (no ``TUNABLES_BY_SHAPE`` rules) measures its point on every benchmark; a
+   composed kernel measures each of its classes' points on the benchmarks that class holds. A
+   point measured by several kernels takes the geometric mean of their medians per benchmark.
+   Only these are composed, so each class runs a point that passed inside a whole kernel, and a
+   composed child that made one class faster lends that class's point to the next composition.
+2. A class of benchmarks is served by the point with the lowest geomean over them among the
+   points timed on all of them (ties: the earlier point, kernels of one configuration first).
 3. Starting from one class holding every benchmark, a class is split in two at a threshold of
    one key, between two adjacent values its benchmarks take: their geometric mean, rounded up
    for integers (m 1024 | 6144 splits at 2509), or their mean where one is not positive. The
    split taken lowers the benchmarks' summed log time the most, and only if the benchmarks that
    change point gain at least ``MIN_CLASS_GAIN`` on geomean (below that, medians timed in
-   different sessions may just differ by drift); at most ``MAX_CLASSES`` classes.
+   different sessions may just differ by drift); at most ``MAX_CLASSES`` classes. A class no
+   point is timed on throughout (only composed kernels measured its benchmarks, each a part)
+   is split first, where the split gives a point to the most benchmarks; a class left without
+   one leaves no composition.
 4. The class with the most benchmarks (ties: the one the base's own point serves, then the
    first) becomes ``TUNABLES``; every other class is one rule, bounded by the splits that made
    it. The classes tile the whole space (thresholds are open ended), so any shape, benchmark or
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,27 +55,39 @@ class Point:
     times: Mapping[str, float]
 
 
+# The point of a class that no point is timed on throughout (rule 3): it is timed on nothing.
+UNSERVED = Point("", {}, {})
+
+
 @dataclass(frozen=True)
 class ShapeClass:
-    """Benchmarks whose shapes lie within ``when`` (key -> [low, high)), served by ``point``."""
+    """Benchmarks whose shapes lie within ``when`` (key -> [low, high)), served by ``point``
+    (``UNSERVED`` while no point is timed on all of them)."""
 
     when: dict[str, Bound]
     benches: tuple[str, ...]
     point: Point
 
 
-def dispatch(
-    default: Mapping[str, Knob], rules: Sequence[Rule], shape: Mapping[str, Any]
-) -> dict[str, Knob]:
-    """The knobs a kernel runs for ``shape``: those of the first rule whose every bound holds
-    (low <= value < high, None for no bound) over ``default``; the kernel's ``tunables_for``."""
-    for rule in rules:
+def first_rule(rules: Sequence[Rule], shape: Mapping[str, Any]) -> int | None:
+    """The index of the first rule whose every bound holds for ``shape`` (low <= value < high,
+    None for no bound), or None; KeyError when a bound names a key ``shape`` lacks."""
+    for i, rule in enumerate(rules):
         if all(
             (low is None or low <= shape[key]) and (high is None or shape[key] < high)
             for key, (low, high) in rule["when"].items()
         ):
-            return {**default, **rule["knobs"]}
-    return dict(default)
+            return i
+    return None
+
+
+def dispatch(
+    default: Mapping[str, Knob], rules: Sequence[Rule], shape: Mapping[str, Any]
+) -> dict[str, Knob]:
+    """The knobs a kernel runs for ``shape``: those of the first rule that holds over
+    ``default``; the kernel's ``tunables_for``."""
+    i = first_rule(rules, shape)
+    return dict(default) if i is None else {**default, **rules[i]["knobs"]}
 
 
 def key_of(knobs: Mapping[str, Knob]) -> str:
@@ -81,7 +100,11 @@ def _cost(point: Point, benches: Sequence[str]) -> float:
 
 
 def _best(points: Sequence[Point], benches: Sequence[str]) -> tuple[float, Point]:
-    return min(((_cost(p, benches), p) for p in points), key=lambda cp: cp[0])
+    """Rule 2: (summed log time, point), or (inf, UNSERVED) when no point is timed throughout."""
+    timed = [p for p in points if all(b in p.times for b in benches)]
+    if not timed:
+        return math.inf, UNSERVED
+    return min(((_cost(p, benches), p) for p in timed), key=lambda cp: cp[0])
 
 
 def threshold(low: float, high: float) -> float:
@@ -93,12 +116,15 @@ def threshold(low: float, high: float) -> float:
     return math.floor(mid) + 1 if isinstance(low, int) and isinstance(high, int) else mid
 
 
+Score = tuple[int, float]  # (benchmarks a split gives a point, gain in summed log time)
+
+
 def _split(
     cls: ShapeClass, points: Sequence[Point], cases: Cases, keys: Sequence[str], min_gain: float
-) -> tuple[float, ShapeClass, ShapeClass] | None:
-    """The best allowed split of ``cls`` (rule 3): (gain in summed log time, left, right)."""
+) -> tuple[Score, ShapeClass, ShapeClass] | None:
+    """The best allowed split of ``cls`` (rule 3): (its score, left, right)."""
     cost, _ = _best(points, cls.benches)
-    found = None
+    found: tuple[Score, ShapeClass, ShapeClass] | None = None
     for key in keys:
         values = sorted({cases[b][key] for b in cls.benches})
         for low, high in zip(values, values[1:], strict=False):
@@ -106,16 +132,24 @@ def _split(
             left = tuple(b for b in cls.benches if cases[b][key] < t)
             right = tuple(b for b in cls.benches if b not in left)
             (cost_l, p_l), (cost_r, p_r) = _best(points, left), _best(points, right)
-            gain = cost - cost_l - cost_r
-            moved = [b for b in left if p_l is not cls.point] + [
-                b for b in right if p_r is not cls.point
-            ]
-            if not moved or gain < len(moved) * math.log1p(min_gain):
-                continue
-            if found is None or gain > found[0]:
+            if cls.point is UNSERVED:
+                sides = ((left, cost_l), (right, cost_r))
+                served = [(side, c) for side, c in sides if c < math.inf]
+                if not served:
+                    continue
+                score = (sum(len(side) for side, _ in served), -sum(c for _, c in served))
+            else:
+                gain = cost - cost_l - cost_r
+                moved = [b for b in left if p_l is not cls.point] + [
+                    b for b in right if p_r is not cls.point
+                ]
+                if not moved or gain < len(moved) * math.log1p(min_gain):
+                    continue
+                score = (0, gain)
+            if found is None or score > found[0]:
                 lo, hi = cls.when.get(key, (None, None))
                 found = (
-                    gain,
+                    score,
                     ShapeClass({**cls.when, key: (lo, t)}, left, p_l),
                     ShapeClass({**cls.when, key: (t, hi)}, right, p_r),
                 )
@@ -206,13 +240,20 @@ def compose(
     base_knobs: Mapping[str, Knob],
     min_gain: float = MIN_CLASS_GAIN,
 ) -> Composition | None:
-    """Rules 1-4 over ``points`` (each timed on every benchmark), or None when one point serves
-    every class or the benchmarks' shapes are unknown."""
+    """Rules 2-4 over ``points`` (each timed on some of the benchmarks), or None when one point
+    serves every class, some class has no point timed throughout, or the benchmarks' shapes are
+    unknown."""
     benches = [b for b in benches if b in cases]
-    points = [p for p in points if all(b in p.times and p.times[b] > 0 for b in benches)]
+    timed = [
+        Point(p.id, p.knobs, {b: p.times[b] for b in benches if p.times.get(b, 0) > 0})
+        for p in points
+    ]
+    points = [p for p in timed if p.times]
     if len(points) < 2 or len(benches) < 2 or not keys:
         return None
     classes = shape_classes(points, cases, keys, benches, min_gain)
+    if any(c.point is UNSERVED for c in classes):
+        return None
     if len({key_of(c.point.knobs) for c in classes}) < 2:
         return None
     base = key_of(base_knobs)
@@ -233,7 +274,7 @@ def composition_plan(
     base_times: Mapping[str, float],
     prior: Sequence[Mapping[str, str]],
     spread: float,
-    n_points: int,
+    n_kernels: int,
 ) -> ExperimentPlan | None:
     """The move as a plan: its gain over the base predicted from the points' own medians (+-
     ``spread``, log units), its innovation 10 x the share of benchmarks given a point that
@@ -255,7 +296,7 @@ def composition_plan(
     return ExperimentPlan(
         title=title,
         changes=(
-            f"composed from the per-shape winners of {n_points} passed kernel(s) of the "
+            f"composed from the per-shape winners of {n_kernels} passed kernel(s) of the "
             f"family: {comp.text()}; predicted {_pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%)"
             f" over {base_id} from their medians, timed in different sessions"
         ),
@@ -294,34 +335,59 @@ def move(
     task: TaskBrief, base: Kernel, family: Sequence[Kernel], spread: float
 ) -> tuple[ExperimentPlan | None, str]:
     """The composition move from ``base`` over its ``family``, and a findings line on the
-    classes; no plan when the kernel cannot dispatch per shape (no ``TUNABLES_BY_SHAPE`` or
-    ``SHAPE_KEYS``), one point wins everywhere, or a kernel of the family already runs each
-    benchmark with the same point (the same composition, measured)."""
+    classes, over the points of ``points_of``; no plan when the kernel cannot dispatch per shape
+    (no ``TUNABLES_BY_SHAPE`` or ``SHAPE_KEYS``), one point wins everywhere, or a kernel of the
+    family already runs each benchmark with the same point (the same composition, measured)."""
     if base.rules is None or not base.shape_keys:
         return None, ""
-    points = [
-        Point(f.summary.id, f.values, f.summary.bench_median_us)
-        for f in family
-        if not f.composed and f.summary.status == "passed"
-    ]
     cases = task.benchmark_cases
+    points, n_single, n_composed = points_of(family, cases)
     comp = compose(points, cases, base.shape_keys, task.benchmark_ids, base.values)
     if comp is None:
         return None, ""
-    learned = f"- fastest per shape class ({len(points)} kernels of one configuration): " + (
-        comp.text(ids=False)
+    measured = f"{n_single} kernels of one configuration" + (
+        f", the classes of {n_composed} composed" if n_composed else ""
     )
-    prior = [_assignment(f, cases) for f in [base, *(f for f in family if f.composed)]]
+    learned = f"- fastest per shape class ({measured}): " + comp.text(ids=False)
+    prior = [assignment(f, cases) for f in [base, *(f for f in family if f.composed)]]
     if comp.assignment() in prior:
         return None, learned
     summary = base.summary
     plan = composition_plan(
-        comp, summary.id, base.values, summary.bench_median_us, prior, spread, len(points)
+        comp, summary.id, base.values, summary.bench_median_us, prior, spread,
+        n_single + n_composed,
     )
     return plan, learned
 
 
-def _assignment(kernel: Kernel, cases: Cases) -> dict[str, str]:
+def points_of(family: Sequence[Kernel], cases: Cases) -> tuple[list[Point], int, int]:
+    """Rule 1: the knob points the passed kernels of ``family`` ran on the benchmarks of
+    ``cases``, each named after the first kernel that ran it (kernels of one configuration
+    first), and how many kernels of one configuration and composed kernels measured them."""
+    runs: dict[str, tuple[str, dict[str, Knob], dict[str, list[float]]]] = {}
+    counted: Counter[bool] = Counter()
+    passed = [f for f in family if f.summary.status == "passed"]
+    for f in sorted(passed, key=lambda f: f.composed):  # stable: population order within each
+        timed = False
+        for bench, median in f.summary.bench_median_us.items():
+            if bench not in cases or not median > 0:
+                continue
+            try:
+                knobs = dispatch(f.values, f.rules or [], cases[bench])
+            except KeyError:  # a rule bounds a key the benchmark lacks: the kernel fails there
+                continue
+            _, _, times = runs.setdefault(key_of(knobs), (f.summary.id, knobs, {}))
+            times.setdefault(bench, []).append(median)
+            timed = True
+        counted[f.composed] += timed
+    points = [
+        Point(pid, knobs, {b: math.exp(sum(map(math.log, ts)) / len(ts)) for b, ts in t.items()})
+        for pid, knobs, t in runs.values()
+    ]
+    return points, counted[False], counted[True]
+
+
+def assignment(kernel: Kernel, cases: Cases) -> dict[str, str]:
     """Benchmark -> the knob point ``kernel`` runs it with; {} when its rules name a key the
     benchmarks lack (such a kernel fails its own calls)."""
     try:
