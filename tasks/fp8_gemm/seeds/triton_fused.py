@@ -1,16 +1,9 @@
-"""Triton seed 2 (issue 15): triton_blockscaled.py's exact arithmetic (fp16 dots of e4m3
-values, fp32 partials scaled in fp32, one bf16 rounding), which waits for each step's product
-before scaling it. Knobs:
-- LAYOUT "fused": fp8 tiles converted in the loop (A into the MMA's registers, B through
-  shared memory); "fp16": a torch upcast of A and B first; "b16": B upcast first; "a16": A
-  upcast first and C^T computed (rows: B's), so the smaller operand can be the one upcast.
-- KMAJOR: the operand read into registers copied K-major first (2-byte, not 1-byte, loads).
-- TMA: tiles loaded through descriptors of A^T and B^T (rows off 16 bytes: pointers).
-- PERSISTENT: programs per SM (0: one per item). SPLIT_K: programs per tile along K (0: the
-  count with the least modelled time, `modelled_split`), partials summed by a second kernel.
-A tile at most 128 wide lies in one B scale block: its scale is folded into the other side's.
-The sweep's points compile for sm_90 without spills (triton 3.6, bench/triton_compile_check.py);
-BLOCK_N 256 spills.
+"""Triton seed 2 (issue 15): fp16 dots of e4m3 values, each step's fp32 product scaled in
+fp32, one bf16 rounding. Knobs:
+- LAYOUT "fused": fp8 tiles converted in the loop; "fp16": A and B upcast by torch first;
+  "b16": B upcast first; "a16": A upcast first, C^T computed.
+- KMAJOR: the register operand copied K-major first. TMA: descriptors of A^T and B^T.
+- PERSISTENT: programs per SM (0: one per item). SPLIT_K: slices of K (0: `modelled_split`).
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-TUNABLES = {  # the best point of bench/fused_sweep.py on the H200 (notes/fp8_gemm_h200.md)
+TUNABLES = {  # the H200 sweep's best (notes/fp8_gemm_h200.md)
     "BLOCK_M": 64,
     "BLOCK_N": 128,
     "BLOCK_K": 128,
@@ -47,15 +40,15 @@ TUNABLE_SPACE = {
     "num_stages": [2, 3, 4],
 }
 
-# Per class of shapes (evolve/compose.py): the first rule whose bounds hold sets its knobs.
+# The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
 SHAPE_KEYS = ["m", "n", "k"]
 TUNABLES_BY_SHAPE = [
-    # m < 2509, n < 544: r2_f8_128x128_w8s3's knobs, fastest on 1 benchmark there
+    # m < 2509, n < 544: the sweep's fastest there
     {'when': {'m': [None, 2509], 'n': [None, 544]},
      'knobs': {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'PERSISTENT': 0,
                'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
                'num_stages': 3}},
-    # m < 2509, n >= 544: r2_f8_c0019's knobs, fastest on 8 benchmarks there
+    # m < 2509, n >= 544: the sweep's fastest there
     {'when': {'m': [None, 2509], 'n': [544, None]},
      'knobs': {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 1, 'PERSISTENT': 0,
                'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
@@ -65,7 +58,7 @@ TUNABLES_BY_SHAPE = [
 
 
 def tunables_for(**shape):
-    """TUNABLES, updated by the first TUNABLES_BY_SHAPE rule that holds for ``shape``."""
+    """TUNABLES with the first rule that holds for ``shape``."""
     for rule in TUNABLES_BY_SHAPE:
         if all((lo is None or lo <= shape[key]) and (hi is None or shape[key] < hi)
                for key, (lo, hi) in rule["when"].items()):
@@ -74,41 +67,35 @@ def tunables_for(**shape):
 
 
 SCALE_BLOCK = 128
-# read at import, out of the timed call
 _PROPS = torch.cuda.get_device_properties(torch.cuda.current_device()) if (
     torch.cuda.is_available()) else None
 SMEM_LIMIT = _PROPS.shared_memory_per_block_optin if _PROPS is not None else None
-# 3 "SMs" in the interpreter: persistent programs walk several items
+# 3 in the interpreter (persistent programs walk items)
 NUM_SMS = _PROPS.multi_processor_count if _PROPS is not None else 3
 
 
 def shared_bytes(cfg: dict, stages: int) -> int:
-    """Shared memory of one program (triton 3.6/3.9 on sm_90): fp16 tiles in ``stages``
-    buffers, fp8 in one fewer; "fused" adds B once in fp16."""
-    r16, c16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"  # the kernel's A, B in fp16
+    """Shared memory of a program (triton 3.6, sm_90)."""
+    r16, c16 = cfg["LAYOUT"] == "fp16", cfg["LAYOUT"] != "fused"
     a, b = (cfg[x] * cfg["BLOCK_K"] for x in ("BLOCK_M", "BLOCK_N"))
     return (a * (1 + r16) * (stages - 1 + r16) + b * (1 + c16) * (stages - 1 + c16) + 1024
             + (0 if c16 else 2 * b))
 
 
 def fitting_stages(cfg: dict, limit: int) -> int:
-    """num_stages, lowered until the tiles fit in ``limit`` bytes."""
     stages = cfg["num_stages"]
     while stages > 1 and shared_bytes(cfg, stages) > limit:
         stages -= 1
     return stages
 
 
-# The split-K model's costs (H200, from notes/fp8_gemm_h200.md): one 64x128x128 step of a
-# program ~0.6 us; fp32 partials written and read back at ~3 TB/s; a launch ~3 us.
+# H200: a 64x128x128 step ~0.6 us, partials ~3 TB/s, a launch ~3 us
 STEP_US, PARTIAL_BYTES_PER_US, LAUNCH_US = 0.6, 3.0e6, 3.0
 
 
 def modelled_split(bm: int, bn: int, bk: int, m: int, n: int, k: int, sms: int) -> int:
-    """Slices of K (1-8, each at least 2 steps) with the least modelled time: the busiest
-    SM's programs times their steps, plus the partials' round trip for a split. Programs land
-    on SMs in whole units, so a grid just over the SM count costs a second round: 72 tiles of
-    56 steps take 2 rounds of 28 as 144 programs but 3 rounds of 19 as 216 on 132 SMs."""
+    """Slices of K (1-8, 2+ steps each) with the least modelled time: rounds of programs on
+    the SMs times their steps, plus the partials' round trip."""
     tiles, steps = triton.cdiv(m, bm) * triton.cdiv(n, bn), triton.cdiv(k, bk)
     step_us = STEP_US * (bm * bn * bk) / (64 * 128 * 128)
 
@@ -123,8 +110,7 @@ def modelled_split(bm: int, bn: int, bk: int, m: int, n: int, k: int, sms: int) 
 @triton.jit
 def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: tl.constexpr,
             UNI: tl.constexpr):
-    """acc + part * row scale * column scale, in fp32. UNI 1: one column scale for the tile,
-    2: one row scale."""
+    """acc + part * row scale * column scale. UNI 1: one column scale, 2: one row scale."""
     kb = (step * BLOCK_K) // 128  # the task's scale block
     if UNI == 2:
         r = tl.load(rs_ptrs + kb * RS_K)
@@ -145,8 +131,8 @@ def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: 
 @triton.jit
 def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexpr,
              EVEN_K: tl.constexpr, TMA: tl.constexpr, KA: tl.constexpr):
-    """A step's fp32 product of fp16 tiles (fp8 wgmma accumulation misses the tolerance:
-    notes/fp8_gemm_h200.md). a_in, b_in: descriptors, or pointers at step 0."""
+    """A step's fp32 product of fp16 tiles (fp8 wgmma accumulation misses the tolerance).
+    a_in, b_in: descriptors, or pointers at step 0."""
     k0 = step * BLOCK_K
     if TMA and KA:
         a = a_in.load([m0, k0])
@@ -171,7 +157,7 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
           KA: tl.constexpr):
     """Work item ``item``: a C tile, or its fp32 partial over one K slice."""
     tile = item // SPLIT_K
-    # GROUP_M row tiles walk down a column of tiles: neighbours share B tiles in L2
+    # GROUP_M row tiles walk down a column (B tiles shared in L2)
     per_group = GROUP_M * tl.cdiv(N, BLOCK_N)
     first_m = (tile // per_group) * GROUP_M
     rows = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)
@@ -187,11 +173,11 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
         a_in = a_src + offs_m[:, None] * (K if KA else 1) + tl.arange(0, BLOCK_K)[None, :] * (
             1 if KA else M)
         b_in = b_src + tl.arange(0, BLOCK_K)[:, None] * N + offs_n[None, :]
-    # scales per row / column, or one for the tile (UNI); DIV 128: one per 128 rows / columns
+    # scales per row / column, or one for the tile (UNI)
     rs_ptrs = rs_ptr + (m0 // RDIV if UNI == 2 else offs_m // RDIV)
     cs_ptrs = cs_ptr + (n0 // CDIV if UNI == 1 else offs_n // CDIV)
 
-    # split K by whole steps: a step never straddles two scale blocks
+    # split K by whole steps
     steps = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(steps, SPLIT_K)
     first = (item % SPLIT_K) * per_split
@@ -233,8 +219,7 @@ def _sum_splits(part_ptr, c_ptr, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constex
 
 
 def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, int, dict]:
-    """(programs, split, the kernel's constexprs) for one shape (the kernel's rows and columns:
-    n and m for "a16") and ``sms`` SMs."""
+    """(programs, split, constexprs) for a shape (rows, columns: n, m for "a16")."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     steps = triton.cdiv(k, bk)
@@ -242,7 +227,7 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
     split = max(1, min(split, steps))
     items = tiles * split
     programs = min(items, cfg["PERSISTENT"] * sms) if cfg["PERSISTENT"] else items
-    swap = cfg["LAYOUT"] == "a16"  # rows: B's, with one scale per 128; columns: A's
+    swap = cfg["LAYOUT"] == "a16"
     uni = (2 if SCALE_BLOCK % bm == 0 else 0) if swap else (1 if SCALE_BLOCK % bn == 0 else 0)
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split,
                   PERSISTENT=cfg["PERSISTENT"] > 0, EVEN_K=k % bk == 0, TMA=tma,
@@ -252,8 +237,7 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
 
 
 def _tma_sources(a: torch.Tensor, b: torch.Tensor, cfg: dict):
-    """Descriptors of A^T [k,m] (A [m,k] if K-major) and B^T [k,n], or None if a row or base
-    is off 16 bytes."""
+    """Descriptors of A^T (A if K-major) and B^T, or None if a row or base is off 16 bytes."""
     ka, bk = cfg["KMAJOR"], cfg["BLOCK_K"]
     views = [(a, [cfg["BLOCK_M"], bk]) if ka else (a.T, [bk, cfg["BLOCK_M"]]),
              (b.T, [bk, cfg["BLOCK_N"]])]
@@ -270,21 +254,19 @@ def custom_kernel(data):
     n = b.shape[0]
     cfg = tunables_for(m=m, n=n, k=k)
     a, b, a_scale, b_scale = (x if x.stride(0) == 1 and x.stride(1) == x.shape[0] else
-                              x.T.contiguous().T for x in (a, b, a_scale, b_scale))  # col-major
+                              x.T.contiguous().T for x in (a, b, a_scale, b_scale))
     layout = cfg["LAYOUT"]
-    a = a.to(torch.float16) if layout in ("fp16", "a16") else a  # .to keeps the strides
+    a = a.to(torch.float16) if layout in ("fp16", "a16") else a
     b = b.to(torch.float16) if layout in ("fp16", "b16") else b
-    # the kernel's rows, columns, their scales, K strides of the scales, C's strides
     rows, cols, rs, cs, rs_k, cs_k, strides = (a, b, a_scale, b_scale, m, b_scale.shape[0],
                                                (n, 1))
-    if layout == "a16":  # C^T = B A^T: rows of B in the registers, A's fp16 tiles shared
+    if layout == "a16":  # C^T = B A^T
         rows, cols, rs, cs, rs_k, cs_k, strides = (b, a, b_scale, a_scale, b_scale.shape[0], m,
                                                    (1, n))
-    rows = rows.contiguous() if cfg["KMAJOR"] else rows  # [m, k] row-major: K-major
+    rows = rows.contiguous() if cfg["KMAJOR"] else rows
     sources = _tma_sources(rows, cols, cfg) if cfg["TMA"] else None
     mk, nk = rows.shape[0], cols.shape[0]
     programs, split, consts = plan(cfg, mk, nk, k, NUM_SMS, sources is not None)
-    # bf16 stored into c (the interpreter truncates: within tolerance, NOTES.md)
     dest = c if c.is_contiguous() else torch.empty(c.shape, dtype=c.dtype, device=c.device)
     out = dest if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=c.device)
     stages = cfg["num_stages"] if SMEM_LIMIT is None else fitting_stages(cfg, SMEM_LIMIT)
