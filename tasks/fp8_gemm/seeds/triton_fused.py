@@ -2,7 +2,7 @@
 fp32, one bf16 rounding. Knobs:
 - LAYOUT "fused": fp8 tiles converted in the loop; "fp16": A and B upcast by torch first;
   "b16": B upcast first; "a16": A upcast first, C^T computed.
-- KMAJOR: the register operand copied K-major first. TMA: descriptors of A^T and B^T.
+- KMAJOR: register operand K-major first. TMA: descriptors of A^T and B^T.
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: slices of K (0: `modelled_split`).
 """
 
@@ -42,17 +42,13 @@ TUNABLE_SPACE = {
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
 SHAPE_KEYS = ["m", "n", "k"]
-TUNABLES_BY_SHAPE = [
+TUNABLES_BY_SHAPE = [  # the knobs that differ from TUNABLES
     # m < 2509, n < 544: the sweep's fastest there
     {'when': {'m': [None, 2509], 'n': [None, 544]},
-     'knobs': {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'PERSISTENT': 0,
-               'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
-               'num_stages': 3}},
+     'knobs': {'BLOCK_M': 128, 'GROUP_M': 8, 'LAYOUT': 'fused', 'num_warps': 8}},
     # m < 2509, n >= 544: the sweep's fastest there
     {'when': {'m': [None, 2509], 'n': [544, None]},
-     'knobs': {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 1, 'PERSISTENT': 0,
-               'SPLIT_K': 0, 'LAYOUT': 'fused', 'KMAJOR': False, 'TMA': True, 'num_warps': 8,
-               'num_stages': 3}},
+     'knobs': {'BLOCK_M': 128, 'BLOCK_N': 64, 'GROUP_M': 1, 'LAYOUT': 'fused', 'num_warps': 8}},
     # any other shape: TUNABLES
 ]
 
@@ -67,6 +63,10 @@ def tunables_for(**shape):
 
 
 SCALE_BLOCK = 128
+
+
+def _cdiv(a: int, b: int) -> int:  # triton.cdiv costs ~2 us a call on the host
+    return -(-a // b)
 _PROPS = torch.cuda.get_device_properties(torch.cuda.current_device()) if (
     torch.cuda.is_available()) else None
 SMEM_LIMIT = _PROPS.shared_memory_per_block_optin if _PROPS is not None else None
@@ -96,11 +96,11 @@ STEP_US, PARTIAL_BYTES_PER_US, LAUNCH_US = 0.6, 3.0e6, 3.0
 def modelled_split(bm: int, bn: int, bk: int, m: int, n: int, k: int, sms: int) -> int:
     """Slices of K (1-8, 2+ steps each) with the least modelled time: rounds of programs on
     the SMs times their steps, plus the partials' round trip."""
-    tiles, steps = triton.cdiv(m, bm) * triton.cdiv(n, bn), triton.cdiv(k, bk)
+    tiles, steps = _cdiv(m, bm) * _cdiv(n, bn), _cdiv(k, bk)
     step_us = STEP_US * (bm * bn * bk) / (64 * 128 * 128)
 
     def cost(split: int) -> float:
-        mma = triton.cdiv(tiles * split, sms) * triton.cdiv(steps, split) * step_us
+        mma = _cdiv(tiles * split, sms) * _cdiv(steps, split) * step_us
         partials = 0.0 if split == 1 else split * m * n * 8 / PARTIAL_BYTES_PER_US + LAUNCH_US
         return mma + partials
 
@@ -110,7 +110,7 @@ def modelled_split(bm: int, bn: int, bk: int, m: int, n: int, k: int, sms: int) 
 @triton.jit
 def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: tl.constexpr,
             UNI: tl.constexpr):
-    """acc + part * row scale * column scale. UNI 1: one column scale, 2: one row scale."""
+    """acc + part * scales. UNI 1: one column scale, 2: one row scale."""
     kb = (step * BLOCK_K) // 128  # the task's scale block
     if UNI == 2:
         r = tl.load(rs_ptrs + kb * RS_K)
@@ -221,8 +221,8 @@ def _sum_splits(part_ptr, c_ptr, numel, SPLIT_K: tl.constexpr, BLOCK: tl.constex
 def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, int, dict]:
     """(programs, split, constexprs) for a shape (rows, columns: n, m for "a16")."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    steps = triton.cdiv(k, bk)
+    tiles = _cdiv(m, bm) * _cdiv(n, bn)
+    steps = _cdiv(k, bk)
     split = cfg["SPLIT_K"] or modelled_split(bm, bn, bk, m, n, k, sms)
     split = max(1, min(split, steps))
     items = tiles * split
@@ -274,7 +274,7 @@ def custom_kernel(data):
                                         rs_k, cs_k, *strides, programs, **consts,
                                         num_warps=cfg["num_warps"], num_stages=stages)
     if split > 1:
-        _sum_splits[(triton.cdiv(m * n, 1024),)](out, dest, m * n, SPLIT_K=split, BLOCK=1024)
+        _sum_splits[(_cdiv(m * n, 1024),)](out, dest, m * n, SPLIT_K=split, BLOCK=1024)
     if dest is not c:
         c.copy_(dest)
     return c
