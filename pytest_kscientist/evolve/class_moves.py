@@ -241,24 +241,17 @@ def _plan(cls: KernelClass, model: KnobModel, n: int, change: dict[str, Knob], o
           share: float) -> ExperimentPlan:
     """The move's plan: its gain on the class from the class's model, on the geomean by its
     ``share`` of the benchmarks; innovation as a single kernel's move."""
-    base_pred, _ = model.predict(cls.knobs)
-    pred, _ = model.predict(cls.knobs | change)
-    unc = model.spread + sum(model.effect(k, v)[1] for k, v in change.items())
-    gain = base_pred - pred
-    low, high = pct(share * (gain - unc)), pct(share * (gain + unc))
-    if model.risky(change):
-        low = -100.0
-    novelty = [1.0 / (1 + model.counts[k][v]) for k, v in change.items()]
-    innovation = min(10.0, 10.0 * sum(novelty) / len(novelty) + (len(change) - 1) * 0.5)
-    seen = ", ".join(f"{k}={v!r} in {model.counts[k][v]} kernel(s)" for k, v in change.items())
+    f = model.forecast(cls.knobs, change)
+    there_low, there_high = f.bounds()
+    low, high = f.bounds(share)
     return ExperimentPlan(
         title=f"{cls.label}: {title(cls.knobs, change)}",
         changes=(
-            f"{origin}; predicted {pct(gain):+.0f}% there ({pct(gain - unc):+.0f}.."
-            f"{pct(gain + unc):+.0f}%), {pct(share * gain):+.0f}% ({low:+.0f}..{high:+.0f}%) on "
-            f"the geomean, by a model of {n} kernel(s) measured there; seen {seen} there"
+            f"{origin}; predicted {pct(f.gain):+.0f}% there ({there_low:+.0f}.."
+            f"{there_high:+.0f}%), {pct(share * f.gain):+.0f}% ({low:+.0f}..{high:+.0f}%) on "
+            f"the geomean, by a model of {n} kernel(s) measured there; seen {f.seen} there"
         ),
         expected_gain_min_pct=round(low, 2),
         expected_gain_max_pct=round(high, 2),
-        innovation=round(innovation, 2),
+        innovation=round(f.innovation, 2),
     )

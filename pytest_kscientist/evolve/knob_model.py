@@ -98,6 +98,39 @@ class KnobModel:
         """Whether a changed value has only ever been seen in failing kernels."""
         return any(0 < self.failures[k][v] == self.counts[k][v] for k, v in change.items())
 
+    def forecast(self, values: Mapping[str, Knob], change: Mapping[str, Knob]) -> Forecast:
+        """What the model says of moving ``values`` by ``change``."""
+        base_pred, _ = self.predict(values)
+        pred, _ = self.predict({**values, **change})
+        novelty = [1.0 / (1 + self.counts[k][v]) for k, v in change.items()]
+        return Forecast(
+            gain=base_pred - pred,
+            spread=self.spread + sum(self.effect(k, v)[1] for k, v in change.items()),
+            risky=self.risky(change),
+            innovation=min(10.0, 10.0 * sum(novelty) / len(novelty) + (len(change) - 1) * 0.5),
+            seen=", ".join(f"{k}={v!r} in {self.counts[k][v]} kernel(s)"
+                           for k, v in change.items()),
+        )
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A knob move's predicted log speed-up (``gain``) and its uncertainty (``spread``), whether
+    a value in it has only failed so far, its innovation score (0-10) and how often each value
+    was seen."""
+
+    gain: float
+    spread: float
+    risky: bool
+    innovation: float
+    seen: str
+
+    def bounds(self, share: float = 1.0) -> tuple[float, float]:
+        """The gain's range in percent, scaled by ``share`` (the part of the geomean the move
+        touches); an untried-failing value has no lower bound (-100%)."""
+        low = pct(share * (self.gain - self.spread))
+        return (-100.0 if self.risky else low), pct(share * (self.gain + self.spread))
+
 
 def pct(log_ratio: float) -> float:
     """A log speed-up as a percentage: +100 is twice as fast."""

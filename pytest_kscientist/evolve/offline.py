@@ -263,10 +263,7 @@ class OfflineDesigner:
             turns = {m.plan.title: (m.label, m.change) for m in moved}
         else:
             changes = self._changes(t, family, reference)
-            base_pred, _ = model.predict(t.values)
-            plans = [
-                self._plan(t, model, base_pred, c, origin, len(single)) for c, origin in changes
-            ]
+            plans = [self._plan(t, model, c, origin, len(single)) for c, origin in changes]
             fitted = effects_text(t.values, model)
         ranked = sorted(
             plans, key=lambda p: p.expected_gain_min_pct + p.expected_gain_max_pct, reverse=True
@@ -319,29 +316,21 @@ class OfflineDesigner:
     def _plan(
         t: Tuned,
         model: KnobModel,
-        base_pred: float,
         change: dict[str, Knob],
         origin: str,
         n_family: int,
     ) -> ExperimentPlan:
-        pred, _ = model.predict(t.values | change)
-        unc = model.spread + sum(model.effect(k, v)[1] for k, v in change.items())
-        gain = base_pred - pred
-        low, high = pct(gain - unc), pct(gain + unc)
-        if model.risky(change):
-            low = -100.0
-        novelty = [1.0 / (1 + model.counts[k][v]) for k, v in change.items()]
-        innovation = min(10.0, 10.0 * sum(novelty) / len(novelty) + (len(change) - 1) * 0.5)
-        seen = ", ".join(f"{k}={v!r} in {model.counts[k][v]} kernel(s)" for k, v in change.items())
+        f = model.forecast(t.values, change)
+        low, high = f.bounds()
         return ExperimentPlan(
             title=title(t.values, change),
             changes=(
-                f"{origin}; predicted {pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%) "
-                f"by a model of {n_family} related kernel(s); seen {seen}"
+                f"{origin}; predicted {pct(f.gain):+.0f}% ({low:+.0f}..{high:+.0f}%) "
+                f"by a model of {n_family} related kernel(s); seen {f.seen}"
             ),
             expected_gain_min_pct=round(low, 2),
             expected_gain_max_pct=round(high, 2),
-            innovation=round(innovation, 2),
+            innovation=round(f.innovation, 2),
             knobs=change,
         )
 
