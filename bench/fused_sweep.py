@@ -44,14 +44,15 @@ C0019 = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "GROUP_
 # The fused seed's first defaults: every fused point is these knobs with its changes, whatever
 # the seed's TUNABLES are now (the rows record each point's knobs in full).
 FUSED_BASE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "PERSISTENT": 0,
-              "SPLIT_K": 1, "LAYOUT": "fused", "KMAJOR": False, "TMA": True, "num_warps": 4,
+              "SPLIT_K": 1, "LAYOUT": "fused", "TMA": True, "num_warps": 4,
               "num_stages": 4}
 # name -> changes to FUSED_BASE ("seed": to triton_blockscaled.py's defaults).
 # Most promising first: --seconds cuts the tail. Every point compiled without spills for sm_90
 # (bench/triton_compile_check.py, triton 3.6); "2/SM", "3/SM": programs an SM holds (shared
 # memory and registers). Within one warpgroup the scaling cannot overlap the next MMA (ptxas
 # serialises it: notes/fp8_gemm_h200.md), so other programs on the SM are what hides it.
-# The PAIR points of the first sweep (181-271 us) are gone with the knob (notes).
+# The PAIR points of the first sweep (181-271 us) are gone with the knob, and the KMAJOR points
+# (183-203 us in both 2026-12-01 sweeps, slower than the same point without it) with theirs.
 # The second sweep (2026-12-01), around the first one's best point (b16 64x128x128, 4 warps,
 # 3 stages, split chosen from the shape: 118.7 us there): SPLIT_K 0 is now the split-K model
 # (modelled_split); 8 warps over 64 rows put two warpgroups side by side along N (64x256: each
@@ -97,14 +98,6 @@ POINTS: dict[str, dict[str, object]] = {
     "a16_tma_64x128x128_w4s2": {**A16, **M64W4, "num_stages": 2},  # 2/SM
     "b16_tma_64x64x128_w4s3": {**B16, **M64W4, "BLOCK_N": 64, "num_stages": 3},  # 3/SM
     "a16_tma_64x64x128_w4s3": {**A16, **M64W4, "BLOCK_N": 64, "num_stages": 3},  # 3/SM
-    # the register operand copied K-major first: 2-byte shared loads instead of 1-byte
-    "b16k_tma_64x128x128_w4s2": {**B16, **M64W4, "num_stages": 2, "KMAJOR": True},
-    "a16k_tma_64x128x128_w4s2": {**A16, **M64W4, "num_stages": 2, "KMAJOR": True},
-    "b16k_tma_64x64x128_w4s3": {**B16, **M64W4, "BLOCK_N": 64, "num_stages": 3,
-                                "KMAJOR": True},
-    "a16k_tma_64x64x128_w4s3": {**A16, **M64W4, "BLOCK_N": 64, "num_stages": 3,
-                                "KMAJOR": True},
-    "b16k_tma_128x128x128_w8s3": {**B16, **M128W8, "num_stages": 3, "KMAJOR": True},
     "b16_tma_128x128x128_w8s3": {**B16, **M128W8, "num_stages": 3},
     "a16_tma_128x128x128_w8s3": {**A16, **M128W8, "num_stages": 3},
     "b16_c0019": {**B16, **C0019},

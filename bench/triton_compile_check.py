@@ -78,10 +78,7 @@ def main(argv: list[str]) -> None:
         if consts["TMA"]:  # descriptors of A^T [k,m] and B^T [k,n]
             for name, block, elem in ((a_name, consts["BLOCK_M"], element),
                                       (b_name, consts["BLOCK_N"], b_element)):
-                shape = f"{consts['BLOCK_K']},{block}"
-                if name == a_name and consts.get("KA"):  # A copied K-major: blocks of A [m,k]
-                    shape = f"{block},{consts['BLOCK_K']}"
-                signature[name] = f"tensordesc<{elem}[{shape}]>"
+                signature[name] = f"tensordesc<{elem}[{consts['BLOCK_K']},{block}]>"
     else:
         consts = {name: cfg[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
                                                "SPLIT_K")}

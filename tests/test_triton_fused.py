@@ -40,7 +40,7 @@ SHAPES = [
 # a few knobs from here; "default" is the seed as it is (its TUNABLES and the rules of
 # TUNABLES_BY_SHAPE, which give these small shapes their own knobs), "tunables" its TUNABLES
 # alone; every other point runs without the rules.
-FIRST = dict(LAYOUT="fp16", KMAJOR=False, TMA=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+FIRST = dict(LAYOUT="fp16", TMA=True, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
              GROUP_M=8, PERSISTENT=0, SPLIT_K=1, num_warps=8, num_stages=3)
 POINTS = {
     "default": {},
@@ -69,11 +69,11 @@ POINTS = {
     "a16-ptr-128x256x64-persistent1-g1": dict(
         FIRST, LAYOUT="a16", TMA=False, BLOCK_N=256, PERSISTENT=1, GROUP_M=1
     ),
-    "b16-kmajor-tma-64x64x128": dict(
-        FIRST, LAYOUT="b16", KMAJOR=True, BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4
+    "b16-tma-64x64x128": dict(
+        FIRST, LAYOUT="b16", BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4
     ),
-    "a16-kmajor-ptr-64x128x64-split2": dict(
-        FIRST, LAYOUT="a16", KMAJOR=True, TMA=False, BLOCK_M=64, SPLIT_K=2, num_warps=4
+    "a16-ptr-64x128x64-split2": dict(
+        FIRST, LAYOUT="a16", TMA=False, BLOCK_M=64, SPLIT_K=2, num_warps=4
     ),
 }
 ATOL, RTOL = 1e-3, 2e-2
@@ -192,11 +192,9 @@ def test_the_checked_runs_took_every_path(interpreted_results) -> None:
     launches = {key: r["launch"] for key, r in interpreted_results.items() if "launch" in r}
     tma = {key.split("|")[1] for key, launch in launches.items() if launch["TMA"]}
     assert {"48x208x200", "96x320x256"} <= tma
-    # 33-byte fp8 rows of A^T: the pointer path, unless A was copied K-major (384-byte rows)
-    assert "33x200x384" not in {key.split("|")[1] for key, launch in launches.items()
-                                if launch["TMA"] and not launch["KA"]}
-    assert any(launch["TMA"] and launch["KA"] for key, launch in launches.items()
-               if key.endswith("33x200x384"))
+    # 33-byte fp8 (66-byte fp16) rows of A^T: the pointer path in every layout
+    assert "33x200x384" not in tma
+    assert any(key.endswith("33x200x384") for key in launches)
     default = read_tunables(SEED.read_text())
     layouts_with_tma = {dict(default, **POINTS[key.split("|")[0]])["LAYOUT"]
                         for key, launch in launches.items()

@@ -2,7 +2,7 @@
 fp32, one bf16 rounding. Knobs:
 - LAYOUT "fused": fp8 tiles converted in the loop; "fp16": A and B upcast by torch first;
   "b16": B upcast first; "a16": A upcast first, C^T computed.
-- KMAJOR: register operand K-major first. TMA: descriptors of A^T and B^T.
+- TMA: tiles read through descriptors of A^T and B^T.
 - PERSISTENT: programs per SM (0: one per item). SPLIT_K: slices of K (0: `modelled_split`).
 """
 
@@ -21,7 +21,6 @@ TUNABLES = {  # the H200 sweep's best (notes/fp8_gemm_h200.md)
     "PERSISTENT": 0,
     "SPLIT_K": 0,
     "LAYOUT": "b16",
-    "KMAJOR": False,
     "TMA": True,
     "num_warps": 4,
     "num_stages": 3,
@@ -34,7 +33,6 @@ TUNABLE_SPACE = {
     "PERSISTENT": [0, 1, 2],
     "SPLIT_K": [0, 1, 2, 4],
     "LAYOUT": ["fused", "fp16", "b16", "a16"],
-    "KMAJOR": [False, True],
     "TMA": [False, True],
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4],
@@ -130,21 +128,18 @@ def _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K: 
 
 @triton.jit
 def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexpr,
-             EVEN_K: tl.constexpr, TMA: tl.constexpr, KA: tl.constexpr):
+             EVEN_K: tl.constexpr, TMA: tl.constexpr):
     """A step's fp32 product of fp16 tiles (fp8 wgmma accumulation misses the tolerance).
     a_in, b_in: descriptors, or pointers at step 0."""
     k0 = step * BLOCK_K
-    if TMA and KA:
-        a = a_in.load([m0, k0])
-    elif TMA:
-        a = a_in.load([k0, m0]).T
     if TMA:
+        a = a_in.load([k0, m0]).T
         b = b_in.load([k0, n0])
     else:
         k_ok = tl.arange(0, BLOCK_K) < K - k0
         if EVEN_K:
             k_ok = tl.full((BLOCK_K,), 1, tl.int1)
-        a = tl.load(a_in + k0 * (1 if KA else M), mask=in_m[:, None] & k_ok[None, :], other=0.0)
+        a = tl.load(a_in + k0 * M, mask=in_m[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_in + k0 * N, mask=k_ok[:, None] & in_n[None, :], other=0.0)
     return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
 
@@ -153,8 +148,7 @@ def _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K: tl.constexp
 def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
           stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
           GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-          TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr, UNI: tl.constexpr,
-          KA: tl.constexpr):
+          TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr, UNI: tl.constexpr):
     """Work item ``item``: a C tile, or its fp32 partial over one K slice."""
     tile = item // SPLIT_K
     # GROUP_M row tiles walk down a column (B tiles shared in L2)
@@ -170,8 +164,7 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
     if TMA:
         a_in, b_in = a_src, b_src
     else:
-        a_in = a_src + offs_m[:, None] * (K if KA else 1) + tl.arange(0, BLOCK_K)[None, :] * (
-            1 if KA else M)
+        a_in = a_src + offs_m[:, None] + tl.arange(0, BLOCK_K)[None, :] * M
         b_in = b_src + tl.arange(0, BLOCK_K)[:, None] * N + offs_n[None, :]
     # scales per row / column, or one for the tile (UNI)
     rs_ptrs = rs_ptr + (m0 // RDIV if UNI == 2 else offs_m // RDIV)
@@ -183,7 +176,7 @@ def _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stri
     first = (item % SPLIT_K) * per_split
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(first, min(first + per_split, steps)):
-        part = _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K, EVEN_K, TMA, KA)
+        part = _product(a_in, b_in, step, m0, n0, M, N, K, in_m, in_n, BLOCK_K, EVEN_K, TMA)
         acc = _scaled(acc, part, rs_ptrs, cs_ptrs, step, RS_K, CS_K, in_m, in_n, BLOCK_K, UNI)
     c_offs = (item % SPLIT_K) * M * N + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptr + c_offs, acc.to(out_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
@@ -195,17 +188,17 @@ def _fp8_block_scaled_gemm(a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                            SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, EVEN_K: tl.constexpr,
                            TMA: tl.constexpr, RDIV: tl.constexpr, CDIV: tl.constexpr,
-                           UNI: tl.constexpr, KA: tl.constexpr):
+                           UNI: tl.constexpr):
     if PERSISTENT:
         for item in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K,
                           programs):
             _tile(item, a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K, stride_om,
                   stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA, RDIV,
-                  CDIV, UNI, KA)
+                  CDIV, UNI)
     else:
         _tile(tl.program_id(0), a_src, b_src, rs_ptr, cs_ptr, out_ptr, M, N, K, RS_K, CS_K,
               stride_om, stride_on, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, TMA,
-              RDIV, CDIV, UNI, KA)
+              RDIV, CDIV, UNI)
 
 
 @triton.jit
@@ -231,16 +224,14 @@ def plan(cfg: dict, m: int, n: int, k: int, sms: int, tma: bool) -> tuple[int, i
     uni = (2 if SCALE_BLOCK % bm == 0 else 0) if swap else (1 if SCALE_BLOCK % bn == 0 else 0)
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split,
                   PERSISTENT=cfg["PERSISTENT"] > 0, EVEN_K=k % bk == 0, TMA=tma,
-                  RDIV=SCALE_BLOCK if swap else 1, CDIV=1 if swap else SCALE_BLOCK, UNI=uni,
-                  KA=cfg["KMAJOR"])
+                  RDIV=SCALE_BLOCK if swap else 1, CDIV=1 if swap else SCALE_BLOCK, UNI=uni)
     return programs, split, consts
 
 
 def _tma_sources(a: torch.Tensor, b: torch.Tensor, cfg: dict):
-    """Descriptors of A^T (A if K-major) and B^T, or None if a row or base is off 16 bytes."""
-    ka, bk = cfg["KMAJOR"], cfg["BLOCK_K"]
-    views = [(a, [cfg["BLOCK_M"], bk]) if ka else (a.T, [bk, cfg["BLOCK_M"]]),
-             (b.T, [bk, cfg["BLOCK_N"]])]
+    """Descriptors of A^T and B^T, or None if a row or base is off 16 bytes."""
+    bk = cfg["BLOCK_K"]
+    views = [(a.T, [bk, cfg["BLOCK_M"]]), (b.T, [bk, cfg["BLOCK_N"]])]
     if any((x.stride(0) * x.element_size()) % 16 or (x.storage_offset() * x.element_size()) % 16
            for x, _ in views):
         return None
@@ -263,7 +254,6 @@ def custom_kernel(data):
     if layout == "a16":  # C^T = B A^T
         rows, cols, rs, cs, rs_k, cs_k, strides = (b, a, b_scale, a_scale, b_scale.shape[0], m,
                                                    (1, n))
-    rows = rows.contiguous() if cfg["KMAJOR"] else rows
     sources = _tma_sources(rows, cols, cfg) if cfg["TMA"] else None
     mk, nk = rows.shape[0], cols.shape[0]
     programs, split, consts = plan(cfg, mk, nk, k, NUM_SMS, sources is not None)
