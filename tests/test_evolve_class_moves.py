@@ -29,6 +29,7 @@ from pytest_kscientist.evolve.knobs import (
 )
 from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
 from pytest_kscientist.evolve.roles import CandidateSummary
+from pytest_kscientist.stats import geomean
 
 REPO = Path(__file__).parent.parent
 
@@ -48,11 +49,9 @@ def timed(cid: str, source: str, cases: dict, gen: int = 0,
     """A passed candidate timed by ``shaped_us`` on the knobs it runs for each case."""
     values, rules = read_tunables(source), read_by_shape(source) or []
     times = {b: shaped_us(dispatch(values, rules, c), c["n"]) for b, c in cases.items()}
-    geomean = 1.0
-    for t in times.values():
-        geomean *= t ** (1 / len(times))
     return CandidateSummary(id=cid, generation=gen, parents=list(parents), source=source,
-                            status="passed", geomean_us=geomean, bench_median_us=times)
+                            status="passed", geomean_us=geomean(list(times.values())),
+                            bench_median_us=times)
 
 
 def runs(source: str, cases: dict) -> dict[str, str]:

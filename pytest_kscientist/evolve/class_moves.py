@@ -20,7 +20,6 @@ family runs it with (``compose.assignment``) is not proposed.
 from __future__ import annotations
 
 import ast
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,6 +30,7 @@ from pytest_kscientist.evolve.knob_model import KnobModel, Observation, effects_
 from pytest_kscientist.evolve.knobs import BY_SHAPE_NAME, Knob, Rule, moves, paired_moves
 from pytest_kscientist.evolve.roles import ExperimentPlan, ShapeRule, TaskBrief
 from pytest_kscientist.source_ast import parse
+from pytest_kscientist.stats import geomean
 
 Config = tuple[tuple[str, Knob], ...]
 DEFAULT_LABEL = "other shapes"
@@ -130,13 +130,12 @@ def observations(
     them: (that point, its status, its geomean over them when it passed)."""
     out: list[Observation] = []
     for f in family:
-        ran = [_runs(f, cases[b]) for b in cls.benches]
-        if ran[0] is None or any(r != ran[0] for r in ran):
+        point = _point_on(f, cls, cases)
+        if point is None:
             continue
         times = [f.summary.bench_median_us.get(b, 0.0) for b in cls.benches]
         timed = f.summary.status == "passed" and all(t > 0 for t in times)
-        mean = math.exp(sum(map(math.log, times)) / len(times)) if timed else None
-        out.append((ran[0], f.summary.status, mean))
+        out.append((point, f.summary.status, geomean(times) if timed else None))
     return out
 
 
@@ -162,11 +161,8 @@ def untried(
     tried = {f.config() for f in family}
     runs = [compose.assignment(f, cases) for f in family]
     for cls in kernel_classes(base.values, rules, cases, task.benchmark_ids):
-        ref = None
-        if reference is not None:  # its point there, when it runs one point on the class
-            ran = [_runs(reference, cases.get(b, {})) for b in cls.benches]
-            if ran[0] is not None and all(r == ran[0] for r in ran):
-                ref = (reference.summary.id, ran[0])
+        point = None if reference is None else _point_on(reference, cls, cases)
+        ref = None if point is None else (reference.summary.id, point)  # type: ignore[union-attr]
         for change, origin in _changes(cls, base.space, ref):
             values, moved = apply(base.values, rules, cls, change)
             config = base.config(values, moved)
@@ -178,12 +174,16 @@ def untried(
             yield cls, change, origin, values, moved
 
 
-def _runs(kernel: compose.Kernel, case: Mapping[str, object]) -> dict[str, Knob] | None:
-    """The knob point ``kernel`` runs for ``case``; None when a rule bounds a key it lacks."""
+def _point_on(
+    kernel: compose.Kernel, cls: KernelClass, cases: compose.Cases
+) -> dict[str, Knob] | None:
+    """The one knob point ``kernel`` runs on every benchmark of ``cls``; None when it runs
+    several there, or a rule bounds a key a benchmark lacks."""
     try:
-        return compose.dispatch(kernel.values, kernel.rules or [], case)
+        ran = [compose.dispatch(kernel.values, kernel.rules or [], cases[b]) for b in cls.benches]
     except KeyError:
         return None
+    return ran[0] if all(r == ran[0] for r in ran) else None
 
 
 def plans(

@@ -36,8 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pytest_kscientist.evolve.knob_model import pct
 from pytest_kscientist.evolve.knobs import Knob, Rule
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, ShapeRule, TaskBrief
+from pytest_kscientist.stats import geomean
 
 MAX_CLASSES = 4
 MIN_CLASS_GAIN = 0.03  # CPU timings on 2 shared cores vary by a few percent between sessions
@@ -288,7 +290,7 @@ def composition_plan(
     if gain <= 0:
         return None
     new = [b for b, point in assignment.items() if all(p.get(b) != point for p in prior)]
-    low, high = _pct(gain - spread), _pct(gain + spread)
+    low, high = pct(gain - spread), pct(gain + spread)
     title = "per shape class: " + "; ".join(
         [f"{describe(c.when)} {c.point.id}" for c in comp.ruled]
         + [f"other shapes {comp.default.point.id}"]
@@ -297,7 +299,7 @@ def composition_plan(
         title=title,
         changes=(
             f"composed from the per-shape winners of {n_kernels} passed kernel(s) of the "
-            f"family: {comp.text()}; predicted {_pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%)"
+            f"family: {comp.text()}; predicted {pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%)"
             f" over {base_id} from their medians, timed in different sessions"
         ),
         expected_gain_min_pct=round(low, 2),
@@ -306,10 +308,6 @@ def composition_plan(
         knobs={k: v for k, v in comp.default.point.knobs.items() if base_knobs.get(k) != v},
         by_shape=comp.rules(),
     )
-
-
-def _pct(log_ratio: float) -> float:
-    return (math.exp(log_ratio) - 1.0) * 100.0
 
 
 class Kernel(Protocol):
@@ -381,7 +379,7 @@ def points_of(family: Sequence[Kernel], cases: Cases) -> tuple[list[Point], int,
             timed = True
         counted[f.composed] += timed
     points = [
-        Point(pid, knobs, {b: math.exp(sum(map(math.log, ts)) / len(ts)) for b, ts in t.items()})
+        Point(pid, knobs, {b: geomean(ts) for b, ts in t.items()})
         for pid, knobs, t in runs.values()
     ]
     return points, counted[False], counted[True]

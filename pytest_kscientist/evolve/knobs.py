@@ -210,7 +210,7 @@ def _wrapped(head: str, items: Sequence[str], tail: str, width: int = 99) -> lis
     indent = " " * len(head)
     for i, item in enumerate(items):
         piece = item + ("," if i < len(items) - 1 else tail)
-        if line.strip() and len(line) + len(piece) + 1 > width and line != head:
+        if line != head and len(line) + len(piece) + 1 > width:
             lines.append(line.rstrip())
             line = indent
         line += piece + " "
