@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Timing fidelity, A/A and throughput on a GPU machine (issue 10), in one device call each part:
-#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, KS_SWEEP_S=150 s), the fused
-#     seed with the sweep's knobs (bench/sweep_seed.py), it and the seed as it is in the harness
-#     beside both cuBLAS baselines and the reference, the per-shape table (bench/summarize.py)
+#   KS_PART=sweep: the points of bench/fused_sweep.py (most promising first, for KS_SWEEP_S,
+#     default 150 s), the fused seed with the sweep's knobs (bench/sweep_seed.py), it and the
+#     seed as it is in the harness beside both cuBLAS baselines and the reference, the
+#     per-shape table (bench/summarize.py)
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
 #   KS_PART=evolve10: --evolve 10 from both Triton seeds (boxed, resumable from a carried
-#     .pop/pop.tgz), the population's table; KS_HOST=1 then bench/host_time.py in
-#     what is left of 590 s;
-#     KS_THEN_TESTS=1 then the gpu-marked tests
+#     .pop/pop.tgz), the population's table; KS_HOST=1: then bench/host_time.py in what is
+#     left of 590 s; KS_THEN_TESTS=1: then the gpu-marked tests
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
 #     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
@@ -57,9 +57,8 @@ elif [[ ${KS_PART:-measure} == fused ]]; then
   cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
   tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
 elif [[ ${KS_PART:-measure} == evolve10 ]]; then
-  # --evolve 10 from the Triton seeds as they are in the tree, resumed from .pop/pop.tgz when
-  # the call carries one (the last call's $OUT/pop.tgz); KS_EVOLVE_S boxes it (default 540 s),
-  # KS_THEN_TESTS=1 runs the gpu-marked tests after it
+  # resumed from .pop/pop.tgz when the call carries one (the last call's $OUT/pop.tgz);
+  # KS_EVOLVE_S boxes it (default 540 s)
   rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
   rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
   [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
