@@ -30,22 +30,19 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
-# Compile-time knobs, each variant for every shape (the seed's shape rules cleared); SPLIT_K and
-# PERSISTENT come from --splits and --persistent. --extra the seed itself for its composed row.
+# Compile-time knobs (COMPILED); SPLIT_K and PERSISTENT come from --splits and --persistent.
 VARIANTS: dict[str, dict[str, object]] = {
-    "convert_l4_c2": {"B_PATH": "convert", "LOAD_STAGES": 4, "CONV_STAGES": 2},
-    "upcast_l3_c3": {"B_PATH": "upcast", "LOAD_STAGES": 3, "CONV_STAGES": 3},
-    "upcast_l4_c3": {"B_PATH": "upcast", "LOAD_STAGES": 4, "CONV_STAGES": 3},
-    "upcast_l3_c2": {"B_PATH": "upcast", "LOAD_STAGES": 3, "CONV_STAGES": 2},
+    "n128_s3_g8": {"BLOCK_N": 128, "STAGES": 3, "GROUP_M": 8},
+    "n128_s4_g8": {"BLOCK_N": 128, "STAGES": 4, "GROUP_M": 8},
+    "n64_s4_g8": {"BLOCK_N": 64, "STAGES": 4, "GROUP_M": 8},
 }
 # Diagnostics of the first variant, timed but not checked (their results are wrong by design):
-# the GEMM without its MMAs (the TMA ring, B's conversion and the scaling), without its loads
-# (the rest on whatever the stages hold), without B's conversion.
+# the GEMM without its MMAs (the TMA ring, A's conversion and the scaling) and without its
+# loads (the rest on whatever the stages hold).
 PROBES = {
     "probe_no_mma": [("wgmma_step(part, frag[kk],", "if (false) wgmma_step(part, frag[kk],")],
-    "probe_no_load": [("bar_expect(&full[ls], LOAD_BYTES);",
-                       "bar_arrive(&full[ls]);\n                        continue;")],
-    "probe_no_convert": [("convert_b(ld + B8,", "if (false) convert_b(ld + B8,")],
+    "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES);",
+                       "bar_arrive(&full[s]);\n                    continue;")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 
@@ -54,7 +51,7 @@ def variant_file(name: str, knobs: dict, folder: Path, patches=()) -> Path:
     from pytest_kscientist.evolve.knobs import rewrite_tunables
 
     path = folder / f"cuda_wgmma_{name}.py"
-    source = rewrite_tunables(CUDA_SEED.read_text(), knobs, by_shape=[])  # one config for all
+    source = rewrite_tunables(CUDA_SEED.read_text(), knobs)
     for old, new in [*patches, ('name="ks_cuda_wgmma_"', f'name="ks_{name}_"')] if patches else []:
         if old not in source:
             raise SystemExit(f"{name}: the seed no longer contains {old!r}; update PROBES")
@@ -90,6 +87,25 @@ def check(module, reference, cases) -> str:
     return ""
 
 
+def parts(module, labels, inputs, reps, flush) -> dict[str, dict[str, float]]:
+    """B's upcast launch and the GEMM (the seed's split and PERSISTENT) timed apart."""
+    from fused_sweep import gpumode_us
+
+    out: dict[str, dict[str, float]] = {"upcast": {}, "gemm": {}, "split": {}}
+    built, persistent = module.module, module.TUNABLES["PERSISTENT"]
+    for label, data in zip(labels, inputs, strict=True):
+        a, b = data[0], data[1]
+        split = module.split_for(a.shape[0], b.shape[0], a.shape[1], module.TUNABLES["BLOCK_N"])
+        b16 = built.upcast(b)
+        out["upcast"][label] = gpumode_us(lambda d: built.upcast(d[1]), data, reps, flush)
+        out["gemm"][label] = gpumode_us(
+            lambda d, b16=b16, split=split: built.gemm(d[0], b16, d[2], d[3], d[4], split,
+                                                       persistent),
+            data, reps, flush)
+        out["split"][label] = split
+    return out
+
+
 def main() -> None:
     import tomllib
     import torch
@@ -102,6 +118,8 @@ def main() -> None:
     parser.add_argument("--splits", nargs="+", type=int, default=[0])
     parser.add_argument("--persistent", nargs="+", type=int, default=[0])
     parser.add_argument("--probes", action="store_true", help="time PROBES too")
+    parser.add_argument("--parts", action="store_true",
+                        help="time the seed's B upcast and GEMM apart, per shape")
     parser.add_argument("--extra", nargs="*", type=Path, default=[],
                         help="other kernel files to check and time beside (their defaults)")
     args = parser.parse_args()
@@ -150,6 +168,13 @@ def main() -> None:
         args.out.write_text(json.dumps(rows, indent=1))
         print(f"{name}: {row.get('geomean_us') or row['failed']} (+{time.monotonic() - t0:.0f}s)",
               flush=True)
+    if args.parts:
+        module = load(CUDA_SEED.stem, CUDA_SEED)
+        rows["_parts"] = parts(module, labels, inputs, args.reps, flush)
+        args.out.write_text(json.dumps(rows, indent=1))
+        print("\n| part | " + " | ".join(labels) + " |\n" + "|---" * (len(labels) + 1) + "|")
+        for part, us in rows["_parts"].items():
+            print(f"| {part} | " + " | ".join(f"{us[label]:.1f}" for label in labels) + " |")
     ok = {n: r for n, r in rows.items() if not n.startswith("_") and not r["failed"]}
     print("\n| point | geomean_us | " + " | ".join(labels) + " |")
     print("|---" * (len(labels) + 2) + "|")

@@ -1,14 +1,17 @@
 """CUDA seed for Hopper (sm_90a, issue 15): fp16 wgmma of e4m3 values, warp-specialised.
 
-One launch upcasts A and B to fp16 K-major copies (exact: every e4m3 value is an fp16 value;
-K padded with zeros to whole 128-wide scale blocks). The GEMM's CTA owns a 128 x BLOCK_N tile
-of C: a producer warpgroup loads 128-wide K steps of both copies through TMA into a ring of
-STAGES shared-memory stages (128-byte swizzle, mbarriers); two consumer warpgroups, one per
-64-row half, each issue a step's 8 wgmma.m64nNk16 into a fresh fp32 product, wait for it, give
-the stage back and add product * a_scale[row] * b_scale[block] to their fp32 accumulators. No
-CTA-wide barrier runs between the two consumers, so one scales while the other's MMAs run.
-C is rounded once to bf16. SPLIT_K > 1 writes fp32 partials that a third kernel sums
-(0: the split from `split_for`, a count of waves and steps).
+A first launch upcasts B to an fp16 K-major copy (exact: every e4m3 value is an fp16 value; K
+padded with zeros to whole 128-wide scale blocks). The GEMM's CTA owns a 128 x BLOCK_N tile of
+C: a producer warp loads each 128-wide K step, A's fp8 tile straight from the task's column-
+major layout and B's fp16 tile, through TMA into a ring of STAGES shared-memory stages (128-byte
+swizzle, mbarriers). Two consumer warpgroups, one per 64-row half, read their A rows with
+transposed ldmatrix and convert them to fp16 in registers (a fragment's rows g and g + 8 are
+the tile's rows 2g and 2g + 1), issue the step's 8 wgmma.m64nNk16 (A from registers) into a
+fresh fp32 product, wait for it, give the stage back and add product * a_scale[row] *
+b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers,
+so one scales while the other's MMAs run. C is rounded once to bf16. SPLIT_K > 1 writes fp32
+partials that a third kernel sums (0: `split_for`'s model); PERSISTENT: one CTA an SM walks
+the tiles. The compile-time knobs (COMPILED) cost one nvcc build (about a minute) each.
 """
 
 from __future__ import annotations
@@ -19,41 +22,22 @@ from torch.utils.cpp_extension import load_inline
 KS_REQUIRES = "sm_90"
 
 TUNABLES = {
-    "LOAD_STAGES": 3,
-    "CONV_STAGES": 3,
+    "BLOCK_N": 128,
+    "STAGES": 3,
     "GROUP_M": 8,
-    "B_PATH": "upcast",
     "SPLIT_K": 0,
     "PERSISTENT": 1,
 }
 TUNABLE_SPACE = {
-    "LOAD_STAGES": [2, 3, 4, 5],
-    "CONV_STAGES": [2, 3],
+    "BLOCK_N": [64, 128],
+    "STAGES": [2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16],
-    "B_PATH": ["upcast", "convert"],
     "SPLIT_K": [0, 1, 2, 3, 4],
     "PERSISTENT": [0, 1],
 }
-COMPILED = ("LOAD_STAGES", "CONV_STAGES", "GROUP_M", "B_PATH")  # -D flags; others: per call
+COMPILED = ("BLOCK_N", "STAGES", "GROUP_M")  # -D flags; the others are read at each call
 
-# The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
-SHAPE_KEYS = ["m", "n", "k"]
-TUNABLES_BY_SHAPE = [  # the knobs that differ from TUNABLES
-    # m < 3072: B's upcast pass costs more than converting it in the kernel (H200)
-    {'when': {'m': [None, 3072]},
-     'knobs': {'LOAD_STAGES': 4, 'CONV_STAGES': 2, 'B_PATH': 'convert'}},
-]
-
-
-def tunables_for(**shape):
-    """TUNABLES with the first rule that holds for ``shape``."""
-    for rule in TUNABLES_BY_SHAPE:
-        if all((lo is None or lo <= shape[key]) and (hi is None or shape[key] < hi)
-               for key, (lo, hi) in rule["when"].items()):
-            return {**TUNABLES, **rule["knobs"]}
-    return TUNABLES
-
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 128
+BLOCK_M, BLOCK_K = 128, 128
 SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
 STEP_US = 1.09  # m6144-n4608-k7168: ~800 us over 733 steps an SM (H200)
 # The partials' write and sum, effective: at 3 TB/s the model split m1024-n4608-k7168 and
@@ -63,28 +47,22 @@ NUM_SMS = torch.cuda.get_device_properties(0).multi_processor_count if (
     torch.cuda.is_available()) else 132
 
 
-def rings_that_fit(load: int, conv: int) -> tuple[int, int]:
-    """LOAD_STAGES, then CONV_STAGES, lowered (to 2 at least) until both rings fit: a load
-    slot holds A's and B's fp8 tiles, a converted slot B's fp16 tile; 1 KB to align them."""
-    def size(ld: int, cv: int) -> int:
-        return (ld * (BLOCK_M + BLOCK_N) + cv * 2 * BLOCK_N) * BLOCK_K + 16 * (ld + cv) + 1024
-
-    while load > 2 and size(load, conv) > SMEM_LIMIT:
-        load -= 1
-    while conv > 2 and size(load, conv) > SMEM_LIMIT:
-        conv -= 1
-    return load, conv
+def stages_that_fit(block_n: int, stages: int) -> int:
+    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits, with 1 KB to align."""
+    stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K
+    return max(2, min(stages, (SMEM_LIMIT - 1024 - 16 * stages) // stage_bytes))
 
 
-def split_for(m: int, n: int, k: int, sms: int = NUM_SMS) -> int:
+def split_for(m: int, n: int, k: int, block_n: int, sms: int = NUM_SMS) -> int:
     """Slices of K minimising modelled time: whole waves of CTAs times their steps (STEP_US
     for a 128 x 128 x 128 step), plus the fp32 partials' round trip at PARTIAL_TBPS and a 3 us
     launch."""
-    tiles = -(-m // BLOCK_M) * -(-n // BLOCK_N)
+    tiles = -(-m // BLOCK_M) * -(-n // block_n)
     steps = -(-k // BLOCK_K)
+    step_us = STEP_US * block_n / 128
 
     def cost(split: int) -> float:
-        rounds = -(-tiles * split // sms) * -(-steps // split) * STEP_US
+        rounds = -(-tiles * split // sms) * -(-steps // split) * step_us
         return rounds + (8 * split * m * n / (PARTIAL_TBPS * 1e6) + 3 if split > 1 else 0)
 
     return min(range(1, min(8, steps) + 1), key=cost)
@@ -110,11 +88,14 @@ def _wgmma(block_n: int) -> str:
 
 
 CPP_WRAPPER = """
+torch::Tensor upcast(torch::Tensor b);
+torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
+                   torch::Tensor c, int64_t split, int64_t persistent);
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t split, int64_t persistent);
 """
 
-# The kernels (nvcc alone compiles them: tests/test_cuda_seed.py), then the torch wrapper.
+# The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
 KERNEL_SRC = r"""
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -124,17 +105,17 @@ KERNEL_SRC = r"""
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#if !defined(LOAD_STAGES) || !defined(CONV_STAGES) || !defined(GROUP_M) || !defined(B_PATH)
-#error "the compiled TUNABLES come as -D flags (COMPILED)"
+#if !defined(BLOCK_N) || !defined(STAGES) || !defined(GROUP_M)
+#error "the TUNABLES come as -D flags (KNOB_FLAGS)"
 #endif
 
-constexpr int BM = 128, BN = 128, BK = 128, HK = 64;  // HK: K of one 128-byte swizzled row
-constexpr int A8 = 0, B8 = BM * BK, LOAD_BYTES = B8 + BN * BK;  // a load slot: fp8 A, B
-constexpr int B_HALF = BN * HK * 2;  // one 64-wide K half of B's fp16 tile
-constexpr int CONV_BYTES = 2 * B_HALF;  // a converted slot: B's fp16 tile
-constexpr int NR = BN / 2;                                // fp32 fragment registers a thread
-constexpr int THREADS = 512;  // warpgroups 0 (TMA: warp 0) and 3: B's converters; 1, 2: MMA
-constexpr int CONVERTERS = 7;
+constexpr int BM = 128, BK = 128, HK = 64;        // HK: K of one 128-byte swizzled row
+constexpr int A_BYTES = BM * BK;                  // A's fp8 tile: 128 k rows of 128 m bytes
+constexpr int B_HALF = BLOCK_N * HK * 2;          // one 64-wide K half of B's fp16 tile
+constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
+constexpr int NR = BLOCK_N / 2;                   // fp32 fragment registers per thread
+constexpr int THREADS = 384;                      // producer + two consumer warpgroups
+static_assert(BLOCK_N == 64 || BLOCK_N == 128, "BLOCK_N is 64 or 128 (one b_scale block)");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -179,18 +160,13 @@ __device__ __forceinline__ void wgmma_commit() {
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
-// Four 8x8 b16 matrices of an MN-major fp8 tile (rows k of 128 bytes, 16-byte chunks swizzled
-// by k % 8), transposed: lane i supplies row k = 32q + i of chunk `chunk` and gets, from matrix
-// j, bytes (k, x), (k, x + 1), (k + 1, x), (k + 1, x + 1) with k = 32q + 8j + 2(i % 4) and
-// x = 2(i / 4) the chunk's byte.
-__device__ __forceinline__ void ldsm_t(const uint8_t* tile, int q, int chunk, int lane,
-                                       uint32_t (&r)[4]) {
-    const int k = q * 32 + lane;
-    const uint32_t addr = smem_u32(tile) + k * 128 + ((chunk ^ (k & 7)) << 4);
+// Four 8x8 b16 matrices of A's M-major fp8 tile, transposed: lane i gets bytes (k, m), (k, m+1),
+// (k+1, m), (k+1, m+1) of matrix i / 8's rows k = 2 * (i % 4), columns m = 2 * (i / 4) (rows 8q..).
+__device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
-// Bytes (k, x), (k + 1, x) of such a register as an f16x2 (sel 0x20), or of x + 1 (sel 0x31).
+// Bytes (k, m), (k+1, m) of such a register as an f16x2 (sel 0x20) or of m + 1 (sel 0x31).
 __device__ __forceinline__ uint32_t f16x2_of(uint32_t r, uint32_t sel) {
     const uint32_t pair = __byte_perm(r, 0, sel);
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFF), __NV_E4M3);
@@ -198,9 +174,9 @@ __device__ __forceinline__ uint32_t f16x2_of(uint32_t r, uint32_t sel) {
 }
 @WGMMA@
 
-// B_PATH 0: fp8 [k, n] (the task's column-major B) -> fp16 [n, kp], zero past k, before the
-// GEMM. A 64 x 64 tile through shared memory: 16-byte loads along n when n is contiguous and
-// aligned (VEC), 32-byte stores along k.
+// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k. A 64 x 64 tile
+// through shared memory: 16-byte loads along mn when mn is contiguous and aligned (VEC),
+// 32-byte stores along k.
 __device__ __forceinline__ void put8(__half* dst, uint64_t bytes) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -215,7 +191,7 @@ __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
         long s0, long s1) {
     const int r0 = blockIdx.y * 64, k0 = blockIdx.x * 64;
-    __shared__ __align__(16) __half tile[64][72];  // [k][n]
+    __shared__ __align__(16) __half tile[64][72];  // [k][mn]
     {
         const int kk = threadIdx.x / 4, c = (threadIdx.x % 4) * 16, kg = k0 + kk;
         uint64_t lo = 0, hi = 0;
@@ -251,27 +227,28 @@ struct Work {
 
 // Work item w: tile w % tiles (grouped GROUP_M tiles along M), K slice w / tiles.
 __device__ __forceinline__ Work work_item(int w, int m, int n, int steps, int per_split) {
-    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
     const int tile = w % (tiles_m * tiles_n), in_group = GROUP_M * tiles_n;
     const int first_m = (tile / in_group) * GROUP_M;
     const int group_m = min(tiles_m - first_m, GROUP_M);
     Work r;
     r.m0 = (first_m + (tile % in_group) % group_m) * BM;
-    r.n0 = ((tile % in_group) / group_m) * BN;
+    r.n0 = ((tile % in_group) / group_m) * BLOCK_N;
     r.split = w / (tiles_m * tiles_n);
     r.kb0 = r.split * per_split;
     r.kb1 = min(steps, r.kb0 + per_split);
     return r;
 }
 
-// The warp's A fragments for one stage (8 k16 slices, the warp's 16 m bytes `chunk`), f16x2.
-// The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1.
-__device__ __forceinline__ void load_a(const uint8_t* tile, int chunk, int lane,
+// The warp's A fragments for one stage, 8 k16 slices: 32 k rows a load (row k's 16-byte
+// chunks swizzled by k % 8), converted to f16x2.
+__device__ __forceinline__ void load_a(const uint8_t* st, int chunk, int lane,
                                        uint32_t (&frag)[BK / 16][4]) {
 #pragma unroll
     for (int q = 0; q < BK / 32; ++q) {
+        const int k = q * 32 + lane;
         uint32_t r[4];
-        ldsm_t(tile, q, chunk, lane, r);
+        ldsm_t(smem_u32(st) + k * 128 + ((chunk ^ (k & 7)) << 4), r);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             frag[2 * q + j][0] = f16x2_of(r[2 * j], 0x20);
@@ -282,34 +259,9 @@ __device__ __forceinline__ void load_a(const uint8_t* tile, int chunk, int lane,
     }
 }
 
-// B's fp8 tile ([k][n] rows, as TMA left it) -> fp16 K-major halves for the wgmma, 128-byte
-// swizzled. Unit u: 32 k rows x 16 n, read with one transposed ldmatrix and written as eight
-// 8 (n) x 8 (k) fp16 matrices with two stmatrix: matrix (j, x) holds n = 16 chunk + 2g + x
-// (g its row) and k = 32q + 8j..+7. Converter warp `cw` of CONVERTERS takes every CONVERTERS-th.
-__device__ __forceinline__ void convert_b(const uint8_t* b8, uint8_t* b16, int cw, int lane) {
-    for (int u = cw; u < (BK / 32) * (BN / 16); u += CONVERTERS) {
-        const int q = u % (BK / 32), chunk = u / (BK / 32);
-        uint32_t r[4];
-        ldsm_t(b8, q, chunk, lane, r);
-#pragma unroll
-        for (int s2 = 0; s2 < 2; ++s2) {
-            const int mi = lane / 8, j = 2 * s2 + mi / 2, x = mi % 2;
-            const int n = chunk * 16 + 2 * (lane % 8) + x, k = q * 32 + 8 * j;
-            const uint32_t addr = smem_u32(b16) + (k / HK) * B_HALF + n * 128 +
-                                  ((((k % HK) / 8) ^ (n & 7)) << 4);
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                         :: "r"(addr), "r"(f16x2_of(r[2 * s2], 0x20)),
-                            "r"(f16x2_of(r[2 * s2], 0x31)), "r"(f16x2_of(r[2 * s2 + 1], 0x20)),
-                            "r"(f16x2_of(r[2 * s2 + 1], 0x31)) : "memory");
-        }
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // seen by the wgmma
-    __syncwarp();
-}
-
 // Each CTA walks work items w = blockIdx.x, + gridDim.x, ... (one item each unless PERSISTENT:
-// one CTA an SM); every role's stage counter `it` runs on across items, so the ring does not
-// drain between tiles and the next tile's loads overlap the epilogue.
+// one CTA an SM); the producer's and the consumers' stage counter `it` runs on across items,
+// so the ring does not drain between tiles and the next tile's loads overlap the epilogue.
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const float* __restrict__ as, const float* __restrict__ bs, __nv_bfloat16* __restrict__ c,
@@ -318,67 +270,40 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint8_t* const cring = smem + LOAD_STAGES * LOAD_BYTES;
-    uint64_t* full = reinterpret_cast<uint64_t*>(cring + CONV_STAGES * CONV_BYTES);
-    uint64_t* lempty = full + LOAD_STAGES;
-    uint64_t* conv = lempty + LOAD_STAGES;
-    uint64_t* cempty = conv + CONV_STAGES;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE_BYTES);
+    uint64_t* empty = full + STAGES;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < LOAD_STAGES; ++s) {
+        for (int s = 0; s < STAGES; ++s) {
             bar_init(&full[s], 1);
-            bar_init(&lempty[s], B_PATH ? CONVERTERS + 8 : 8);  // B's converters, MMA warps
-        }
-        for (int s = 0; s < CONV_STAGES; ++s) {
-            bar_init(&conv[s], B_PATH ? CONVERTERS : 1);  // converters, or TMA of fp16 B
-            bar_init(&cempty[s], 8);
+            bar_init(&empty[s], 8);  // one arrival per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    // Step `it` (counted across work items by every role) uses load slot it % LOAD_STAGES and
-    // converted slot it % CONV_STAGES; a slot's n-th use waits for phase n of its barrier.
-    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    if (wg == 0 || wg == 3) {
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (!B_PATH && !(wg == 0 && warp == 0)) return;  // nothing to convert
-        int it = 0;
-        for (int w = blockIdx.x; w < work; w += gridDim.x) {
-            const Work wk = work_item(w, m, n, steps, per_split);
-            for (int kb = wk.kb0; kb < wk.kb1; ++kb, ++it) {
-                const int ls = it % LOAD_STAGES, cs = it % CONV_STAGES;
-                uint8_t* ld = smem + ls * LOAD_BYTES;
-                if (wg == 0 && warp == 0) {
-                    if (lane == 0) {  // TMA: A's (and B's) fp8 tiles in the task's layout
-                        bar_wait(&lempty[ls], ((it / LOAD_STAGES) & 1) ^ 1);
-                        bar_expect(&full[ls], B_PATH ? LOAD_BYTES : B8);
-                        tma_load(ld + A8, &map_a, &full[ls], wk.m0, kb * BK);
-                        if (B_PATH) {
-                            tma_load(ld + B8, &map_b, &full[ls], wk.n0, kb * BK);
-                        } else {  // B's fp16 copy, straight into the converted ring
-                            bar_wait(&cempty[cs], ((it / CONV_STAGES) & 1) ^ 1);
-                            bar_expect(&conv[cs], CONV_BYTES);
-                            for (int h = 0; h < 2; ++h)
-                                tma_load(cring + cs * CONV_BYTES + h * B_HALF, &map_b, &conv[cs],
-                                         kb * BK + h * HK, wk.n0);
-                        }
-                    }
-                } else {
-                    bar_wait(&full[ls], (it / LOAD_STAGES) & 1);
-                    bar_wait(&cempty[cs], ((it / CONV_STAGES) & 1) ^ 1);
-                    convert_b(ld + B8, cring + cs * CONV_BYTES, wg == 0 ? warp - 1 : 3 + warp,
-                              lane);
-                    if (lane == 0) {
-                        bar_arrive(&conv[cs]);
-                        bar_arrive(&lempty[ls]);
-                    }
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int w = blockIdx.x; w < work; w += gridDim.x) {
+                const Work wk = work_item(w, m, n, steps, per_split);
+                for (int kb = wk.kb0; kb < wk.kb1; ++kb, ++it) {
+                    const int s = it % STAGES;
+                    bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+                    uint8_t* st = smem + s * STAGE_BYTES;
+                    bar_expect(&full[s], STAGE_BYTES);
+                    tma_load(st, &map_a, &full[s], wk.m0, kb * BK);
+                    for (int h = 0; h < 2; ++h)
+                        tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
+                                 wk.n0);
                 }
             }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
-    const int half = wg - 1;
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int half = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int chunk = half * 4 + warp;  // the warp's 16 m bytes in each 128-byte k row
     float acc[NR], part[NR];
     uint32_t frag[BK / 16][4];
@@ -387,31 +312,29 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     int it = 0;
     for (int w = blockIdx.x; w < work; w += gridDim.x) {
         const Work wk = work_item(w, m, n, steps, per_split);
+        // The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1 of
+        // the warp's 16 (the transposed ldmatrix pairs neighbouring m); scales and C follow.
         const int row = wk.m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
         const int nblk = wk.n0 / 128;
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
         for (int kb = wk.kb0; kb < wk.kb1; ++kb, ++it) {
-            const int ls = it % LOAD_STAGES, cs = it % CONV_STAGES;
+            const int s = it % STAGES;
             const float sb = bs[nblk * bs0 + kb * bs1];
             const float sa0 = row < m ? as[row * as0 + kb * as1] : 0.f;
             const float sa1 = row + 1 < m ? as[(row + 1) * as0 + kb * as1] : 0.f;
-            bar_wait(&full[ls], (it / LOAD_STAGES) & 1);
-            load_a(smem + ls * LOAD_BYTES + A8, chunk, lane, frag);
-            bar_wait(&conv[cs], (it / CONV_STAGES) & 1);
-            const uint8_t* b16 = cring + cs * CONV_BYTES;
+            const uint8_t* st = smem + s * STAGE_BYTES;
+            bar_wait(&full[s], (it / STAGES) & 1);
+            load_a(st, chunk, lane, frag);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
                 const int h = kk / 4, off = (kk % 4) * 32;
-                wgmma_step(part, frag[kk], smem_desc(b16 + h * B_HALF + off), kk > 0);
+                wgmma_step(part, frag[kk], smem_desc(st + A_BYTES + h * B_HALF + off), kk > 0);
             }
             wgmma_commit();
-            // A's slot is free once the wgmmas have its fragments (not right after ldmatrix:
-            // the H200 check failed 1813 elements at m6144-n4608-k7168 with that release)
-            if (lane == 0) bar_arrive(&lempty[ls]);
             wgmma_wait();
-            if (lane == 0) bar_arrive(&cempty[cs]);
+            if (lane == 0) bar_arrive(&empty[s]);
             const float s0 = sa0 * sb, s1 = sa1 * sb;
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
@@ -464,8 +387,8 @@ HOST_SRC = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-// A 2-D tensor map with 128 x 128-byte boxes ({128, 128} fp8, {64, 128} fp16), 128-byte swizzle.
-static CUtensorMap tensor_map(bool fp16, void* base, int inner, int outer, long row_bytes) {
+static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, int outer,
+                              long row_bytes, int box_inner, int box_outer) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (encode == nullptr) {
         cudaDriverEntryPointQueryResult found;
@@ -479,77 +402,72 @@ static CUtensorMap tensor_map(bool fp16, void* base, int inner, int outer, long 
     CUtensorMap map;
     cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
     cuuint64_t strides[1] = {(cuuint64_t)row_bytes};
-    cuuint32_t box[2] = {fp16 ? 64u : 128u, 128}, unit[2] = {1, 1};
-    const auto type = fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-    CUresult r = encode(&map, type, 2, base, dims, strides, box, unit,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer}, unit[2] = {1, 1};
+    CUresult r = encode(&map, type, 2, base, dims, strides,
+                        box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     TORCH_CHECK(r == CUDA_SUCCESS, "cuda_wgmma: cuTensorMapEncodeTiled failed with ", (int)r,
                 " for a [", outer, ", ", inner, "] operand");
     return map;
 }
 
-// The task's [rows, k] column-major operand as TMA reads it: its [k][rows] storage when rows
-// are 16-byte aligned, else an aligned zero-padded copy.
-static torch::Tensor tma_source(const torch::Tensor& x) {
-    if (x.stride(0) == 1 && x.stride(1) % 16 == 0 &&
-            reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0)
-        return x.t();
-    auto copy = torch::zeros({x.size(1), (x.size(0) + 15) / 16 * 16}, x.options());
-    copy.narrow(1, 0, x.size(0)).copy_(x.t());
-    return copy;
+torch::Tensor upcast(torch::Tensor b) {
+    TORCH_CHECK(b.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: b must be float8_e4m3fn, got ",
+                b.dtype());
+    const int n = b.size(0), k = b.size(1), kp = (k + BK - 1) / BK * BK;
+    auto b16 = torch::empty({n, kp}, b.options().dtype(at::kHalf));
+    if (n == 0 || k == 0) return b16;
+    const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
+    auto kernel = vec ? upcast_kernel<true> : upcast_kernel<false>;
+    kernel<<<dim3(kp / 64, (n + 63) / 64), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        reinterpret_cast<const uint8_t*>(b.data_ptr()), reinterpret_cast<__half*>(b16.data_ptr()),
+        n, k, kp, b.stride(0), b.stride(1));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return b16;
 }
 
-torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, int64_t split, int64_t persistent) {
-    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
-                "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
-    TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
-                " and ", b.sizes());
+torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
+                   torch::Tensor c, int64_t split, int64_t persistent) {
+    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: a must be float8_e4m3fn, got ",
+                a.dtype());
     TORCH_CHECK(as.scalar_type() == at::kFloat && bs.scalar_type() == at::kFloat,
                 "cuda_wgmma: a_scale and b_scale must be float32");
     TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.stride(1) == 1,
                 "cuda_wgmma: c must be row-major bf16, got ", c.dtype(), " strides ", c.strides());
-    const int m = a.size(0), k = a.size(1), n = b.size(0), steps = (k + BK - 1) / BK;
+    const int m = a.size(0), k = a.size(1), kp = b16.size(1), n = b16.size(0), steps = kp / BK;
     if (m == 0 || n == 0) return c;
     if (k == 0) return c.zero_();
-    const torch::Tensor at_ = tma_source(a);
-    const CUtensorMap map_a = tensor_map(false, at_.data_ptr(), m, k, at_.stride(0));
-    torch::Tensor bt;  // B_PATH 1: the fp8 operand as TMA reads it; 0: its fp16 K-major copy
-    CUtensorMap map_b;
-    if (B_PATH) {
-        bt = tma_source(b);
-        map_b = tensor_map(false, bt.data_ptr(), n, k, bt.stride(0));
-    } else {
-        const int kp = steps * BK;
-        bt = torch::empty({n, kp}, b.options().dtype(at::kHalf));
-        const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
-        auto upcast = vec ? upcast_kernel<true> : upcast_kernel<false>;
-        upcast<<<dim3(kp / 64, (n + 63) / 64), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            reinterpret_cast<const uint8_t*>(b.data_ptr()),
-            reinterpret_cast<__half*>(bt.data_ptr()), n, k, kp, b.stride(0), b.stride(1));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        map_b = tensor_map(true, bt.data_ptr(), kp, n, (long)kp * 2);
+    // TMA reads A in the task's layout ([k][m], m contiguous) when its rows are 16-byte
+    // aligned; otherwise from an m-padded copy.
+    torch::Tensor at_ = a.t();
+    if (a.stride(0) != 1 || a.stride(1) % 16 != 0 ||
+            reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) {
+        at_ = torch::zeros({k, (m + 15) / 16 * 16}, a.options());
+        at_.narrow(1, 0, m).copy_(a.t());
     }
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const CUtensorMap map_a = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, at_.data_ptr(), m, k,
+                                         at_.stride(0), BM, BK);
+    const CUtensorMap map_b = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(), kp, n,
+                                         (long)kp * 2, HK, BLOCK_N);
     split = std::max<int64_t>(1, std::min<int64_t>(split, steps));
     const int per_split = (steps + split - 1) / split;
     split = (steps + per_split - 1) / per_split;
     torch::Tensor partial;
     if (split > 1) partial = torch::empty({split, m, n}, c.options().dtype(at::kFloat));
-    const int smem = LOAD_STAGES * LOAD_BYTES + CONV_STAGES * CONV_BYTES +
-                     16 * (LOAD_STAGES + CONV_STAGES) + 1024;
+    const int smem = STAGES * STAGE_BYTES + 16 * STAGES + 1024;
     cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    const int work = ((m + BM - 1) / BM) * ((n + BN - 1) / BN) * split;
+    const int work = ((m + BM - 1) / BM) * ((n + BLOCK_N - 1) / BLOCK_N) * split;
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     gemm_kernel<<<persistent ? std::min(work, sms) : work, THREADS, smem, stream>>>(
         map_a, map_b, as.data_ptr<float>(), bs.data_ptr<float>(),
         reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
         split > 1 ? partial.data_ptr<float>() : nullptr, m, n, steps, per_split, work,
-        as.stride(0), as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
+        as.stride(0),
+        as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
         (c.stride(0) % 2 == 0 && (reinterpret_cast<uintptr_t>(c.data_ptr()) % 4) == 0));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (split > 1) {
@@ -560,37 +478,30 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     }
     return c;
 }
+
+torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
+                       torch::Tensor c, int64_t split, int64_t persistent) {
+    TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
+                " and ", b.sizes());
+    return gemm(a, upcast(b), as, bs, c, split, persistent);
+}
 """
 
-
-def _key(cfg: dict) -> tuple:
-    return tuple(cfg[name] for name in COMPILED)
-
-
-def _build(cfg: dict):
-    """load_inline of one compile-time configuration (about a minute with nvcc)."""
-    load, conv = rings_that_fit(cfg["LOAD_STAGES"], cfg["CONV_STAGES"])
-    fitted = {**cfg, "LOAD_STAGES": load, "CONV_STAGES": conv,
-              "B_PATH": int(cfg["B_PATH"] == "convert")}
-    flags = [f"-D{name}={fitted[name]}" for name in COMPILED]
-    return load_inline(
-        name="ks_cuda_wgmma_" + "_".join(str(fitted[name]) for name in COMPILED),
-        cpp_sources=[CPP_WRAPPER],
-        cuda_sources=[KERNEL_SRC.replace("@WGMMA@", _wgmma(BLOCK_N)) + HOST_SRC],
-        functions=["fp8_gemm"],
-        extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3", *flags],
-    )
-
-
-# One build per compile-time configuration that TUNABLES or a rule asks for, at import.
-MODULES = {_key(cfg): _build(cfg) for cfg in
-           [TUNABLES, *({**TUNABLES, **rule["knobs"]} for rule in TUNABLES_BY_SHAPE)]}
+STAGES_FIT = stages_that_fit(TUNABLES["BLOCK_N"], TUNABLES["STAGES"])
+module = load_inline(
+    name="ks_cuda_wgmma_" + "_".join(f"{TUNABLES[name]}" for name in COMPILED),
+    cpp_sources=[CPP_WRAPPER],
+    cuda_sources=[KERNEL_SRC.replace("@WGMMA@", _wgmma(TUNABLES["BLOCK_N"])) + HOST_SRC],
+    functions=["upcast", "gemm", "fp8_gemm"],
+    extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3",
+                       *(f"-D{name}={TUNABLES[name]}" for name in COMPILED if name != "STAGES"),
+                       f"-DSTAGES={STAGES_FIT}"],
+)
 
 
 def custom_kernel(data):
     """C = (A * a_scale) @ (B * b_scale)^T in bf16, written into ``c`` and returned."""
     a, b, a_scale, b_scale, c = data
     (m, k), n = a.shape, b.shape[0]
-    cfg = tunables_for(m=m, n=n, k=k)
-    split = cfg["SPLIT_K"] or split_for(m, n, k)
-    return MODULES[_key(cfg)].fp8_gemm(a, b, a_scale, b_scale, c, split, cfg["PERSISTENT"])
+    split = TUNABLES["SPLIT_K"] or split_for(m, n, k, TUNABLES["BLOCK_N"])
+    return module.fp8_gemm(a, b, a_scale, b_scale, c, split, TUNABLES["PERSISTENT"])
