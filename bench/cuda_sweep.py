@@ -1,15 +1,17 @@
 """Check and time compile-time variants of the CUDA seed (cuda_wgmma.py) beside the Triton seed.
 
     python3 bench/cuda_sweep.py OUT.json [--reps 30] [--variants NAME ...] [--splits 0 1]
+        [--persistent 0 1] [--probes] [--parts] [--extra FILE ...]
 
 One GPU, outside the harness (torch, triton, nvcc). Each variant is the seed's source with its
 TUNABLES rewritten (evolve/knobs.py), written to a temporary file and compiled in a process of
 its own, all variants at once (load_inline takes about a minute each); then, in this process,
 each is checked on the task's 11 tests, the 18 benchmarks and odd shapes (the task's tolerance,
 c filled with NaN first) and timed on the benchmarks with fused_sweep.py's loop (GPU MODE
-protocol plus the harness's spin) for every --splits value (SPLIT_K is read at call time).
-The committed Triton seed is timed in the same loop as the row to compare with. OUT.json is
-rewritten after every row; the table is printed last. Quote the harness for seed figures.
+protocol plus the harness's spin) for every --splits and --persistent value (read at each
+call). The committed Triton seed, and any --extra kernel file, is timed in the same loop as rows
+to compare with. OUT.json is rewritten after every row; the tables are printed last. Quote the
+harness for seed figures.
 """
 
 from __future__ import annotations
