@@ -128,6 +128,7 @@ class TaskFile(pytest.File):
             unmet = self._unmet(path, ks.device)
             if unmet:
                 ks.unmet.setdefault(task.name, {})[path.stem] = unmet
+                ks.unmet_sources.setdefault(task.name, {})[path.stem] = path
             yield CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,

@@ -160,7 +160,8 @@ def write_summary(tr: Any, session: Any) -> None:
     tr.write_sep("=", "kscientist summary")
     saved = session.settings.compare_runs
     for task_name, per_task in session.results.items():
-        cands = list(per_task.values())
+        # a candidate not run here has no row: run_notes says why
+        cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]
         active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name})")

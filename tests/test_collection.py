@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,6 @@ def test_salt_is_reproducible(pytester: pytest.Pytester) -> None:
     )
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*seed salt 1234 (given with --ks-salt)*"])
-    import json
-
     assert json.loads((pytester.path / "r.json").read_text())["salt"] == 1234
 
 
@@ -97,11 +96,17 @@ def test_ks_requires_skips_a_gpu_only_candidate_with_the_reason(pytester: pytest
     kernel.write_text('KS_REQUIRES = ["nvidia", "sm_90"]\n\n'
                       "def custom_kernel(data):\n    raise RuntimeError('needs CUDA')\n")
     result = pytester.runpytest(str(AXPY), "--ks-device", "cpu", "--kernel", str(kernel),
-                                "--kernel", str(AXPY / "seeds" / "good.py"))
+                                "--kernel", str(AXPY / "seeds" / "good.py"),
+                                "--ks-json", "r.json")
     result.assert_outcomes(passed=4, skipped=3)
     why = ("candidate 'cuda_only' requires nvidia (an NVIDIA GPU, its KS_REQUIRES), this run's "
            "device is cpu; run it on such a device")
     result.stdout.fnmatch_lines([f"  not run: {why}"])
+    result.stdout.no_fnmatch_line("  cuda_only *")  # no row of empty numbers in the tables
+    # the record says why, so an evolve's child session reports it as not run, not as missing
+    by_name = {c["name"]: c for c in json.loads((pytester.path / "r.json").read_text())[
+        "candidates"]}
+    assert (by_name["cuda_only"]["not_run"], by_name["cuda_only"]["cases"]) == (why, [])
 
 
 @pytest.mark.parametrize(("value", "message"), [
