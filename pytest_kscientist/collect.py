@@ -24,7 +24,7 @@ from pytest_kscientist.baselines import (
 from pytest_kscientist.compile_gate import compile_items
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.evaluate import file_sha256
-from pytest_kscientist.results import BaselineInfo, CaseResult
+from pytest_kscientist.results import BaselineInfo, CandidateResult, CaseResult
 from pytest_kscientist.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.scores import floor_fraction
 from pytest_kscientist.session import KS_SESSION, REFERENCE_NAME, KsSession
@@ -127,8 +127,8 @@ class TaskFile(pytest.File):
         for path in candidates:
             unmet = self._unmet(path, ks.device)
             if unmet:
-                ks.unmet.setdefault(task.name, {})[path.stem] = unmet
-                ks.unmet_sources.setdefault(task.name, {})[path.stem] = path
+                ks.unmet.setdefault(task.name, {})[path.stem] = CandidateResult(
+                    name=path.stem, path=str(path), sha256=file_sha256(path), not_run=unmet)
             yield CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,

@@ -120,7 +120,7 @@ def run_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> lis
              for b in session.baselines.get(task_name, []) if b.status == "skipped"]
     if session.settings.skip_reference:
         lines.insert(0, "reference not timed (--ks-skip-reference): no speedup_vs_ref")
-    lines += [f"not run: {why}" for why in session.unmet.get(task_name, {}).values()]
+    lines += [f"not run: {r.not_run}" for r in session.unmet.get(task_name, {}).values()]
     seen = set()
     for c in cands:
         for case in c.cases:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kscientist.baselines import Partner
-from pytest_kscientist.evaluate import Evaluator, file_sha256
+from pytest_kscientist.evaluate import Evaluator
 from pytest_kscientist.files import atomic_write
 from pytest_kscientist.options import Settings
 from pytest_kscientist.results import (
@@ -48,10 +48,9 @@ class KsSession:
         self.baselines: dict[str, list[BaselineInfo]] = {}
         # (task name, baseline name) -> the worker shared by every candidate's benchmarks
         self.partners: dict[tuple[str, str], Partner] = {}
-        # task name -> candidate name -> why its items skip (its KS_REQUIRES, unmet here), and
-        # its file (a record of it when none of its items recorded one)
-        self.unmet: dict[str, dict[str, str]] = {}
-        self.unmet_sources: dict[str, dict[str, Path]] = {}
+        # task name -> candidate name -> its record, ``not_run`` saying why its items skip (its
+        # KS_REQUIRES, unmet here); the record stands when none of its items made one
+        self.unmet: dict[str, dict[str, CandidateResult]] = {}
 
     @cached_property
     def device(self) -> str:
@@ -156,14 +155,10 @@ class KsSession:
     def finalize(self) -> None:
         """Fill geomeans and speedups (only candidates whose every benchmark passed), and
         whether each baseline's judged outputs all passed the check."""
-        for task in [*self.results, *(t for t in self.unmet if t not in self.results)]:
+        for task in dict.fromkeys([*self.results, *self.unmet]):
             per_task = self.results.setdefault(task, {})
-            for name, why in self.unmet.get(task, {}).items():
-                if name not in per_task:  # every item skipped before recording (no compile item)
-                    path = self.unmet_sources[task][name]
-                    per_task[name] = CandidateResult(name=name, path=str(path),
-                                                     sha256=file_sha256(path))
-                per_task[name].not_run = why
+            for name, record in self.unmet.get(task, {}).items():
+                per_task.setdefault(name, record).not_run = record.not_run
             score_all(per_task, REFERENCE_NAME)
             for info in self.baselines.get(task, []):
                 info.verified = baseline_verified(info.name, per_task)

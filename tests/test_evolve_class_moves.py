@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_evolve_compose import (
     BLOCKS_SEED,
-    BLOCKS_TOML,
     BRIEF,
     CASES,
     SHAPED,
     cand,
+    evolve_blocks,
     shaped_us,
 )
 
@@ -169,20 +169,12 @@ def test_the_next_composition_takes_each_class_from_the_composed_child_that_impr
 def test_evolve_moves_knobs_inside_a_composed_seed(pytester: pytest.Pytester) -> None:
     """A generation on the CPU whose base is a composed seed: the child moves one class's knob,
     keeps the other rule and its note, and passes its checks in a child session."""
-    task = pytester.mkdir("blocks")
-    (task / "task.toml").write_text(BLOCKS_TOML)
-    (task / "reference.py").write_text((REPO / "tests/data/axpy/reference.py").read_text())
-    (task / "seeds").mkdir()
     wide = BLOCKS_SEED.replace('"block": [256, 65536]', '"block": [256, 1024, 8192, 65536]')
     seed = rewrite_tunables(wide, {"block": 65536}, [
         {"when": {"n": [None, 1024]}, "knobs": {"block": 256}},
         {"when": {"n": [1024, 4096]}, "knobs": {"block": 1024}}],
         ["n < 1024: by hand", "1024 <= n < 4096: by hand, no benchmark here"])
-    (task / "seeds" / "composed.py").write_text(seed)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--evolve", "1", "blocks", "--ks-candidates", "1",
-        "--ks-llm", "offline", "--ks-profile", "cpu", timeout=600,
-    )
+    result = evolve_blocks(pytester, {"composed.py": seed})
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*gen 1/1 | select   | base c0001: *it runs knob points per shape class: its moves go "

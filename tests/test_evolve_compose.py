@@ -375,19 +375,26 @@ def custom_kernel(data):
 '''
 
 
-def test_evolve_writes_a_composed_kernel_that_passes_its_checks(pytester: pytest.Pytester) -> None:
-    """Two seeds of one family, each fastest on one benchmark: with every knob point tried, the
-    offline scientist's one plan is their composition, checked and timed in a child session."""
+def evolve_blocks(pytester: pytest.Pytester, seeds: dict[str, str]) -> pytest.RunResult:
+    """One generation of one candidate by the offline scientist on the CPU, over a copy of the
+    blocks task whose seeds are ``seeds`` (file name -> source)."""
     task = pytester.mkdir("blocks")
     (task / "task.toml").write_text(BLOCKS_TOML)
     (task / "reference.py").write_text((REPO / "tests/data/axpy/reference.py").read_text())
     (task / "seeds").mkdir()
-    (task / "seeds" / "large.py").write_text(rewrite_tunables(BLOCKS_SEED, {"block": 65536}))
-    (task / "seeds" / "small.py").write_text(BLOCKS_SEED)
-    result = pytester.runpytest_subprocess(
+    for name, source in seeds.items():
+        (task / "seeds" / name).write_text(source)
+    return pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--evolve", "1", "blocks", "--ks-candidates", "1",
         "--ks-llm", "offline", "--ks-profile", "cpu", timeout=600,
     )
+
+
+def test_evolve_writes_a_composed_kernel_that_passes_its_checks(pytester: pytest.Pytester) -> None:
+    """Two seeds of one family, each fastest on one benchmark: with every knob point tried, the
+    offline scientist's one plan is their composition, checked and timed in a child session."""
+    result = evolve_blocks(pytester, {
+        "large.py": rewrite_tunables(BLOCKS_SEED, {"block": 65536}), "small.py": BLOCKS_SEED})
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*gen 1/1 | design   | * plans, kept 1: per shape class: n < 4096 c0002; "
