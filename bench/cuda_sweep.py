@@ -1,22 +1,25 @@
-"""Check and time compile-time variants of the CUDA seed (cuda_wgmma.py) beside the Triton seed.
+"""Check and time knob points of the CUDA seed (cuda_wgmma.py) beside the Triton seed.
 
-    python3 bench/cuda_sweep.py OUT.json [--reps 30] [--variants NAME ...] [--splits 0 1]
-        [--persistent 0 1] [--probes] [--parts] [--extra FILE ...]
+    python3 bench/cuda_sweep.py OUT.json [--reps 30] [--grid KNOB=V1,V2 ...] [--probes]
+        [--kernels] [--extra FILE ...]
 
-One GPU, outside the harness (torch, triton, nvcc). Each variant is the seed's source with its
-TUNABLES rewritten (evolve/knobs.py), written to a temporary file and compiled in a process of
-its own, all variants at once (load_inline takes about a minute each); then, in this process,
-each is checked on the task's 11 tests, the 18 benchmarks and odd shapes (the task's tolerance,
-c filled with NaN first) and timed on the benchmarks with fused_sweep.py's loop (GPU MODE
-protocol plus the harness's spin) for every --splits and --persistent value (read at each
-call). The committed Triton seed, and any --extra kernel file, is timed in the same loop as rows
-to compare with. OUT.json is rewritten after every row; the tables are printed last. Quote the
-harness for seed figures.
+One GPU, outside the harness (torch, triton, nvcc). Every knob of the seed is read at each
+call, so one build serves every point: the seed as committed (its shape rules) and each point of
+the --grid product (TUNABLES with those values, rules cleared). The seed, --probes variants (its
+source patched) and --extra kernel files are compiled at once in processes of their own
+(load_inline takes about a minute each); then, in this process, each point is checked on the
+task's 11 tests, the 18 benchmarks and odd shapes (the task's tolerance, c filled with NaN
+first) and timed on the benchmarks with fused_sweep.py's loop (GPU MODE protocol plus the
+harness's spin). The committed Triton seed is timed in the same loop as a row to compare with.
+--kernels: per shape, the committed seed's GPU kernels' own durations (torch.profiler).
+OUT.json is rewritten after every row; the tables are printed last, with the geomean of the
+best point per shape (what shape rules could reach). Quote the harness for seed figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -32,34 +35,44 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
-# Compile-time knobs (COMPILED); SPLIT_K and PERSISTENT come from --splits and --persistent.
-VARIANTS: dict[str, dict[str, object]] = {
-    "n128_s3_g8": {"BLOCK_N": 128, "STAGES": 3, "GROUP_M": 8},
-    "n128_s4_g8": {"BLOCK_N": 128, "STAGES": 4, "GROUP_M": 8},
-    "n64_s4_g8": {"BLOCK_N": 64, "STAGES": 4, "GROUP_M": 8},
-}
-# Diagnostics of the first variant, timed but not checked (their results are wrong by design):
-# the GEMM without its MMAs (the TMA ring, A's conversion and the scaling) and without its
-# loads (the rest on whatever the stages hold).
+# Diagnostics at the seed's defaults, timed but not checked (their results are wrong by design):
+# the GEMM without its MMAs (the TMA ring, A's conversion and the scaling), without writing C,
+# and without its loads (the rest on whatever the stages hold).
 PROBES = {
-    "probe_no_mma": [("wgmma_step(part, frag[kk],", "if (false) wgmma_step(part, frag[kk],")],
+    "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
+    "probe_no_store": [("if (r >= m || col >= n) continue;", "if (true) continue;")],
     "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES);",
-                       "bar_arrive(&full[s]);\n                    continue;")],
+                       "bar_arrive(&full[s]);\n                    if (++s == stages) s = 0, "
+                       "phase ^= 1;\n                    continue;")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 
 
-def variant_file(name: str, knobs: dict, folder: Path, patches=()) -> Path:
-    from pytest_kscientist.evolve.knobs import rewrite_tunables
-
-    path = folder / f"cuda_wgmma_{name}.py"
-    source = rewrite_tunables(CUDA_SEED.read_text(), knobs)
-    for old, new in [*patches, ('name="ks_cuda_wgmma_"', f'name="ks_{name}_"')] if patches else []:
+def probe_file(name: str, folder: Path) -> Path:
+    """The seed's source with PROBES[name] applied, under a build name of its own."""
+    source = CUDA_SEED.read_text()
+    for old, new in [*PROBES[name], ('name="ks_cuda_wgmma', f'name="ks_{name}')]:
         if old not in source:
             raise SystemExit(f"{name}: the seed no longer contains {old!r}; update PROBES")
         source = source.replace(old, new)
+    path = folder / f"cuda_wgmma_{name}.py"
     path.write_text(source)
     return path
+
+
+def grid_points(grid: list[str], space: dict) -> list[dict]:
+    """The product of --grid's KNOB=V1,V2 values (parsed as the space's values are)."""
+    axes = []
+    for item in grid:
+        knob, _, values = item.partition("=")
+        if knob not in space:
+            raise SystemExit(f"--grid {item}: the seed has no knob {knob!r}; it has {list(space)}")
+        by_text = {str(v): v for v in space[knob]}
+        unknown = [v for v in values.split(",") if v not in by_text]
+        if unknown:
+            raise SystemExit(f"--grid {item}: {unknown} not in {knob}'s space {space[knob]}")
+        axes.append([(knob, by_text[v]) for v in values.split(",")])
+    return [dict(combo) for combo in itertools.product(*axes)] if axes else []
 
 
 def compile_one(path: str) -> str:
@@ -87,23 +100,27 @@ def check(module, reference, cases, tolerance: dict) -> str:
     return ""
 
 
-def parts(module, labels, inputs, reps, flush) -> dict[str, dict[str, float]]:
-    """B's upcast launch and the GEMM (the seed's split and PERSISTENT) timed apart."""
-    from fused_sweep import gpumode_us
+def kernel_us(module, labels, inputs) -> dict[str, dict[str, float]]:
+    """Per shape, each GPU kernel's mean duration over 10 calls (torch.profiler's CUPTI times),
+    to set beside the loop's event times: what they miss is launch gaps and host time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    out: dict[str, dict[str, float]] = {"upcast": {}, "gemm": {}, "split": {}}
-    built, persistent = module.module, module.TUNABLES["PERSISTENT"]
+    out: dict[str, dict[str, float]] = {}
     for label, data in zip(labels, inputs, strict=True):
-        a, b = data[0], data[1]
-        split = module.split_for(a.shape[0], b.shape[0], a.shape[1], module.TUNABLES["BLOCK_N"])
-        b16 = built.upcast(b)
-        out["upcast"][label] = gpumode_us(lambda d: built.upcast(d[1]), data, reps, flush)
-        out["gemm"][label] = gpumode_us(
-            lambda d, b16=b16, split=split: built.gemm(d[0], b16, d[2], d[3], d[4], split,
-                                                       persistent),
-            data, reps, flush)
-        out["split"][label] = split
+        module.custom_kernel(data)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                module.custom_kernel(data)
+            torch.cuda.synchronize()
+        out[label] = {e.key[:40]: e.device_time_total / 10 for e in prof.key_averages()
+                      if e.device_time_total > 0}
     return out
+
+
+def label_of(knobs: dict) -> str:
+    return "cuda " + " ".join(f"{k}={v}" for k, v in knobs.items())
 
 
 def main() -> None:
@@ -111,28 +128,29 @@ def main() -> None:
     import torch
     from fused_sweep import gpumode_us, load
 
+    from pytest_kscientist.evolve.knobs import read_space
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--splits", nargs="+", type=int, default=[0])
-    parser.add_argument("--persistent", nargs="+", type=int, default=[0])
+    parser.add_argument("--grid", nargs="*", default=[], metavar="KNOB=V1,V2",
+                        help="knob values whose product is timed (rules cleared)")
     parser.add_argument("--probes", action="store_true", help="time PROBES too")
-    parser.add_argument("--parts", action="store_true",
-                        help="time the seed's B upcast and GEMM apart, per shape")
     parser.add_argument("--extra", nargs="*", type=Path, default=[],
                         help="other kernel files to check and time beside (their defaults)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="per shape, the seed's GPU kernels' own durations (torch.profiler)")
     args = parser.parse_args()
     t0 = time.monotonic()
+    points_knobs = grid_points(args.grid, read_space(CUDA_SEED.read_text()))
     folder = Path(tempfile.mkdtemp(prefix="ks-cuda-"))
-    paths = {v: variant_file(v, VARIANTS[v], folder) for v in args.variants}
+    paths = {"cuda_wgmma": CUDA_SEED}
     if args.probes:
-        paths |= {p: variant_file(p, VARIANTS[args.variants[0]], folder, PROBES[p])
-                  for p in PROBES}
-    paths |= {f.stem: f.resolve() for f in args.extra}  # compiled with the variants
+        paths |= {p: probe_file(p, folder) for p in PROBES}
+    paths |= {f.stem: f.resolve() for f in args.extra}  # compiled with the seed
     with ProcessPoolExecutor(len(paths), mp_context=get_context("spawn")) as pool:
         errors = dict(zip(paths, pool.map(compile_one, map(str, paths.values())), strict=True))
-    print(f"compiled {len(paths)} variants (+{time.monotonic() - t0:.0f}s)", flush=True)
+    print(f"compiled {len(paths)} modules (+{time.monotonic() - t0:.0f}s)", flush=True)
     task = ROOT / "tasks" / "fp8_gemm"
     toml = tomllib.loads((task / "task.toml").read_text())
     spec = toml["profiles"]["full"]
@@ -144,17 +162,26 @@ def main() -> None:
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     rows: dict[str, dict] = {"_env": {"torch": torch.__version__,
                                       "device": torch.cuda.get_device_name()}}
-    points = [("triton_fused", TRITON_SEED, None)] + [(f.stem, f, None) for f in args.extra] + [
-        (f"{v}_split{s}_pers{p}", paths[v], {"SPLIT_K": s, "PERSISTENT": p})
-        for v in args.variants for s in args.splits for p in args.persistent]
-    points += [(p, paths[p], {"SPLIT_K": 1}) for p in PROBES if p in paths]
-    for name, path, knobs in points:
-        row: dict = {"us": {}, "failed": errors.get(name.rsplit("_split", 1)[0], "")}
+    # (row name, module key, path, knobs: None = as committed, else TUNABLES with them, no rules)
+    points = [("triton_fused", "triton_fused", TRITON_SEED, None)]
+    points += [(f.stem, f.stem, f, None) for f in args.extra]
+    points += [("cuda_wgmma", "cuda_wgmma", CUDA_SEED, None)]
+    points += [(label_of(kn), "cuda_wgmma", CUDA_SEED, kn) for kn in points_knobs]
+    points += [(p, p, paths[p], {}) for p in PROBES if p in paths]
+    modules: dict[str, object] = {}
+    for name, key, path, knobs in points:
+        row: dict = {"us": {}, "failed": errors.get(key, ""), "knobs": knobs}
         if not row["failed"]:
             try:
-                module = load(path.stem, path)
-                module.TUNABLES.update(knobs or {})
-                if name not in PROBES:
+                if key not in modules:
+                    modules[key] = load(Path(path).stem + "_" + key.replace(" ", "_"), path)
+                module = modules[key]
+                if knobs is not None:
+                    base = getattr(module, "_committed", None) or (
+                        dict(module.TUNABLES), list(module.TUNABLES_BY_SHAPE))
+                    module._committed = base
+                    module.TUNABLES, module.TUNABLES_BY_SHAPE = {**base[0], **knobs}, []
+                if key not in PROBES:
                     row["failed"] = check(module, reference,
                                           tests + benches + [(*odd, 7) for odd in ODD],
                                           toml["check"])
@@ -162,21 +189,31 @@ def main() -> None:
                     for label, data in zip(labels, inputs, strict=True):
                         row["us"][label] = gpumode_us(module.custom_kernel, data, args.reps,
                                                       flush)
-                    row["geomean_us"] = math.exp(
-                        sum(math.log(v) for v in row["us"].values()) / len(labels))
+                    row["geomean_us"] = geomean(row["us"].values())
             except Exception:
                 row["failed"] = traceback.format_exc()[-1500:]
         rows[name] = row
         args.out.write_text(json.dumps(rows, indent=1))
         print(f"{name}: {row.get('geomean_us') or row['failed']} (+{time.monotonic() - t0:.0f}s)",
               flush=True)
-    if args.parts:
-        module = load(CUDA_SEED.stem, CUDA_SEED)
-        rows["_parts"] = parts(module, labels, inputs, args.reps, flush)
+    module = modules.get("cuda_wgmma")
+    if module is not None and hasattr(module, "_committed"):
+        module.TUNABLES, module.TUNABLES_BY_SHAPE = module._committed
+    if args.kernels and module is not None:
+        rows["_kernels"] = kernel_us(module, labels, inputs)
         args.out.write_text(json.dumps(rows, indent=1))
-        print("\n| part | " + " | ".join(labels) + " |\n" + "|---" * (len(labels) + 1) + "|")
-        for part, us in rows["_parts"].items():
-            print(f"| {part} | " + " | ".join(f"{us[label]:.1f}" for label in labels) + " |")
+        for label, times in rows["_kernels"].items():
+            print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
+    report(rows, labels)
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def report(rows: dict, labels: list[str]) -> None:
+    """The points by geomean, then the fastest checked CUDA point per shape and their geomean."""
     ok = {n: r for n, r in rows.items() if not n.startswith("_") and not r["failed"]}
     print("\n| point | geomean_us | " + " | ".join(labels) + " |")
     print("|---" * (len(labels) + 2) + "|")
@@ -186,6 +223,13 @@ def main() -> None:
     for name, r in rows.items():
         if not name.startswith("_") and r["failed"]:
             print(f"| {name} | failed: {r['failed'][-400:]!r} |")
+    cuda = {n: r for n, r in ok.items() if n.startswith("cuda")}
+    if cuda:
+        best = {label: min(cuda, key=lambda n: cuda[n]["us"][label]) for label in labels}
+        composed = geomean(cuda[best[label]]["us"][label] for label in labels)
+        print(f"\nthe fastest CUDA point per shape (their geomean {composed:.1f}):")
+        for label in labels:
+            print(f"  {label}: {cuda[best[label]]['us'][label]:.1f} {best[label]}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The CUDA seed (tasks/fp8_gemm/seeds/cuda_wgmma.py, issue 15).
 
-On any machine with nvcc: its kernels build for sm_90a at every BLOCK_N, with no spills and no
+On any machine with nvcc: its kernels build for sm_90a at both N tiles, with no spills and no
 wgmma serialisation (ptxas warnings C7513/C7514: the MMAs would then run one at a time, a slow
 kernel that still passes every check). Without a GPU: its knobs parse, its declaration makes
-the harness skip it, and the host-side choices (stages that fit, K slices) do what their
-docstrings say. On an sm_90 GPU: it passes the task's checks through the harness.
+the harness skip it, one build serves every knob, its shape rules and the stages that fit do
+what they say. On an sm_90 GPU: it passes the task's checks through the harness at every
+schedule (stream-K fixups included).
 """
 
 from __future__ import annotations
@@ -51,38 +52,41 @@ def test_the_harness_skips_it_off_sm90() -> None:
     assert declared(SEED) == ["sm_90"]
 
 
-def test_flags_carry_the_compiled_knobs_with_stages_that_fit(monkeypatch) -> None:
-    ns = seed_namespace(monkeypatch, rewrite_tunables(SEED.read_text(), {"STAGES": 5}))
-    flags = ns.build["extra_cuda_cflags"]
-    assert "-gencode=arch=compute_90a,code=sm_90a" in flags  # wgmma and setmaxnreg need 90a
-    assert {"-DBLOCK_N=128", "-DGROUP_M=8", "-DSTAGES=4"} <= set(flags)  # 5 do not fit
+def test_one_build_serves_every_knob(monkeypatch) -> None:
+    """Knob values reach the kernels at each call, never the build: a seed with other knobs
+    builds the same sources with the same flags (so evolving it costs no minute-long build)."""
+    built = seed_namespace(monkeypatch, SEED.read_text()).build
+    moved = seed_namespace(monkeypatch, rewrite_tunables(
+        SEED.read_text(), {"BLOCK_N": 64, "STAGES": 2, "GROUP_M": 1, "STREAM_K": 2,
+                           "PERSISTENT": 0, "PINGPONG": 0})).build
+    assert moved == built
+    assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
 
-def test_stages_and_slices(monkeypatch) -> None:
+def test_shape_rules_and_stages(monkeypatch) -> None:
     ns = seed_namespace(monkeypatch, SEED.read_text())
+    # a short K runs whole tiles, a long one cuts the last wave's tiles among the SMs
+    assert ns.tunables_for(m=6144, n=7168, k=256)["STREAM_K"] == 0
+    assert ns.tunables_for(m=1024, n=512, k=7168)["STREAM_K"] == ns.TUNABLES["STREAM_K"] > 0
     # a stage is A's fp8 tile (16 kB) and B's fp16 tile (16 or 32 kB); 227 kB a block
     assert ns.stages_that_fit(128, 5) == 4 and ns.stages_that_fit(64, 5) == 5
     assert ns.stages_that_fit(128, 3) == 3
-    # few tiles and a long K: sliced; many tiles: one slice (132 SMs)
-    assert ns.split_for(1024, 512, 7168, 128, sms=132) > 1
-    assert ns.split_for(6144, 4608, 7168, 128, sms=132) == 1
-    assert ns.split_for(1024, 512, 128, 128, sms=132) == 1  # one K block cannot be sliced
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's kernels not built")
-@pytest.mark.parametrize("block_n", [64, 128])
 def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
-        monkeypatch, tmp_path: Path, block_n: int) -> None:
-    ns = seed_namespace(monkeypatch, rewrite_tunables(SEED.read_text(), {"BLOCK_N": block_n}))
+        monkeypatch, tmp_path: Path) -> None:
+    ns = seed_namespace(monkeypatch, SEED.read_text())
     cu = tmp_path / "kernels.cu"
-    cu.write_text(ns.KERNEL_SRC.replace("@WGMMA@", ns._wgmma(block_n)))
+    cu.write_text(ns.kernel_source())
     proc = subprocess.run(
         [NVCC, "-cubin", "-o", str(tmp_path / "k.cubin"), str(cu), "-Xptxas", "-v",
          *ns.build["extra_cuda_cflags"]],
         capture_output=True, text=True, timeout=300)
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report
-    assert "gemm_kernel" in report, report
+    for block_n in (64, 128):  # both N tiles are built
+        assert f"_Z11gemm_kernelILi{block_n}E" in report, report
     assert not re.search(r"C751[34]", report), report  # wgmma serialised
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
@@ -95,11 +99,21 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.gpu
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
+    """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
+    sum partials across CTAs), at both N tiles; one build serves them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
-    code, output, data = run_pytest(
-        ["fp8_gemm", "-k", "check", "--kernel", str(SEED), "--ks-timeout", "400"],
-        cwd=tmp_path, timeout=900)
+    points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0},
+              "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
+              "cuda_sk2": {"STREAM_K": 2}}
+    kernels = []
+    for name, knobs in points.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(rewrite_tunables(SEED.read_text(), knobs))
+        kernels += ["--kernel", str(path)]
+    code, output, data = run_pytest(["fp8_gemm", "-k", "check", *kernels, "--ks-timeout", "400"],
+                                    cwd=tmp_path, timeout=900)
     assert code == 0, output
-    (candidate,) = [c for c in data["candidates"] if c["name"] == "cuda_wgmma"]
-    outcomes = {case["outcome"] for case in candidate["cases"]}
-    assert outcomes == {"passed"}, output
+    for name in points:
+        (candidate,) = [c for c in data["candidates"] if c["name"] == name]
+        outcomes = {case["outcome"] for case in candidate["cases"]}
+        assert outcomes == {"passed"}, output

@@ -1,17 +1,24 @@
-"""CUDA seed for Hopper (sm_90a, issue 15): fp16 wgmma of e4m3 values, warp-specialised.
+"""CUDA seed for Hopper (sm_90a, issue 15): fp16 wgmma of e4m3 values, warp-specialised, stream-K.
 
 A first launch upcasts B to an fp16 K-major copy (exact: every e4m3 value is an fp16 value; K
-padded with zeros to whole 128-wide scale blocks). The GEMM's CTA owns a 128 x BLOCK_N tile of
-C: a producer warp loads each 128-wide K step, A's fp8 tile straight from the task's column-
+padded with zeros to whole 128-wide scale blocks). The GEMM's CTA works on 128 x BLOCK_N tiles
+of C: a producer warp loads each 128-wide K step, A's fp8 tile straight from the task's column-
 major layout and B's fp16 tile, through TMA into a ring of STAGES shared-memory stages (128-byte
 swizzle, mbarriers). Two consumer warpgroups, one per 64-row half, read their A rows with
 transposed ldmatrix and convert them to fp16 in registers (a fragment's rows g and g + 8 are
 the tile's rows 2g and 2g + 1), issue the step's 8 wgmma.m64nNk16 (A from registers) into a
 fresh fp32 product, wait for it, give the stage back and add product * a_scale[row] *
 b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers,
-so one scales while the other's MMAs run. C is rounded once to bf16. SPLIT_K > 1 writes fp32
-partials that a third kernel sums (0: `split_for`'s model); PERSISTENT: one CTA an SM walks
-the tiles. The compile-time knobs (COMPILED) cost one nvcc build (about a minute) each.
+so one scales while the other's MMAs run. C is rounded once to bf16.
+
+Every knob is read at each call (both N tiles are built), so shape rules cost no build.
+PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
+cuts the K steps of the last tiles evenly among the SMs, so that none idles in a last, partial
+wave: 1 the tiles of that wave, 2 those and one full wave more (0: whole tiles only). A CTA
+holding part of a tile writes its fp32 partial to a slot of its own and counts itself in; the
+last to count adds the others' slots to its own and writes C: no CTA waits for another, and
+the counters, kept between calls with the slots, reset themselves. Two calls at once on two
+streams of one device would share them: the harness and torch's default stream run one.
 """
 
 from __future__ import annotations
@@ -23,51 +30,48 @@ KS_REQUIRES = "sm_90"
 
 TUNABLES = {
     "BLOCK_N": 128,
-    "STAGES": 3,
+    "STAGES": 4,
     "GROUP_M": 8,
-    "SPLIT_K": 0,
+    "STREAM_K": 1,
     "PERSISTENT": 1,
+    "PINGPONG": 1,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
     "STAGES": [2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16],
-    "SPLIT_K": [0, 1, 2, 3, 4],
+    "STREAM_K": [0, 1, 2],
     "PERSISTENT": [0, 1],
+    "PINGPONG": [0, 1],
 }
-COMPILED = ("BLOCK_N", "STAGES", "GROUP_M")  # -D flags; the others are read at each call
+
+# The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
+SHAPE_KEYS = ["m", "n", "k"]
+TUNABLES_BY_SHAPE = [  # the knobs that differ from TUNABLES
+    # k < 1792: whole tiles (the H200 sweep: stream-K's fixups cost more than a short K saves)
+    {'when': {'k': [None, 1792]}, 'knobs': {'STREAM_K': 0}},
+    # any other shape: TUNABLES
+]
+
+
+def tunables_for(**shape):
+    """TUNABLES with the first rule that holds for ``shape``."""
+    for rule in TUNABLES_BY_SHAPE:
+        if all((lo is None or lo <= shape[key]) and (hi is None or shape[key] < hi)
+               for key, (lo, hi) in rule["when"].items()):
+            return {**TUNABLES, **rule["knobs"]}
+    return TUNABLES
+
 
 BLOCK_M, BLOCK_K = 128, 128
 SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
-# A 128 x 128 x 128 step of an SM: first estimated at 1.09 us; measured since, 721-739 us of GEMM
-# over 733 steps an SM at m6144-n4608-k7168 (~1.0 us; H200, bench/cuda_sweep.py --parts)
-STEP_US = 1.09
-# The partials' write and sum, effective: at 3 TB/s the model split m1024-n4608-k7168 and
-# m6144-n512-k7168 in two, 28% and 24% slower than one slice (H200, bench/cuda_sweep.py).
-PARTIAL_TBPS = 1.0
-NUM_SMS = torch.cuda.get_device_properties(0).multi_processor_count if (
-    torch.cuda.is_available()) else 132
 
 
 def stages_that_fit(block_n: int, stages: int) -> int:
-    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits, with 1 KB to align."""
+    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits, with its barriers, the
+    fixup's two flags and 1 KB to align."""
     stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K
-    return max(2, min(stages, (SMEM_LIMIT - 1024 - 16 * stages) // stage_bytes))
-
-
-def split_for(m: int, n: int, k: int, block_n: int, sms: int = NUM_SMS) -> int:
-    """Slices of K minimising modelled time: whole waves of CTAs times their steps (STEP_US
-    for a 128 x 128 x 128 step), plus the fp32 partials' round trip at PARTIAL_TBPS and a 3 us
-    launch."""
-    tiles = -(-m // BLOCK_M) * -(-n // block_n)
-    steps = -(-k // BLOCK_K)
-    step_us = STEP_US * block_n / 128
-
-    def cost(split: int) -> float:
-        rounds = -(-tiles * split // sms) * -(-steps // split) * step_us
-        return rounds + (8 * split * m * n / (PARTIAL_TBPS * 1e6) + 3 if split > 1 else 0)
-
-    return min(range(1, min(8, steps) + 1), key=cost)
+    return max(2, min(stages, (SMEM_LIMIT - 1024 - 16 - 16 * stages) // stage_bytes))
 
 
 def _wgmma(block_n: int) -> str:
@@ -77,8 +81,8 @@ def _wgmma(block_n: int) -> str:
     binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     a = ", ".join(f"%{regs + i}" for i in range(4))
     return (
-        "__device__ __forceinline__ void wgmma_step(float* d, const uint32_t* a, uint64_t db, "
-        "int accumulate) {\n"
+        f"template <> __device__ __forceinline__ void wgmma_step<{block_n}>(float* d, "
+        "const uint32_t* a, uint64_t db, int accumulate) {\n"
         f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
         f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
         f'{{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"\n'
@@ -89,12 +93,21 @@ def _wgmma(block_n: int) -> str:
     )
 
 
+def kernel_source() -> str:
+    """The kernels for both N tiles (what nvcc alone builds: tests/test_cuda_seed.py)."""
+    return KERNEL_SRC.replace("@WGMMA@", _wgmma(64) + _wgmma(128))
+
+
 CPP_WRAPPER = """
 torch::Tensor upcast(torch::Tensor b);
 torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
-                   torch::Tensor c, int64_t split, int64_t persistent);
+                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
+                   int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
+                   int64_t pingpong);
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, int64_t split, int64_t persistent);
+                       torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
+                       int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
+                       int64_t pingpong);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -107,17 +120,9 @@ KERNEL_SRC = r"""
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#if !defined(BLOCK_N) || !defined(STAGES) || !defined(GROUP_M)
-#error "the COMPILED knobs come as -D flags"
-#endif
-
 constexpr int BM = 128, BK = 128, HK = 64;        // HK: K of one 128-byte swizzled row
 constexpr int A_BYTES = BM * BK;                  // A's fp8 tile: 128 k rows of 128 m bytes
-constexpr int B_HALF = BLOCK_N * HK * 2;          // one 64-wide K half of B's fp16 tile
-constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
-constexpr int NR = BLOCK_N / 2;                   // fp32 fragment registers per thread
 constexpr int THREADS = 384;                      // producer + two consumer warpgroups
-static_assert(BLOCK_N == 64 || BLOCK_N == 128, "BLOCK_N is 64 or 128 (one b_scale block)");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -174,7 +179,15 @@ __device__ __forceinline__ uint32_t f16x2_of(uint32_t r, uint32_t sel) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFF), __NV_E4M3);
     return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
+template <int BN>
+__device__ __forceinline__ void wgmma_step(float* d, const uint32_t* a, uint64_t db, int acc);
 @WGMMA@
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 
 // fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k. A 64 x 64 tile
 // through shared memory: 16-byte loads along mn when mn is contiguous and aligned (VEC),
@@ -223,23 +236,55 @@ __global__ void __launch_bounds__(256) upcast_kernel(
     }
 }
 
-struct Work {
-    int m0, n0, kb0, kb1, split;
-};
 
-// Work item w: tile w % tiles (grouped GROUP_M tiles along M), K slice w / tiles.
-__device__ __forceinline__ Work work_item(int w, int m, int n, int steps, int per_split) {
-    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
-    const int tile = w % (tiles_m * tiles_n), in_group = GROUP_M * tiles_n;
-    const int first_m = (tile / in_group) * GROUP_M;
-    const int group_m = min(tiles_m - first_m, GROUP_M);
-    Work r;
-    r.m0 = (first_m + (tile % in_group) % group_m) * BM;
-    r.n0 = ((tile % in_group) / group_m) * BLOCK_N;
-    r.split = w / (tiles_m * tiles_n);
-    r.kb0 = r.split * per_split;
-    r.kb1 = min(steps, r.kb0 + per_split);
-    return r;
+// Which CTAs do what, read by the producer and the consumers alike. Tiles are numbered along
+// GROUP_M-tall bands; tiles [0, dp_tiles) go whole to CTAs b, b + grid, ...; the K steps of
+// the rest (sk_units of them, tile by tile) are cut into sk_ctas even ranges, one a CTA.
+struct Sched {
+    int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;
+    long sk_units;
+};
+struct Seg {
+    int tile, kb0, kb1;
+    bool first;  // the CTA's first stream-K range: its partial goes to slot 0, else slot 1
+};
+// The CTA whose stream-K range holds unit u (ranges start at floor(b * units / ctas)).
+__device__ __forceinline__ int owner(const Sched& s, long u) {
+    return (int)(((u + 1) * s.sk_ctas - 1) / s.sk_units);
+}
+struct Walk {
+    int next_dp;
+    long u, u1;
+    bool first = true;
+    __device__ explicit Walk(const Sched& s) : next_dp(blockIdx.x), u(0), u1(0) {
+        if ((int)blockIdx.x < s.sk_ctas) {
+            u = s.sk_units * blockIdx.x / s.sk_ctas;
+            u1 = s.sk_units * (blockIdx.x + 1) / s.sk_ctas;
+        }
+    }
+    __device__ bool next(const Sched& s, Seg& g) {
+        if (next_dp < s.dp_tiles) {
+            g = {next_dp, 0, s.steps, false};
+            next_dp += gridDim.x;
+            return true;
+        }
+        if (u >= u1) return false;
+        const int t = (int)(u / s.steps);
+        g.tile = s.dp_tiles + t;
+        g.kb0 = (int)(u - (long)t * s.steps);
+        g.kb1 = (int)min((long)s.steps, g.kb0 + (u1 - u));
+        g.first = first;
+        first = false;
+        u += g.kb1 - g.kb0;
+        return true;
+    }
+};
+template <int BN>
+__device__ __forceinline__ void tile_origin(const Sched& s, int tile, int& m0, int& n0) {
+    const int in_group = s.group_m * s.tiles_n, first_m = (tile / in_group) * s.group_m;
+    const int rows = min(s.tiles_m - first_m, s.group_m);
+    m0 = (first_m + (tile % in_group) % rows) * BM;
+    n0 = ((tile % in_group) / rows) * BN;
 }
 
 // The warp's A fragments for one stage, 8 k16 slices: 32 k rows a load (row k's 16-byte
@@ -261,21 +306,78 @@ __device__ __forceinline__ void load_a(const uint8_t* st, int chunk, int lane,
     }
 }
 
-// Each CTA walks work items w = blockIdx.x, + gridDim.x, ... (one item each unless PERSISTENT:
-// one CTA an SM); the producer's and the consumers' stage counter `it` runs on across items,
-// so the ring does not drain between tiles and the next tile's loads overlap the epilogue.
+// A consumer warpgroup's part of a tile that several CTAs share: written to its slot of `ws`
+// (thread-major, so each thread reads back only what it wrote), then counted in. True when it
+// was the last of the tile's CTAs to count: `acc` then holds the tile's sum, in CTA order.
+template <int NR>
+__device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&sum)[NR],
+                      float4* ws, int* counts, int half, int t, volatile int* last) {
+    const auto slot = [&](int cta, bool first) {
+        return ws + (long)((2 * cta + (first ? 0 : 1)) * 2 + half) * (NR / 4) * 128 + t;
+    };
+    float4* mine = slot(blockIdx.x, g.first);
+#pragma unroll
+    for (int j = 0; j < NR / 4; ++j)
+        __stcg(mine + j * 128, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2],
+                                           acc[4 * j + 3]));
+    __threadfence();
+    named_sync(1 + half, 128);
+    const long first_unit = (long)(g.tile - s.dp_tiles) * s.steps;
+    const int lo = owner(s, first_unit), hi = owner(s, first_unit + s.steps - 1);
+    if (t == 0) {
+        int* count = counts + 2 * g.tile + half;
+        const bool done = atomicAdd(count, 1) == hi - lo;
+        if (done) *count = 0;  // for the next call
+        last[half] = done;
+    }
+    named_sync(1 + half, 128);
+    if (!last[half]) return false;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < NR; ++i) sum[i] = 0.f;
+    for (int cta = lo; cta <= hi; ++cta) {
+        if (cta == (int)blockIdx.x) {
+#pragma unroll
+            for (int i = 0; i < NR; ++i) sum[i] += acc[i];
+            continue;
+        }
+        const long first_of = s.sk_units * cta / s.sk_ctas;
+        const float4* p = slot(cta, first_of / s.steps == g.tile - s.dp_tiles);
+#pragma unroll
+        for (int j = 0; j < NR / 4; ++j) {
+            const float4 v = __ldcg(p + j * 128);
+            sum[4 * j] += v.x;
+            sum[4 * j + 1] += v.y;
+            sum[4 * j + 2] += v.z;
+            sum[4 * j + 3] += v.w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NR; ++i) acc[i] = sum[i];
+    return true;
+}
+
+// The producer's and the consumers' stage index and phase run on across tiles, so the ring
+// does not drain between them and the next tile's loads overlap the epilogue.
+// PINGPONG: the two consumers take turns issuing their MMAs (named barriers 3 and 4), so one
+// converts A and scales while the other's MMAs run, rather than both at once.
+template <int BN>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const float* __restrict__ as, const float* __restrict__ bs, __nv_bfloat16* __restrict__ c,
-        float* __restrict__ partial, int m, int n, int steps, int per_split, int work, long as0,
-        long as1, long bs0, long bs1, long ldc, int pairs_ok) {
+        float4* __restrict__ ws, int* __restrict__ counts, const Sched sched, int stages,
+        int pingpong, long as0, long as1, long bs0, long bs1, long ldc, int pairs_ok) {
+    constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
+    constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
+    constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * STAGE_BYTES);
-    uint64_t* empty = full + STAGES;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + stages * STAGE_BYTES);
+    uint64_t* empty = full + stages;
+    int* last = reinterpret_cast<int*>(empty + stages);  // the fixup's verdict, per half
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
+        for (int s = 0; s < stages; ++s) {
             bar_init(&full[s], 1);
             bar_init(&empty[s], 8);  // one arrival per consumer warp
         }
@@ -284,21 +386,25 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     __syncthreads();
 
     const int wg = threadIdx.x / 128;
+    Walk walk(sched);
+    Seg g;
+    int s = 0;
+    uint32_t phase = 0;
     if (wg == 0) {  // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == 0) {
-            int it = 0;
-            for (int w = blockIdx.x; w < work; w += gridDim.x) {
-                const Work wk = work_item(w, m, n, steps, per_split);
-                for (int kb = wk.kb0; kb < wk.kb1; ++kb, ++it) {
-                    const int s = it % STAGES;
-                    bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+            while (walk.next(sched, g)) {
+                int m0, n0;
+                tile_origin<BN>(sched, g.tile, m0, n0);
+                for (int kb = g.kb0; kb < g.kb1; ++kb) {
+                    bar_wait(&empty[s], phase ^ 1);
                     uint8_t* st = smem + s * STAGE_BYTES;
                     bar_expect(&full[s], STAGE_BYTES);
-                    tma_load(st, &map_a, &full[s], wk.m0, kb * BK);
+                    tma_load(st, &map_a, &full[s], m0, kb * BK);
                     for (int h = 0; h < 2; ++h)
                         tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
-                                 wk.n0);
+                                 n0);
+                    if (++s == stages) s = 0, phase ^= 1;
                 }
             }
         }
@@ -307,36 +413,41 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int chunk = half * 4 + warp;  // the warp's 16 m bytes in each 128-byte k row
+    const int m = sched.m, n = sched.n;
     float acc[NR], part[NR];
     uint32_t frag[BK / 16][4];
 #pragma unroll
     for (int i = 0; i < NR; ++i) part[i] = 0.f;
-    int it = 0;
-    for (int w = blockIdx.x; w < work; w += gridDim.x) {
-        const Work wk = work_item(w, m, n, steps, per_split);
+    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first half's
+    while (walk.next(sched, g)) {
+        int m0, n0;
+        tile_origin<BN>(sched, g.tile, m0, n0);
         // The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1 of
         // the warp's 16 (the transposed ldmatrix pairs neighbouring m); scales and C follow.
-        const int row = wk.m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
-        const int nblk = wk.n0 / 128;
+        const int row = m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
+        const int nblk = n0 / 128;
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
-        for (int kb = wk.kb0; kb < wk.kb1; ++kb, ++it) {
-            const int s = it % STAGES;
+        for (int kb = g.kb0; kb < g.kb1; ++kb) {
             const float sb = bs[nblk * bs0 + kb * bs1];
             const float sa0 = row < m ? as[row * as0 + kb * as1] : 0.f;
             const float sa1 = row + 1 < m ? as[(row + 1) * as0 + kb * as1] : 0.f;
             const uint8_t* st = smem + s * STAGE_BYTES;
-            bar_wait(&full[s], (it / STAGES) & 1);
+            bar_wait(&full[s], phase);
             load_a(st, chunk, lane, frag);
+            if (pingpong) named_sync(3 + half, 256);  // my turn
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
                 const int h = kk / 4, off = (kk % 4) * 32;
-                wgmma_step(part, frag[kk], smem_desc(st + A_BYTES + h * B_HALF + off), kk > 0);
+                wgmma_step<BN>(part, frag[kk], smem_desc(st + A_BYTES + h * B_HALF + off),
+                               kk > 0);
             }
             wgmma_commit();
+            if (pingpong) named_arrive(4 - half, 256);  // the other's turn
             wgmma_wait();
             if (lane == 0) bar_arrive(&empty[s]);
+            if (++s == stages) s = 0, phase ^= 1;
             const float s0 = sa0 * sb, s1 = sa1 * sb;
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
@@ -346,20 +457,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 acc[4 * j + 3] += part[4 * j + 3] * s1;
             }
         }
+        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&
+                !fixup<NR>(sched, g, acc, part, ws, counts, half, t, last))
+            continue;  // another CTA of this tile writes it
 
 #pragma unroll
         for (int j = 0; j < NR / 4; ++j) {
-            const int col = wk.n0 + j * 8 + (lane % 4) * 2;
+            const int col = n0 + j * 8 + (lane % 4) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = row + h;
                 if (r >= m || col >= n) continue;
                 const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-                if (partial != nullptr) {
-                    float* p = partial + ((long)wk.split * m + r) * n + col;
-                    p[0] = x;
-                    if (col + 1 < n) p[1] = y;
-                } else if (pairs_ok && col + 1 < n) {
+                if (pairs_ok && col + 1 < n) {
                     *reinterpret_cast<__nv_bfloat162*>(c + r * ldc + col) =
                         __floats2bfloat162_rn(x, y);
                 } else {
@@ -369,25 +479,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             }
         }
     }
+    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
 }
-
-__global__ void sum_splits(const float* __restrict__ partial, __nv_bfloat16* __restrict__ c,
-                           int m, int n, int split, long ldc) {
-    const long numel = (long)m * n;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < numel;
-         i += (long)gridDim.x * blockDim.x) {
-        float sum = 0.f;
-        for (int s = 0; s < split; ++s) sum += partial[s * numel + i];
-        c[(i / n) * ldc + i % n] = __float2bfloat16_rn(sum);
-    }
-}
-
+// Both N tiles are built (taking their addresses instantiates them), so any BLOCK_N runs.
+void* const GEMM_KERNELS[2] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>};
 """
 
 HOST_SRC = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
 
 static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, int outer,
                               long row_bytes, int box_inner, int box_outer) {
@@ -429,17 +531,45 @@ torch::Tensor upcast(torch::Tensor b) {
     return b16;
 }
 
+template <int BN>
+static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, torch::Tensor as,
+                   torch::Tensor bs, torch::Tensor c, torch::Tensor ws, torch::Tensor counts,
+                   const Sched& s, int grid, int stages, int pingpong, cudaStream_t stream) {
+    const int smem = stages * (A_BYTES + 4 * BN * HK) + 16 * stages + 16 + 1024;
+    static int opted_in[64] = {};  // per device: the most shared memory asked for yet
+    int device = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    if (opted_in[device % 64] < smem) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<BN>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        opted_in[device % 64] = smem;
+    }
+    gemm_kernel<BN><<<grid, THREADS, smem, stream>>>(
+        map_a, map_b, as.data_ptr<float>(), bs.data_ptr<float>(),
+        reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
+        reinterpret_cast<float4*>(ws.data_ptr<float>()), counts.data_ptr<int>(), s, stages,
+        pingpong, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
+        (c.stride(0) % 2 == 0 && (reinterpret_cast<uintptr_t>(c.data_ptr()) % 4) == 0));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// b16: B in fp16, [n, kp] row-major (K-major, K padded to whole steps). ws: 2 * sms slots of
+// 128 x block_n fp32; counts: 2 zeroed ints a tile (both from Python).
 torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
-                   torch::Tensor c, int64_t split, int64_t persistent) {
+                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n, int64_t stages, int64_t group_m, int64_t stream_k,
+                   int64_t persistent, int64_t pingpong) {
     TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: a must be float8_e4m3fn, got ",
                 a.dtype());
     TORCH_CHECK(as.scalar_type() == at::kFloat && bs.scalar_type() == at::kFloat,
                 "cuda_wgmma: a_scale and b_scale must be float32");
     TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.stride(1) == 1,
                 "cuda_wgmma: c must be row-major bf16, got ", c.dtype(), " strides ", c.strides());
-    const int m = a.size(0), k = a.size(1), kp = b16.size(1), n = b16.size(0), steps = kp / BK;
+    TORCH_CHECK(block_n == 64 || block_n == 128, "cuda_wgmma: BLOCK_N must be 64 or 128, got ",
+                block_n);
+    const int m = a.size(0), k = a.size(1), n = b16.size(0), steps = b16.size(1) / BK;
     if (m == 0 || n == 0) return c;
     if (k == 0) return c.zero_();
+    const c10::cuda::CUDAGuard guard(a.device());
     // TMA reads A in the task's layout ([k][m], m contiguous) when its rows are 16-byte
     // aligned; otherwise from an m-padded copy.
     torch::Tensor at_ = a.t();
@@ -448,61 +578,78 @@ torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::
         at_ = torch::zeros({k, (m + 15) / 16 * 16}, a.options());
         at_.narrow(1, 0, m).copy_(a.t());
     }
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const CUtensorMap map_a = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, at_.data_ptr(), m, k,
                                          at_.stride(0), BM, BK);
-    const CUtensorMap map_b = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(), kp, n,
-                                         (long)kp * 2, HK, BLOCK_N);
-    split = std::max<int64_t>(1, std::min<int64_t>(split, steps));
-    const int per_split = (steps + split - 1) / split;
-    split = (steps + per_split - 1) / per_split;
-    torch::Tensor partial;
-    if (split > 1) partial = torch::empty({split, m, n}, c.options().dtype(at::kFloat));
-    const int smem = STAGES * STAGE_BYTES + 16 * STAGES + 1024;
-    cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    const int work = ((m + BM - 1) / BM) * ((n + BLOCK_N - 1) / BLOCK_N) * split;
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    gemm_kernel<<<persistent ? std::min(work, sms) : work, THREADS, smem, stream>>>(
-        map_a, map_b, as.data_ptr<float>(), bs.data_ptr<float>(),
-        reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
-        split > 1 ? partial.data_ptr<float>() : nullptr, m, n, steps, per_split, work,
-        as.stride(0),
-        as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
-        (c.stride(0) % 2 == 0 && (reinterpret_cast<uintptr_t>(c.data_ptr()) % 4) == 0));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (split > 1) {
-        sum_splits<<<264, 256, 0, stream>>>(partial.data_ptr<float>(),
-                                            reinterpret_cast<__nv_bfloat16*>(c.data_ptr()), m, n,
-                                            (int)split, c.stride(0));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    const CUtensorMap map_b = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(),
+                                         b16.size(1), n, b16.size(1) * 2L, HK, block_n);
+    Sched s;
+    s.m = m, s.n = n, s.steps = steps, s.group_m = std::max<int>(1, group_m);
+    s.tiles_m = (m + BM - 1) / BM, s.tiles_n = (n + block_n - 1) / block_n;
+    const int tiles = s.tiles_m * s.tiles_n;
+    static int sm_counts[64] = {};  // per device, asked once
+    int& sms = sm_counts[a.get_device() % 64];
+    if (sms == 0)
+        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                              a.get_device()));
+    TORCH_CHECK(counts.numel() >= 2 * tiles && ws.numel() >= 2L * sms * BM * block_n,
+                "cuda_wgmma: scratch too small for ", tiles, " tiles on ", sms, " SMs");
+    // stream-K: the tiles of the last, partial wave of sms CTAs (and one full wave before it
+    // when 2) have their K steps cut evenly among the SMs; tiles before them go whole.
+    const int rest = tiles % sms, sk_tiles = stream_k == 0 || rest == 0 ? 0
+        : rest + (stream_k == 2 && tiles > sms ? sms : 0);
+    s.dp_tiles = tiles - sk_tiles;
+    s.sk_units = (long)sk_tiles * steps;
+    s.sk_ctas = (int)std::min<long>(sms, s.sk_units);
+    const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
+        : persistent ? std::min(tiles, sms) : tiles;
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const auto run = block_n == 64 ? launch<64> : launch<128>;
+    run(map_a, map_b, as, bs, c, ws, counts, s, grid, stages, pingpong, stream);
     return c;
 }
 
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, int64_t split, int64_t persistent) {
+                       torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
+                       int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
+                       int64_t pingpong) {
     TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
                 " and ", b.sizes());
-    return gemm(a, upcast(b), as, bs, c, split, persistent);
+    const c10::cuda::CUDAGuard guard(b.device());
+    return gemm(a, upcast(b), as, bs, c, ws, counts, block_n, stages, group_m, stream_k,
+                persistent, pingpong);
 }
 """
 
-BUILT = {**TUNABLES, "STAGES": stages_that_fit(TUNABLES["BLOCK_N"], TUNABLES["STAGES"])}
 module = load_inline(
-    name="ks_cuda_wgmma_" + "_".join(str(BUILT[name]) for name in COMPILED),
+    name="ks_cuda_wgmma_v2",
     cpp_sources=[CPP_WRAPPER],
-    cuda_sources=[KERNEL_SRC.replace("@WGMMA@", _wgmma(BUILT["BLOCK_N"])) + HOST_SRC],
+    cuda_sources=[kernel_source() + HOST_SRC],
     functions=["upcast", "gemm", "fp8_gemm"],  # upcast and gemm: timed apart by the bench
-    extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3",
-                       *(f"-D{name}={BUILT[name]}" for name in COMPILED)],
+    extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
 )
+_scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def scratch(device: torch.device, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stream-K partials' slots and the per-tile counters of ``device``, kept between calls
+    (the kernel leaves the counters at zero); counters grow with the tile count."""
+    ws, counts = _scratch.get(device.index, (None, None))
+    if ws is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        ws = torch.empty(2 * sms * BLOCK_M * 128, dtype=torch.float32, device=device)
+    if counts is None or counts.numel() < 2 * tiles:
+        counts = torch.zeros(max(4096, 2 * tiles), dtype=torch.int32, device=device)
+    _scratch[device.index] = ws, counts
+    return ws, counts
 
 
 def custom_kernel(data):
     """C = (A * a_scale) @ (B * b_scale)^T in bf16, written into ``c`` and returned."""
     a, b, a_scale, b_scale, c = data
     (m, k), n = a.shape, b.shape[0]
-    split = TUNABLES["SPLIT_K"] or split_for(m, n, k, TUNABLES["BLOCK_N"])
-    return module.fp8_gemm(a, b, a_scale, b_scale, c, split, TUNABLES["PERSISTENT"])
+    knobs = tunables_for(m=m, n=n, k=k)
+    block_n = knobs["BLOCK_N"]
+    tiles = -(-m // BLOCK_M) * -(-n // block_n)
+    return module.fp8_gemm(a, b, a_scale, b_scale, c, *scratch(c.device, tiles), block_n,
+                           stages_that_fit(block_n, knobs["STAGES"]), knobs["GROUP_M"],
+                           knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"])

@@ -1,0 +1,55 @@
+"""Run the CUDA seed on one benchmark shape a few times, for a profiler to watch.
+
+    ncu --clock-control none --kernel-name regex:gemm_kernel --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight python3 bench/cuda_profile.py m6144-n4608-k7168 [KNOB=VALUE ...]
+
+One GPU. The shape is one of the task's benchmarks (its seed and inputs); KNOB=VALUE pairs
+replace the seed's TUNABLES for every shape (its shape rules cleared), parsed as its
+TUNABLE_SPACE holds them. Prints the last call's event time; quote the profiler's figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+
+def main() -> None:
+    import torch
+    from fused_sweep import load
+
+    label, *pairs = sys.argv[1:]
+    task = ROOT / "tasks" / "fp8_gemm"
+    spec = tomllib.loads((task / "task.toml").read_text())["profiles"]["full"]
+    cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": c for c in spec["benchmarks"]}
+    if label not in cases:
+        raise SystemExit(f"{label}: not a benchmark shape; one of {sorted(cases)}")
+    seed = load("cuda_wgmma", task / "seeds" / "cuda_wgmma.py")
+    knobs = {}
+    for pair in pairs:
+        knob, _, text = pair.partition("=")
+        by_text = {str(v): v for v in seed.TUNABLE_SPACE.get(knob, [])}
+        if text not in by_text:
+            raise SystemExit(f"{pair}: expected KNOB=VALUE with a value of {knob}'s space, "
+                             f"{seed.TUNABLE_SPACE.get(knob)}")
+        knobs[knob] = by_text[text]
+    seed.TUNABLES, seed.TUNABLES_BY_SHAPE = {**seed.TUNABLES, **knobs}, []
+    case = cases[label]
+    reference = load("fp8_reference", task / "reference.py")
+    data = reference.generate_input(case["m"], case["n"], case["k"], case["seed"], device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(4):
+        start.record()
+        seed.custom_kernel(data)
+        end.record()
+    torch.cuda.synchronize()
+    print(f"{label} {knobs}: {start.elapsed_time(end) * 1e3:.1f} us (last call, events)")
+
+
+if __name__ == "__main__":
+    main()
