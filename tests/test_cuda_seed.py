@@ -58,7 +58,7 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     built = seed_namespace(monkeypatch, SEED.read_text()).build
     moved = seed_namespace(monkeypatch, rewrite_tunables(
         SEED.read_text(), {"BLOCK_N": 64, "STAGES": 2, "GROUP_M": 1, "STREAM_K": 2,
-                           "PERSISTENT": 0, "PINGPONG": 0})).build
+                           "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
@@ -68,8 +68,10 @@ def test_shape_rules_and_stages(monkeypatch) -> None:
     # a short K runs whole tiles, a long one cuts the last wave's tiles among the SMs
     assert ns.tunables_for(m=6144, n=7168, k=256)["STREAM_K"] == 0
     assert ns.tunables_for(m=1024, n=512, k=7168)["STREAM_K"] == ns.TUNABLES["STREAM_K"] > 0
-    # a stage is A's fp8 tile (16 kB) and B's fp16 tile (16 or 32 kB); 227 kB a block
+    # a stage is A's fp8 tile (16 kB) and B's fp16 tile (16 or 32 kB); C's tile 16 or 32 kB
+    # beside them in 227 kB a block
     assert ns.stages_that_fit(128, 5) == 4 and ns.stages_that_fit(64, 5) == 5
+    assert ns.stages_that_fit(64, 7) == 6
     assert ns.stages_that_fit(128, 3) == 3
 
 

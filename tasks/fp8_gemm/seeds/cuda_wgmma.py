@@ -8,8 +8,10 @@ swizzle, mbarriers). Two consumer warpgroups, one per 64-row half, read their A 
 transposed ldmatrix and convert them to fp16 in registers (a fragment's rows g and g + 8 are
 the tile's rows 2g and 2g + 1), issue the step's 8 wgmma.m64nNk16 (A from registers) into a
 fresh fp32 product, wait for it, give the stage back and add product * a_scale[row] *
-b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers,
-so one scales while the other's MMAs run. C is rounded once to bf16.
+b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers;
+PINGPONG makes them take turns at issuing their MMAs, so that one converts and scales while the
+other's MMAs run. C is rounded once to bf16 and, TMA_STORE, written through shared memory by
+TMA stores that the next tile does not wait for (else straight from registers).
 
 Every knob is read at each call (both N tiles are built), so shape rules cost no build.
 PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
@@ -28,13 +30,14 @@ from torch.utils.cpp_extension import load_inline
 
 KS_REQUIRES = "sm_90"
 
-TUNABLES = {
+TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "BLOCK_N": 128,
     "STAGES": 4,
     "GROUP_M": 8,
     "STREAM_K": 1,
     "PERSISTENT": 1,
     "PINGPONG": 1,
+    "TMA_STORE": 1,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -43,6 +46,7 @@ TUNABLE_SPACE = {
     "STREAM_K": [0, 1, 2],
     "PERSISTENT": [0, 1],
     "PINGPONG": [0, 1],
+    "TMA_STORE": [0, 1],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -68,10 +72,11 @@ SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
 
 
 def stages_that_fit(block_n: int, stages: int) -> int:
-    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits, with its barriers, the
-    fixup's two flags and 1 KB to align."""
+    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits beside C's tile, the
+    barriers, the fixup's two flags and 1 KB to align."""
     stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K
-    return max(2, min(stages, (SMEM_LIMIT - 1024 - 16 - 16 * stages) // stage_bytes))
+    room = SMEM_LIMIT - 1024 - 16 - 16 * stages - BLOCK_M * block_n * 2
+    return max(2, min(stages, room // stage_bytes))
 
 
 def _wgmma(block_n: int) -> str:
@@ -103,11 +108,11 @@ torch::Tensor upcast(torch::Tensor b);
 torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
                    torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
                    int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                   int64_t pingpong);
+                   int64_t pingpong, int64_t tma_store);
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
                        int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                       int64_t pingpong);
+                       int64_t pingpong, int64_t tma_store);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -157,6 +162,12 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
 __device__ __forceinline__ uint64_t smem_desc(const void* p) {
     return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// C's tile out of shared memory: a 64 x 64 bf16 box (128-byte rows, swizzled as loaded).
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -364,16 +375,19 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-        const float* __restrict__ as, const float* __restrict__ bs, __nv_bfloat16* __restrict__ c,
-        float4* __restrict__ ws, int* __restrict__ counts, const Sched sched, int stages,
-        int pingpong, long as0, long as1, long bs0, long bs1, long ldc, int pairs_ok) {
+        const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as,
+        const float* __restrict__ bs, __nv_bfloat16* __restrict__ c, float4* __restrict__ ws,
+        int* __restrict__ counts, const Sched sched, int stages, int pingpong, int tma_c,
+        long as0, long as1, long bs0, long bs1, long ldc, int pairs_ok) {
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
     constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + stages * STAGE_BYTES);
+    // each consumer's C tile (64 x BN bf16, as BN / 64 swizzled 64 x 64 boxes) after the ring
+    uint8_t* c_tiles = smem + stages * STAGE_BYTES;
+    uint64_t* full = reinterpret_cast<uint64_t*>(c_tiles + 2 * 64 * BN * 2);
     uint64_t* empty = full + stages;
     int* last = reinterpret_cast<int*>(empty + stages);  // the fixup's verdict, per half
     if (threadIdx.x == 0) {
@@ -460,6 +474,31 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         if ((g.kb0 > 0 || g.kb1 < sched.steps) &&
                 !fixup<NR>(sched, g, acc, part, ws, counts, half, t, last))
             continue;  // another CTA of this tile writes it
+        if (tma_c) {  // through shared memory and TMA: whole lines, not waited for
+            uint8_t* mine = c_tiles + half * 64 * BN * 2;
+            if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            named_sync(1 + half, 128);  // the last tile's store has read the buffer
+#pragma unroll
+            for (int j = 0; j < NR / 4; ++j) {
+                const int col = j * 8 + (lane % 4) * 2;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = row + h - m0 - half * 64;  // 0..63
+                    *reinterpret_cast<__nv_bfloat162*>(
+                        mine + (col / 64) * 8192 + r * 128 +
+                        ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =
+                        __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            named_sync(1 + half, 128);
+            if (t == 0) {
+                for (int b = 0; b < BN / 64; ++b)
+                    tma_store(&map_c, mine + b * 8192, n0 + b * 64, m0 + half * 64);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+            continue;
+        }
 
 #pragma unroll
         for (int j = 0; j < NR / 4; ++j) {
@@ -480,6 +519,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         }
     }
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
+    if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 // Both N tiles are built (taking their addresses instantiates them), so any BLOCK_N runs.
 void* const GEMM_KERNELS[2] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>};
@@ -532,10 +572,11 @@ torch::Tensor upcast(torch::Tensor b) {
 }
 
 template <int BN>
-static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, torch::Tensor as,
-                   torch::Tensor bs, torch::Tensor c, torch::Tensor ws, torch::Tensor counts,
-                   const Sched& s, int grid, int stages, int pingpong, cudaStream_t stream) {
-    const int smem = stages * (A_BYTES + 4 * BN * HK) + 16 * stages + 16 + 1024;
+static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
+                   torch::Tensor as, torch::Tensor bs, torch::Tensor c, torch::Tensor ws,
+                   torch::Tensor counts, const Sched& s, int grid, int stages, int pingpong,
+                   int tma_c, cudaStream_t stream) {
+    const int smem = stages * (A_BYTES + 4 * BN * HK) + 256 * BN + 16 * stages + 16 + 1024;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
@@ -545,10 +586,10 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, torch::Te
         opted_in[device % 64] = smem;
     }
     gemm_kernel<BN><<<grid, THREADS, smem, stream>>>(
-        map_a, map_b, as.data_ptr<float>(), bs.data_ptr<float>(),
+        map_a, map_b, map_c, as.data_ptr<float>(), bs.data_ptr<float>(),
         reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
         reinterpret_cast<float4*>(ws.data_ptr<float>()), counts.data_ptr<int>(), s, stages,
-        pingpong, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
+        pingpong, tma_c, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
         (c.stride(0) % 2 == 0 && (reinterpret_cast<uintptr_t>(c.data_ptr()) % 4) == 0));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -556,8 +597,9 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, torch::Te
 // b16: B in fp16, [n, kp] row-major (K-major, K padded to whole steps). ws: 2 * sms slots of
 // 128 x block_n fp32; counts: 2 zeroed ints a tile (both from Python).
 torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
-                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n, int64_t stages, int64_t group_m, int64_t stream_k,
-                   int64_t persistent, int64_t pingpong) {
+                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
+                   int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
+                   int64_t pingpong, int64_t tma_store) {
     TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: a must be float8_e4m3fn, got ",
                 a.dtype());
     TORCH_CHECK(as.scalar_type() == at::kFloat && bs.scalar_type() == at::kFloat,
@@ -603,20 +645,26 @@ torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::
     const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
         : persistent ? std::min(tiles, sms) : tiles;
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    // C through TMA where its rows are whole 16-byte lines (else direct stores)
+    const bool tma_c = tma_store && c.stride(0) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0;
+    const CUtensorMap map_c = tma_c ? tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.data_ptr(),
+                                                 n, m, c.stride(0) * 2, 64, 64)
+                                    : map_b;  // unused
     const auto run = block_n == 64 ? launch<64> : launch<128>;
-    run(map_a, map_b, as, bs, c, ws, counts, s, grid, stages, pingpong, stream);
+    run(map_a, map_b, map_c, as, bs, c, ws, counts, s, grid, stages, pingpong, tma_c, stream);
     return c;
 }
 
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
                        int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                       int64_t pingpong) {
+                       int64_t pingpong, int64_t tma_store) {
     TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
                 " and ", b.sizes());
     const c10::cuda::CUDAGuard guard(b.device());
     return gemm(a, upcast(b), as, bs, c, ws, counts, block_n, stages, group_m, stream_k,
-                persistent, pingpong);
+                persistent, pingpong, tma_store);
 }
 """
 
@@ -652,4 +700,5 @@ def custom_kernel(data):
     tiles = -(-m // BLOCK_M) * -(-n // block_n)
     return module.fp8_gemm(a, b, a_scale, b_scale, c, *scratch(c.device, tiles), block_n,
                            stages_that_fit(block_n, knobs["STAGES"]), knobs["GROUP_M"],
-                           knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"])
+                           knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
+                           knobs["TMA_STORE"])
