@@ -35,12 +35,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
-# Diagnostics at the seed's defaults, timed but not checked (their results are wrong by design):
-# the GEMM without its MMAs (the TMA ring, A's conversion and the scaling), without writing C,
-# and without its loads (the rest on whatever the stages hold).
+# Diagnostics of the seed as committed (its shape rules too), timed but not checked (their
+# results are wrong by design): the GEMM without its MMAs (the TMA ring, A's conversion and the
+# scaling), without writing C, and without its loads (the rest on whatever the stages hold).
 PROBES = {
     "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
-    "probe_no_store": [("if (r >= m || col >= n) continue;", "if (true) continue;")],
+    "probe_no_store": [("continue;  // another CTA of this tile writes it",
+                        "continue;  // another CTA of this tile writes it\n        continue;")],
     "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES);",
                        "bar_arrive(&full[s]);\n                    if (++s == stages) s = 0, "
                        "phase ^= 1;\n                    continue;")],
@@ -167,7 +168,7 @@ def main() -> None:
     points += [(f.stem, f.stem, f, None) for f in args.extra]
     points += [("cuda_wgmma", "cuda_wgmma", CUDA_SEED, None)]
     points += [(label_of(kn), "cuda_wgmma", CUDA_SEED, kn) for kn in points_knobs]
-    points += [(p, p, paths[p], {}) for p in PROBES if p in paths]
+    points += [(p, p, paths[p], None) for p in PROBES if p in paths]  # as committed
     modules: dict[str, object] = {}
     for name, key, path, knobs in points:
         row: dict = {"us": {}, "failed": errors.get(key, ""), "knobs": knobs}
