@@ -18,14 +18,12 @@ PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (on
 cuts the K steps of the last tiles evenly among the SMs, so that none idles in a last, partial
 wave: 1 the tiles of that wave, 2 those and one full wave more (0: whole tiles only). A CTA
 holding part of a tile writes its fp32 partial to a slot of its own and counts itself in; the
-last to count adds the others' slots to its own and writes C: no CTA waits for another, and
-the counters, kept between calls with the slots, reset themselves. Two calls at once on two
-streams of one device would share them: the harness and torch's default stream run one.
+last to count adds the others' slots to its own and writes C: no CTA waits for another. Slots
+and counters are each call's own (the upcast launch zeroes the counters), nothing is kept.
 """
 
 from __future__ import annotations
 
-import torch
 from torch.utils.cpp_extension import load_inline
 
 KS_REQUIRES = "sm_90"
@@ -104,15 +102,10 @@ def kernel_source() -> str:
 
 
 CPP_WRAPPER = """
-torch::Tensor upcast(torch::Tensor b);
-torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
-                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
-                   int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                   int64_t pingpong, int64_t tma_store);
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
-                       int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                       int64_t pingpong, int64_t tma_store);
+                       torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
+                       int64_t stream_k, int64_t persistent, int64_t pingpong,
+                       int64_t tma_store);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -215,8 +208,10 @@ __device__ __forceinline__ void put8(__half* dst, uint64_t bytes) {
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
-        long s0, long s1) {
+        long s0, long s1, int* __restrict__ zero, int zeros) {
     const int r0 = blockIdx.y * 64, k0 = blockIdx.x * 64;
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.x; i < zeros; i += blockDim.x) zero[i] = 0;
     __shared__ __align__(16) __half tile[64][72];  // [k][mn]
     {
         const int kk = threadIdx.x / 4, c = (threadIdx.x % 4) * 16, kg = k0 + kk;
@@ -336,10 +331,8 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
     const long first_unit = (long)(g.tile - s.dp_tiles) * s.steps;
     const int lo = owner(s, first_unit), hi = owner(s, first_unit + s.steps - 1);
     if (t == 0) {
-        int* count = counts + 2 * g.tile + half;
-        const bool done = atomicAdd(count, 1) == hi - lo;
-        if (done) *count = 0;  // for the next call
-        last[half] = done;
+        int* const count = counts + 2 * g.tile + half;
+        last[half] = atomicAdd(count, 1) == hi - lo;
     }
     named_sync(1 + half, 128);
     if (!last[half]) return false;
@@ -555,27 +548,26 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, i
     return map;
 }
 
-torch::Tensor upcast(torch::Tensor b) {
-    TORCH_CHECK(b.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: b must be float8_e4m3fn, got ",
-                b.dtype());
+// B (fp8 [n, k], the task's column-major layout) -> fp16 [n, kp], K-major; the same launch
+// zeroes `zeros` ints at `zero` (the stream-K counters, before the GEMM that counts in them).
+static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros) {
     const int n = b.size(0), k = b.size(1), kp = (k + BK - 1) / BK * BK;
     auto b16 = torch::empty({n, kp}, b.options().dtype(at::kHalf));
-    if (n == 0 || k == 0) return b16;
     const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
     auto kernel = vec ? upcast_kernel<true> : upcast_kernel<false>;
     kernel<<<dim3(kp / 64, (n + 63) / 64), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         reinterpret_cast<const uint8_t*>(b.data_ptr()), reinterpret_cast<__half*>(b16.data_ptr()),
-        n, k, kp, b.stride(0), b.stride(1));
+        n, k, kp, b.stride(0), b.stride(1), zero, zeros);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return b16;
 }
 
 template <int BN>
 static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
-                   torch::Tensor as, torch::Tensor bs, torch::Tensor c, torch::Tensor ws,
-                   torch::Tensor counts, const Sched& s, int grid, int stages, int pingpong,
-                   int tma_c, cudaStream_t stream) {
+                   torch::Tensor as, torch::Tensor bs, torch::Tensor c, float* ws, int* counts,
+                   const Sched& s, int grid, int stages, int pingpong, int tma_c,
+                   cudaStream_t stream) {
     const int smem = stages * (A_BYTES + 4 * BN * HK) + 256 * BN + 16 * stages + 16 + 1024;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
@@ -587,31 +579,57 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
     }
     gemm_kernel<BN><<<grid, THREADS, smem, stream>>>(
         map_a, map_b, map_c, as.data_ptr<float>(), bs.data_ptr<float>(),
-        reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
-        reinterpret_cast<float4*>(ws.data_ptr<float>()), counts.data_ptr<int>(), s, stages,
-        pingpong, tma_c, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1), c.stride(0),
-        (c.stride(0) % 2 == 0 && (reinterpret_cast<uintptr_t>(c.data_ptr()) % 4) == 0));
+        reinterpret_cast<__nv_bfloat16*>(c.data_ptr()), reinterpret_cast<float4*>(ws), counts,
+        s, stages, pingpong, tma_c, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1),
+        c.stride(0), c.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 4 == 0);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// b16: B in fp16, [n, kp] row-major (K-major, K padded to whole steps). ws: 2 * sms slots of
-// 128 x block_n fp32; counts: 2 zeroed ints a tile (both from Python).
-torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::Tensor bs,
-                   torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
-                   int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                   int64_t pingpong, int64_t tma_store) {
-    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn, "cuda_wgmma: a must be float8_e4m3fn, got ",
-                a.dtype());
+// C = (A * a_scale) @ (B * b_scale)^T into c: B's upcast, then the GEMM. The stream-K slots
+// (2 * sms of 128 x block_n fp32) and counters (2 a tile) are this call's own.
+torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
+                       torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
+                       int64_t stream_k, int64_t persistent, int64_t pingpong,
+                       int64_t tma_store) {
+    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
+                "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
+    TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
+                " and ", b.sizes());
     TORCH_CHECK(as.scalar_type() == at::kFloat && bs.scalar_type() == at::kFloat,
                 "cuda_wgmma: a_scale and b_scale must be float32");
     TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.stride(1) == 1,
                 "cuda_wgmma: c must be row-major bf16, got ", c.dtype(), " strides ", c.strides());
     TORCH_CHECK(block_n == 64 || block_n == 128, "cuda_wgmma: BLOCK_N must be 64 or 128, got ",
                 block_n);
-    const int m = a.size(0), k = a.size(1), n = b16.size(0), steps = b16.size(1) / BK;
+    const int m = a.size(0), k = a.size(1), n = b.size(0), steps = (k + BK - 1) / BK;
     if (m == 0 || n == 0) return c;
     if (k == 0) return c.zero_();
     const c10::cuda::CUDAGuard guard(a.device());
+    Sched s;
+    s.m = m, s.n = n, s.steps = steps, s.group_m = std::max<int>(1, group_m);
+    s.tiles_m = (m + BM - 1) / BM, s.tiles_n = (n + block_n - 1) / block_n;
+    const int tiles = s.tiles_m * s.tiles_n;
+    static int sm_counts[64] = {};  // per device, asked once
+    int& sms = sm_counts[a.get_device() % 64];
+    if (sms == 0)
+        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                              a.get_device()));
+    // stream-K: the tiles of the last, partial wave of sms CTAs (and one full wave before it
+    // when 2) have their K steps cut evenly among the SMs; tiles before them go whole.
+    const int rest = tiles % sms, sk_tiles = stream_k == 0 || rest == 0 ? 0
+        : rest + (stream_k == 2 && tiles > sms ? sms : 0);
+    s.dp_tiles = tiles - sk_tiles;
+    s.sk_units = (long)sk_tiles * steps;
+    s.sk_ctas = (int)std::min<long>(sms, s.sk_units);
+    const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
+        : persistent ? std::min(tiles, sms) : tiles;
+    torch::Tensor ws, counts;
+    if (sk_tiles > 0) {
+        ws = torch::empty({2L * sms * BM * block_n}, c.options().dtype(at::kFloat));
+        counts = torch::empty({2 * tiles}, c.options().dtype(at::kInt));
+    }
+    const torch::Tensor b16 = upcast(b, sk_tiles > 0 ? counts.data_ptr<int>() : nullptr,
+                                     sk_tiles > 0 ? 2 * tiles : 0);
     // TMA reads A in the task's layout ([k][m], m contiguous) when its rows are 16-byte
     // aligned; otherwise from an m-padded copy.
     torch::Tensor at_ = a.t();
@@ -624,27 +642,6 @@ torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::
                                          at_.stride(0), BM, BK);
     const CUtensorMap map_b = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(),
                                          b16.size(1), n, b16.size(1) * 2L, HK, block_n);
-    Sched s;
-    s.m = m, s.n = n, s.steps = steps, s.group_m = std::max<int>(1, group_m);
-    s.tiles_m = (m + BM - 1) / BM, s.tiles_n = (n + block_n - 1) / block_n;
-    const int tiles = s.tiles_m * s.tiles_n;
-    static int sm_counts[64] = {};  // per device, asked once
-    int& sms = sm_counts[a.get_device() % 64];
-    if (sms == 0)
-        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                              a.get_device()));
-    TORCH_CHECK(counts.numel() >= 2 * tiles && ws.numel() >= 2L * sms * BM * block_n,
-                "cuda_wgmma: scratch too small for ", tiles, " tiles on ", sms, " SMs");
-    // stream-K: the tiles of the last, partial wave of sms CTAs (and one full wave before it
-    // when 2) have their K steps cut evenly among the SMs; tiles before them go whole.
-    const int rest = tiles % sms, sk_tiles = stream_k == 0 || rest == 0 ? 0
-        : rest + (stream_k == 2 && tiles > sms ? sms : 0);
-    s.dp_tiles = tiles - sk_tiles;
-    s.sk_units = (long)sk_tiles * steps;
-    s.sk_ctas = (int)std::min<long>(sms, s.sk_units);
-    const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
-        : persistent ? std::min(tiles, sms) : tiles;
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     // C through TMA where its rows are whole 16-byte lines (else direct stores)
     const bool tma_c = tma_store && c.stride(0) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0;
@@ -652,19 +649,10 @@ torch::Tensor gemm(torch::Tensor a, torch::Tensor b16, torch::Tensor as, torch::
                                                  n, m, c.stride(0) * 2, 64, 64)
                                     : map_b;  // unused
     const auto run = block_n == 64 ? launch<64> : launch<128>;
-    run(map_a, map_b, map_c, as, bs, c, ws, counts, s, grid, stages, pingpong, tma_c, stream);
+    run(map_a, map_b, map_c, as, bs, c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr,
+        sk_tiles > 0 ? counts.data_ptr<int>() : nullptr, s, grid, stages, pingpong, tma_c,
+        c10::cuda::getCurrentCUDAStream());
     return c;
-}
-
-torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, torch::Tensor ws, torch::Tensor counts, int64_t block_n,
-                       int64_t stages, int64_t group_m, int64_t stream_k, int64_t persistent,
-                       int64_t pingpong, int64_t tma_store) {
-    TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
-                " and ", b.sizes());
-    const c10::cuda::CUDAGuard guard(b.device());
-    return gemm(a, upcast(b), as, bs, c, ws, counts, block_n, stages, group_m, stream_k,
-                persistent, pingpong, tma_store);
 }
 """
 
@@ -672,23 +660,9 @@ module = load_inline(
     name="ks_cuda_wgmma_v2",
     cpp_sources=[CPP_WRAPPER],
     cuda_sources=[kernel_source() + HOST_SRC],
-    functions=["upcast", "gemm", "fp8_gemm"],  # upcast and gemm: timed apart by the bench
+    functions=["fp8_gemm"],
     extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
 )
-_scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def scratch(device: torch.device, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The stream-K partials' slots and the per-tile counters of ``device``, kept between calls
-    (the kernel leaves the counters at zero); counters grow with the tile count."""
-    ws, counts = _scratch.get(device.index, (None, None))
-    if ws is None:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        ws = torch.empty(2 * sms * BLOCK_M * 128, dtype=torch.float32, device=device)
-    if counts is None or counts.numel() < 2 * tiles:
-        counts = torch.zeros(max(4096, 2 * tiles), dtype=torch.int32, device=device)
-    _scratch[device.index] = ws, counts
-    return ws, counts
 
 
 def custom_kernel(data):
@@ -697,8 +671,7 @@ def custom_kernel(data):
     (m, k), n = a.shape, b.shape[0]
     knobs = tunables_for(m=m, n=n, k=k)
     block_n = knobs["BLOCK_N"]
-    tiles = -(-m // BLOCK_M) * -(-n // block_n)
-    return module.fp8_gemm(a, b, a_scale, b_scale, c, *scratch(c.device, tiles), block_n,
+    return module.fp8_gemm(a, b, a_scale, b_scale, c, block_n,
                            stages_that_fit(block_n, knobs["STAGES"]), knobs["GROUP_M"],
                            knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
                            knobs["TMA_STORE"])
