@@ -21,6 +21,10 @@
 #   KS_PART=final: fidelity, the GPU adversarial corpus, --evolve 2 (as below, time-boxed)
 #   KS_PART=evolve: --evolve 2 of the task from the Triton seed (offline scientist), each
 #     generation's evaluation time in its log, then GPU A/A (1 run)
+#   KS_PART=cuda: the CUDA seed's gpu-marked test (three schedules through the harness's
+#     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
+#     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
+#     and the reference, the per-shape table (bench/summarize.py)
 # Logs land in $OUT; each step is time-boxed so the call ends inside the device's 600 s.
 #   device call (repository root, carry [".whl"]):  KS_PART=measure bash bench/device_timing.sh
 set -u
@@ -44,6 +48,14 @@ if [[ ${KS_PART:-measure} == sweep ]]; then
   t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
   tar -C "$OUT" -czf "$OUT/logs.tgz" wheels.log sweep.log swept.log suite.log 2>/dev/null &&
     rm -f "$OUT"/{wheels,sweep,swept,suite}.log
+elif [[ ${KS_PART:-measure} == cuda ]]; then
+  t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
+    tests/test_cuda_seed.py -m gpu
+  t 120 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json" --kernels
+  t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel tasks/fp8_gemm/seeds/cuda_wgmma.py --kernel tasks/fp8_gemm/seeds/triton_fused.py \
+    --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
+  t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
 elif [[ ${KS_PART:-measure} == fused ]]; then
   t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
     f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
