@@ -21,6 +21,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 def main() -> None:
     import torch
+    from cuda_sweep import grid_points
     from fused_sweep import load
 
     label, *pairs = sys.argv[1:]
@@ -30,14 +31,10 @@ def main() -> None:
     if label not in cases:
         raise SystemExit(f"{label}: not a benchmark shape; one of {sorted(cases)}")
     seed = load("cuda_wgmma", task / "seeds" / "cuda_wgmma.py")
-    knobs = {}
-    for pair in pairs:
-        knob, _, text = pair.partition("=")
-        by_text = {str(v): v for v in seed.TUNABLE_SPACE.get(knob, [])}
-        if text not in by_text:
-            raise SystemExit(f"{pair}: expected KNOB=VALUE with a value of {knob}'s space, "
-                             f"{seed.TUNABLE_SPACE.get(knob)}")
-        knobs[knob] = by_text[text]
+    points = grid_points(pairs, seed.TUNABLE_SPACE) or [{}]
+    if len(points) > 1:
+        raise SystemExit(f"{pairs}: one value a knob (KNOB=VALUE), got {len(points)} points")
+    knobs = points[0]
     seed.TUNABLES, seed.TUNABLES_BY_SHAPE = {**seed.TUNABLES, **knobs}, []
     case = cases[label]
     reference = load("fp8_reference", task / "reference.py")

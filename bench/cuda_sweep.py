@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 import tempfile
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from pytest_kscientist.stats import geomean  # noqa: E402  (after the path)
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
@@ -62,18 +63,26 @@ def probe_file(name: str, folder: Path) -> Path:
 
 
 def grid_points(grid: list[str], space: dict) -> list[dict]:
-    """The product of --grid's KNOB=V1,V2 values (parsed as the space's values are)."""
+    """The product of KNOB=V1,V2 items' values (parsed as the space's values are); [] for no
+    items. Also bench/cuda_profile.py's KNOB=VALUE parser (one point)."""
     axes = []
     for item in grid:
         knob, _, values = item.partition("=")
         if knob not in space:
-            raise SystemExit(f"--grid {item}: the seed has no knob {knob!r}; it has {list(space)}")
+            raise SystemExit(f"{item}: the seed has no knob {knob!r}; it has {list(space)}")
         by_text = {str(v): v for v in space[knob]}
         unknown = [v for v in values.split(",") if v not in by_text]
         if unknown:
-            raise SystemExit(f"--grid {item}: {unknown} not in {knob}'s space {space[knob]}")
+            raise SystemExit(f"{item}: {unknown} not in {knob}'s space {space[knob]}")
         axes.append([(knob, by_text[v]) for v in values.split(",")])
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
+
+
+def set_knobs(module, committed: tuple[dict, list], knobs: dict | None) -> None:
+    """The module's knobs as committed (None), or TUNABLES with ``knobs`` and no shape rules."""
+    tunables, rules = committed
+    module.TUNABLES, module.TUNABLES_BY_SHAPE = (
+        (tunables, rules) if knobs is None else ({**tunables, **knobs}, []))
 
 
 def compile_one(path: str) -> str:
@@ -170,18 +179,19 @@ def main() -> None:
     points += [(label_of(kn), "cuda_wgmma", CUDA_SEED, kn) for kn in points_knobs]
     points += [(p, p, paths[p], None) for p in PROBES if p in paths]  # as committed
     modules: dict[str, object] = {}
+    committed: dict[str, tuple[dict, list]] = {}  # module key -> its TUNABLES and rules
     for name, key, path, knobs in points:
         row: dict = {"us": {}, "failed": errors.get(key, ""), "knobs": knobs}
         if not row["failed"]:
             try:
                 if key not in modules:
                     modules[key] = load(Path(path).stem + "_" + key.replace(" ", "_"), path)
+                    if hasattr(modules[key], "TUNABLES"):
+                        committed[key] = (dict(modules[key].TUNABLES),
+                                          list(getattr(modules[key], "TUNABLES_BY_SHAPE", [])))
                 module = modules[key]
-                if knobs is not None:
-                    base = getattr(module, "_committed", None) or (
-                        dict(module.TUNABLES), list(module.TUNABLES_BY_SHAPE))
-                    module._committed = base
-                    module.TUNABLES, module.TUNABLES_BY_SHAPE = {**base[0], **knobs}, []
+                if key in committed:
+                    set_knobs(module, committed[key], knobs)
                 if key not in PROBES:
                     row["failed"] = check(module, reference,
                                           tests + benches + [(*odd, 7) for odd in ODD],
@@ -190,7 +200,7 @@ def main() -> None:
                     for label, data in zip(labels, inputs, strict=True):
                         row["us"][label] = gpumode_us(module.custom_kernel, data, args.reps,
                                                       flush)
-                    row["geomean_us"] = geomean(row["us"].values())
+                    row["geomean_us"] = geomean(list(row["us"].values()))
             except Exception:
                 row["failed"] = traceback.format_exc()[-1500:]
         rows[name] = row
@@ -198,19 +208,13 @@ def main() -> None:
         print(f"{name}: {row.get('geomean_us') or row['failed']} (+{time.monotonic() - t0:.0f}s)",
               flush=True)
     module = modules.get("cuda_wgmma")
-    if module is not None and hasattr(module, "_committed"):
-        module.TUNABLES, module.TUNABLES_BY_SHAPE = module._committed
     if args.kernels and module is not None:
+        set_knobs(module, committed["cuda_wgmma"], None)
         rows["_kernels"] = kernel_us(module, labels, inputs)
         args.out.write_text(json.dumps(rows, indent=1))
         for label, times in rows["_kernels"].items():
             print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
     report(rows, labels)
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def report(rows: dict, labels: list[str]) -> None:
@@ -227,7 +231,7 @@ def report(rows: dict, labels: list[str]) -> None:
     cuda = {n: r for n, r in ok.items() if n.startswith("cuda")}
     if cuda:
         best = {label: min(cuda, key=lambda n: cuda[n]["us"][label]) for label in labels}
-        composed = geomean(cuda[best[label]]["us"][label] for label in labels)
+        composed = geomean([cuda[best[label]]["us"][label] for label in labels])
         print(f"\nthe fastest CUDA point per shape (their geomean {composed:.1f}):")
         for label in labels:
             print(f"  {label}: {cuda[best[label]]['us'][label]:.1f} {best[label]}")

@@ -193,9 +193,7 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
-// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k. A 64 x 64 tile
-// through shared memory: 16-byte loads along mn when mn is contiguous and aligned (VEC),
-// 32-byte stores along k.
+// Eight e4m3 bytes -> eight fp16 values at dst.
 __device__ __forceinline__ void put8(__half* dst, uint64_t bytes) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -205,6 +203,9 @@ __device__ __forceinline__ void put8(__half* dst, uint64_t bytes) {
     }
 }
 
+// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k. A 64 x 64 tile
+// through shared memory: 16-byte loads along mn when mn is contiguous and aligned (VEC),
+// 32-byte stores along k. Block (0, 0) also zeroes `zeros` ints at `zero`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
@@ -241,7 +242,6 @@ __global__ void __launch_bounds__(256) upcast_kernel(
         q[1] = reinterpret_cast<const uint4*>(out)[1];
     }
 }
-
 
 // Which CTAs do what, read by the producer and the consumers alike. Tiles are numbered along
 // GROUP_M-tall bands; tiles [0, dp_tiles) go whole to CTAs b, b + grid, ...; the K steps of
@@ -313,7 +313,8 @@ __device__ __forceinline__ void load_a(const uint8_t* st, int chunk, int lane,
 }
 
 // A consumer warpgroup's part of a tile that several CTAs share: written to its slot of `ws`
-// (thread-major, so each thread reads back only what it wrote), then counted in. True when it
+// (thread-major: from every slot a thread reads the fragment positions it holds), then
+// counted in. True when it
 // was the last of the tile's CTAs to count: `acc` then holds the tile's sum, in CTA order.
 template <int NR>
 __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&sum)[NR],
@@ -623,13 +624,13 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     s.sk_ctas = (int)std::min<long>(sms, s.sk_units);
     const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
         : persistent ? std::min(tiles, sms) : tiles;
-    torch::Tensor ws, counts;
+    torch::Tensor ws, counts;  // kept alive until the launches are queued
     if (sk_tiles > 0) {
         ws = torch::empty({2L * sms * BM * block_n}, c.options().dtype(at::kFloat));
         counts = torch::empty({2 * tiles}, c.options().dtype(at::kInt));
     }
-    const torch::Tensor b16 = upcast(b, sk_tiles > 0 ? counts.data_ptr<int>() : nullptr,
-                                     sk_tiles > 0 ? 2 * tiles : 0);
+    int* const counts_p = sk_tiles > 0 ? counts.data_ptr<int>() : nullptr;
+    const torch::Tensor b16 = upcast(b, counts_p, sk_tiles > 0 ? 2 * tiles : 0);
     // TMA reads A in the task's layout ([k][m], m contiguous) when its rows are 16-byte
     // aligned; otherwise from an m-padded copy.
     torch::Tensor at_ = a.t();
@@ -649,9 +650,8 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
                                                  n, m, c.stride(0) * 2, 64, 64)
                                     : map_b;  // unused
     const auto run = block_n == 64 ? launch<64> : launch<128>;
-    run(map_a, map_b, map_c, as, bs, c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr,
-        sk_tiles > 0 ? counts.data_ptr<int>() : nullptr, s, grid, stages, pingpong, tma_c,
-        c10::cuda::getCurrentCUDAStream());
+    run(map_a, map_b, map_c, as, bs, c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p,
+        s, grid, stages, pingpong, tma_c, c10::cuda::getCurrentCUDAStream());
     return c;
 }
 """
