@@ -11,7 +11,9 @@ fresh fp32 product, wait for it, give the stage back and add product * a_scale[r
 b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers;
 PINGPONG makes them take turns at issuing their MMAs, so that one converts and scales while the
 other's MMAs run. C is rounded once to bf16 and, TMA_STORE, written through shared memory by
-TMA stores that the next tile does not wait for (else straight from registers).
+TMA stores that the next tile does not wait for (else straight from registers). OVERLAP
+launches the GEMM as a programmatic dependent of the upcast: its CTAs start (barriers, setup)
+as the upcast's last blocks drain and wait for the upcast to have finished before any load.
 
 Every knob is read at each call (both N tiles are built), so shape rules cost no build.
 PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
@@ -36,6 +38,7 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "PERSISTENT": 1,
     "PINGPONG": 1,
     "TMA_STORE": 1,
+    "OVERLAP": 1,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -45,6 +48,7 @@ TUNABLE_SPACE = {
     "PERSISTENT": [0, 1],
     "PINGPONG": [0, 1],
     "TMA_STORE": [0, 1],
+    "OVERLAP": [0, 1],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -105,7 +109,7 @@ CPP_WRAPPER = """
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store);
+                       int64_t tma_store, int64_t overlap);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -193,53 +197,76 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
-// Eight e4m3 bytes -> eight fp16 values at dst.
-__device__ __forceinline__ void put8(__half* dst, uint64_t bytes) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-            (__nv_fp8x2_storage_t)((bytes >> (16 * i)) & 0xFFFF), __NV_E4M3);
-        reinterpret_cast<__half2_raw*>(dst)[i] = h;
-    }
+// Four e4m3 bytes -> four fp16 values (two f16x2 words), lowest byte first.
+__device__ __forceinline__ uint2 f16x4_of(uint32_t w) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFF),
+                                                      __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16),
+                                                      __NV_E4M3);
+    return make_uint2((uint32_t)lo.x | ((uint32_t)lo.y << 16),
+                      (uint32_t)hi.x | ((uint32_t)hi.y << 16));
+}
+// Rows r[0..3] hold four bytes each (4 rows x 4 columns); out[j] gets column j's four bytes,
+// row 0 lowest.
+__device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&out)[4]) {
+    const uint32_t t0 = __byte_perm(r[0], r[1], 0x5140), t1 = __byte_perm(r[0], r[1], 0x7362);
+    const uint32_t t2 = __byte_perm(r[2], r[3], 0x5140), t3 = __byte_perm(r[2], r[3], 0x7362);
+    out[0] = __byte_perm(t0, t2, 0x5410), out[1] = __byte_perm(t0, t2, 0x7632);
+    out[2] = __byte_perm(t1, t3, 0x5410), out[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k. A 64 x 64 tile
-// through shared memory: 16-byte loads along mn when mn is contiguous and aligned (VEC),
-// 32-byte stores along k. Block (0, 0) also zeroes `zeros` ints at `zero`.
+// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k, transposed in
+// registers: a thread loads 8 k rows of 16 mn bytes (16-byte loads when mn is contiguous and
+// aligned, VEC), transposes the bytes with byte permutes and stores, for each of its 16 mn,
+// 8 fp16 values along k; the two lanes of a pair hold k 0-7 and 8-15 of the same mn, so each
+// store fills whole 32-byte sectors. A block (8 warps) covers 256 mn x 128 k; block (0, 0)
+// also zeroes `zeros` ints at `zero`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
         long s0, long s1, int* __restrict__ zero, int zeros) {
-    const int r0 = blockIdx.y * 64, k0 = blockIdx.x * 64;
+    // every block has started: the GEMM launched after it (OVERLAP) may start its CTAs
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (blockIdx.x == 0 && blockIdx.y == 0)
         for (int i = threadIdx.x; i < zeros; i += blockDim.x) zero[i] = 0;
-    __shared__ __align__(16) __half tile[64][72];  // [k][mn]
-    {
-        const int kk = threadIdx.x / 4, c = (threadIdx.x % 4) * 16, kg = k0 + kk;
-        uint64_t lo = 0, hi = 0;
-        if (VEC && kg < k && r0 + c + 16 <= rows) {
-            const uint4 x = *reinterpret_cast<const uint4*>(src + kg * s1 + r0 + c);
-            lo = x.x | ((uint64_t)x.y << 32);
-            hi = x.z | ((uint64_t)x.w << 32);
-        } else if (kg < k) {
-            for (int i = 0; i < 16; ++i) {
-                const int r = r0 + c + i;
-                const uint64_t v = r < rows ? src[r * s0 + kg * s1] : 0;
-                if (i < 8) lo |= v << (8 * i); else hi |= v << (8 * (i - 8));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int mn0 = blockIdx.y * 256 + (lane / 2) * 16;
+    const int k0 = blockIdx.x * 128 + warp * 16 + (lane % 2) * 8;
+    if (mn0 >= rows) return;
+    uint32_t x[8][4];  // x[i]: k row k0 + i, mn0 .. mn0 + 15
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int kg = k0 + i;
+        if (VEC && kg < k && mn0 + 16 <= rows) {
+            const uint4 v = *reinterpret_cast<const uint4*>(src + kg * s1 + mn0);
+            x[i][0] = v.x, x[i][1] = v.y, x[i][2] = v.z, x[i][3] = v.w;
+        } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                uint32_t w = 0;
+                for (int j = 0; j < 4; ++j) {
+                    const int r = mn0 + 4 * q + j;
+                    if (kg < k && r < rows) w |= (uint32_t)src[r * s0 + kg * s1] << (8 * j);
+                }
+                x[i][q] = w;
             }
         }
-        put8(&tile[kk][c], lo);
-        put8(&tile[kk][c + 8], hi);
     }
-    __syncthreads();
-    const int rr = threadIdx.x % 64, ks = (threadIdx.x / 64) * 16;
-    if (r0 + rr < rows) {
-        __align__(16) __half out[16];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) out[j] = tile[ks + j][rr];
-        uint4* q = reinterpret_cast<uint4*>(dst + (long)(r0 + rr) * kp + k0 + ks);
-        q[0] = reinterpret_cast<const uint4*>(out)[0];
-        q[1] = reinterpret_cast<const uint4*>(out)[1];
+    for (int q = 0; q < 4; ++q) {
+        const uint32_t rows_lo[4] = {x[0][q], x[1][q], x[2][q], x[3][q]};
+        const uint32_t rows_hi[4] = {x[4][q], x[5][q], x[6][q], x[7][q]};
+        uint32_t lo[4], hi[4];  // column j's k rows 0-3 and 4-7
+        transpose4x4(rows_lo, lo);
+        transpose4x4(rows_hi, hi);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = mn0 + 4 * q + j;
+            if (r < rows) {
+                const uint2 a = f16x4_of(lo[j]), b = f16x4_of(hi[j]);
+                *reinterpret_cast<uint4*>(dst + (long)r * kp + k0) = make_uint4(a.x, a.y, b.x, b.y);
+            }
+        }
     }
 }
 
@@ -392,6 +419,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // launched as the upcast's dependent (OVERLAP): wait for it to have finished and its
+    // writes (B's fp16 copy, the zeroed counters) to be visible; a no-op otherwise
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const int wg = threadIdx.x / 128;
     Walk walk(sched);
@@ -515,8 +545,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// Both N tiles are built (taking their addresses instantiates them), so any BLOCK_N runs.
-void* const GEMM_KERNELS[2] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>};
+// Both N tiles and both upcasts are built (taking their addresses instantiates them), so any
+// BLOCK_N runs and nvcc alone compiles every kernel the host code launches.
+void* const KERNELS[4] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>,
+                          (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
 
 HOST_SRC = r"""
@@ -557,7 +589,7 @@ static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros) {
     const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
     auto kernel = vec ? upcast_kernel<true> : upcast_kernel<false>;
-    kernel<<<dim3(kp / 64, (n + 63) / 64), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    kernel<<<dim3(kp / BK, (n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         reinterpret_cast<const uint8_t*>(b.data_ptr()), reinterpret_cast<__half*>(b16.data_ptr()),
         n, k, kp, b.stride(0), b.stride(1), zero, zeros);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -567,7 +599,7 @@ static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros) {
 template <int BN>
 static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
                    torch::Tensor as, torch::Tensor bs, torch::Tensor c, float* ws, int* counts,
-                   const Sched& s, int grid, int stages, int pingpong, int tma_c,
+                   const Sched& s, int grid, int stages, int pingpong, int tma_c, int overlap,
                    cudaStream_t stream) {
     const int smem = stages * (A_BYTES + 4 * BN * HK) + 256 * BN + 16 * stages + 16 + 1024;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
@@ -578,12 +610,22 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         opted_in[device % 64] = smem;
     }
-    gemm_kernel<BN><<<grid, THREADS, smem, stream>>>(
-        map_a, map_b, map_c, as.data_ptr<float>(), bs.data_ptr<float>(),
-        reinterpret_cast<__nv_bfloat16*>(c.data_ptr()), reinterpret_cast<float4*>(ws), counts,
-        s, stages, pingpong, tma_c, as.stride(0), as.stride(1), bs.stride(0), bs.stride(1),
-        c.stride(0), c.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 4 == 0);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    // OVERLAP: a programmatic dependent of the upcast launched just before on this stream
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid), config.blockDim = dim3(THREADS);
+    config.dynamicSmemBytes = smem, config.stream = stream;
+    config.attrs = &attr, config.numAttrs = overlap ? 1 : 0;
+    const int pairs_ok =
+        c.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 4 == 0;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(
+        &config, gemm_kernel<BN>, map_a, map_b, map_c, (const float*)as.data_ptr<float>(),
+        (const float*)bs.data_ptr<float>(), reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
+        reinterpret_cast<float4*>(ws), counts, s, stages, pingpong, tma_c, (long)as.stride(0),
+        (long)as.stride(1), (long)bs.stride(0), (long)bs.stride(1), (long)c.stride(0),
+        pairs_ok));
 }
 
 // C = (A * a_scale) @ (B * b_scale)^T into c: B's upcast, then the GEMM. The stream-K slots
@@ -591,7 +633,7 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store) {
+                       int64_t tma_store, int64_t overlap) {
     TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
                 "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
     TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
@@ -651,13 +693,13 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
                                     : map_b;  // unused
     const auto run = block_n == 64 ? launch<64> : launch<128>;
     run(map_a, map_b, map_c, as, bs, c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p,
-        s, grid, stages, pingpong, tma_c, c10::cuda::getCurrentCUDAStream());
+        s, grid, stages, pingpong, tma_c, overlap != 0, c10::cuda::getCurrentCUDAStream());
     return c;
 }
 """
 
 module = load_inline(
-    name="ks_cuda_wgmma_v2",
+    name="ks_cuda_wgmma_v3",
     cpp_sources=[CPP_WRAPPER],
     cuda_sources=[kernel_source() + HOST_SRC],
     functions=["fp8_gemm"],
@@ -674,4 +716,4 @@ def custom_kernel(data):
     return module.fp8_gemm(a, b, a_scale, b_scale, c, block_n,
                            stages_that_fit(block_n, knobs["STAGES"]), knobs["GROUP_M"],
                            knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
-                           knobs["TMA_STORE"])
+                           knobs["TMA_STORE"], knobs["OVERLAP"])
