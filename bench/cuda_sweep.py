@@ -11,7 +11,8 @@ source patched) and --extra kernel files are compiled at once in processes of th
 task's 11 tests, the 18 benchmarks and odd shapes (the task's tolerance, c filled with NaN
 first) and timed on the benchmarks with fused_sweep.py's loop (GPU MODE protocol plus the
 harness's spin). The committed Triton seed is timed in the same loop as a row to compare with.
---kernels: per shape, the committed seed's GPU kernels' own durations (torch.profiler).
+--kernels: per shape, the GPU kernels' own durations (torch.profiler) of the seed as committed
+and of each --extra file.
 OUT.json is rewritten after every row; the tables are printed last, with the geomean of the
 best point per shape (what shape rules could reach). Quote the harness for seed figures.
 """
@@ -149,7 +150,8 @@ def main() -> None:
     parser.add_argument("--extra", nargs="*", type=Path, default=[],
                         help="other kernel files to check and time beside (their defaults)")
     parser.add_argument("--kernels", action="store_true",
-                        help="per shape, the seed's GPU kernels' own durations (torch.profiler)")
+                        help="per shape, the GPU kernels' own durations (torch.profiler) of the "
+                             "seed and each --extra file")
     args = parser.parse_args()
     t0 = time.monotonic()
     points_knobs = grid_points(args.grid, read_space(CUDA_SEED.read_text()))
@@ -207,13 +209,17 @@ def main() -> None:
         args.out.write_text(json.dumps(rows, indent=1))
         print(f"{name}: {row.get('geomean_us') or row['failed']} (+{time.monotonic() - t0:.0f}s)",
               flush=True)
-    module = modules.get("cuda_wgmma")
-    if args.kernels and module is not None:
-        set_knobs(module, committed["cuda_wgmma"], None)
-        rows["_kernels"] = kernel_us(module, labels, inputs)
-        args.out.write_text(json.dumps(rows, indent=1))
-        for label, times in rows["_kernels"].items():
-            print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
+    if args.kernels:  # the seed as committed and each --extra file, as committed
+        rows["_kernels"] = {}
+        for key in ["cuda_wgmma", *(f.stem for f in args.extra)]:
+            if key not in modules or rows[key]["failed"]:
+                continue
+            if key in committed:
+                set_knobs(modules[key], committed[key], None)
+            rows["_kernels"][key] = kernel_us(modules[key], labels, inputs)
+            args.out.write_text(json.dumps(rows, indent=1))
+            for label, times in rows["_kernels"][key].items():
+                print(f"{key} {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))
     report(rows, labels)
 
 
