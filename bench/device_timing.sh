@@ -21,6 +21,8 @@
 #   KS_PART=final: fidelity, the GPU adversarial corpus, --evolve 2 (as below, time-boxed)
 #   KS_PART=evolve: --evolve 2 of the task from the Triton seed (offline scientist), each
 #     generation's evaluation time in its log, then GPU A/A (1 run)
+#   KS_PART=profile: ncu on the CUDA seed's GEMM launch at a short-K and a long-K shape (speed of
+#     light, warp states, scheduler, memory and compute workload sections), text reports
 #   KS_PART=cuda: the CUDA seed's gpu-marked test (three schedules through the harness's
 #     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
 #     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
@@ -48,6 +50,14 @@ if [[ ${KS_PART:-measure} == sweep ]]; then
   t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
   tar -C "$OUT" -czf "$OUT/logs.tgz" wheels.log sweep.log swept.log suite.log 2>/dev/null &&
     rm -f "$OUT"/{wheels,sweep,swept,suite}.log
+elif [[ ${KS_PART:-measure} == profile ]]; then
+  # the shape rules are cleared by cuda_profile.py: k < 1792 gets its rule's STREAM_K 0 here
+  for point in "m6144-n7168-k256 STREAM_K=0" "m6144-n4608-k7168"; do
+    t 200 "$OUT/ncu-${point%% *}.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis python3 bench/cuda_profile.py $point
+  done
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu
