@@ -1,10 +1,11 @@
 """The CUDA seed (tasks/fp8_gemm/seeds/cuda_wgmma.py, issue 15).
 
-On any machine with nvcc: its kernels build for sm_90a at both N tiles, with no spills and no
-wgmma serialisation (ptxas warnings C7513/C7514: the MMAs would then run one at a time, a slow
-kernel that still passes every check). Without a GPU: its knobs parse, its declaration makes
-the harness skip it, one build serves every knob, its shape rules and the stages that fit do
-what they say. On an sm_90 GPU: it passes the task's checks through the harness at every
+On any machine with nvcc: its kernels (both N tiles, both upcasts) build for sm_90a with no
+spills and no wgmma serialisation (ptxas remarks C7513, C7514, C7520...: the MMAs would then run
+one at a time, a slow kernel that still passes every check). Without a GPU: its knobs parse,
+its declaration makes the harness skip it, one build serves every knob, its shape rules and the
+stages that fit do what they say, the upcast's byte transpose transposes (on a model of
+__byte_perm). On an sm_90 GPU: it passes the task's checks through the harness at every
 schedule (stream-K fixups included).
 """
 
@@ -50,6 +51,28 @@ def test_knobs_parse_and_every_default_is_in_the_space() -> None:
 
 def test_the_harness_skips_it_off_sm90() -> None:
     assert declared(SEED) == ["sm_90"]
+
+
+def byte_perm(x: int, y: int, selector: int) -> int:
+    """CUDA's __byte_perm: result byte i is byte (selector >> 4i) & 7 of y:x."""
+    pool = (x | y << 32).to_bytes(8, "little")
+    return int.from_bytes(bytes(pool[(selector >> 4 * i) & 7] for i in range(4)), "little")
+
+
+def test_the_upcasts_byte_transpose_transposes() -> None:
+    """transpose4x4 (B's upcast) as written in the seed, run on a model of __byte_perm: word j
+    of its output holds byte j of each input row, row 0 lowest."""
+    body = SEED.read_text().split("void transpose4x4(", 1)[1].split("\n}", 1)[0]
+    steps = re.findall(r"(\w+(?:\[\d\])?) = __byte_perm\((\w+(?:\[\d\])?), "
+                       r"(\w+(?:\[\d\])?), (0x[0-9A-Fa-f]+)\)", body)
+    assert len(steps) == 8, body
+    rows = [0x03020100, 0x13121110, 0x23222120, 0x33323130]  # byte j of row i: 0x<i><j>
+    values = {f"r[{i}]": row for i, row in enumerate(rows)}
+    for out, x, y, selector in steps:
+        values[out] = byte_perm(values[x], values[y], int(selector, 16))
+    for j in range(4):
+        assert values[f"out[{j}]"] == int.from_bytes(bytes(16 * i + j for i in range(4)),
+                                                     "little"), j
 
 
 def test_one_build_serves_every_knob(monkeypatch) -> None:
