@@ -21,7 +21,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 def main() -> None:
     import torch
-    from cuda_sweep import grid_points
+    from cuda_sweep import grid_points, set_knobs
     from fused_sweep import load
 
     label, *pairs = sys.argv[1:]
@@ -35,7 +35,7 @@ def main() -> None:
     if len(points) > 1:
         raise SystemExit(f"{pairs}: one value a knob (KNOB=VALUE), got {len(points)} points")
     knobs = points[0]
-    seed.TUNABLES, seed.TUNABLES_BY_SHAPE = {**seed.TUNABLES, **knobs}, []
+    set_knobs(seed, (seed.TUNABLES, seed.TUNABLES_BY_SHAPE), knobs)
     case = cases[label]
     reference = load("fp8_reference", task / "reference.py")
     data = reference.generate_input(case["m"], case["n"], case["k"], case["seed"], device="cuda")
