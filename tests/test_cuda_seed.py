@@ -112,6 +112,8 @@ def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
     assert proc.returncode == 0, report
     for block_n in (64, 128):  # both N tiles are built
         assert f"_Z11gemm_kernelILi{block_n}E" in report, report
+    for vec in (0, 1):  # both upcasts, which only the host code launches
+        assert f"_Z13upcast_kernelILb{vec}E" in report, report
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
