@@ -44,7 +44,7 @@ PROBES = {
     "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
     "probe_no_store": [("continue;  // another CTA of this tile writes it",
                         "continue;  // another CTA of this tile writes it\n        continue;")],
-    "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES);",
+    "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);",
                        "bar_arrive(&full[s]);\n                    if (++s == stages) s = 0, "
                        "phase ^= 1;\n                    continue;")],
 }

@@ -23,6 +23,9 @@
 #     generation's evaluation time in its log, then GPU A/A (1 run)
 #   KS_PART=profile: ncu on the CUDA seed's GEMM launch at a short-K and a long-K shape (speed of
 #     light, warp states, scheduler, memory and compute workload sections), text reports
+#   KS_PART=cuda_evolve: the CUDA seed's plain-loop sweep, the harness table (both seeds, both
+#     baselines, the reference), then --evolve 10 from both seeds in the rest of 590 s; carried
+#     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed
 #   KS_PART=cuda: the CUDA seed's gpu-marked test (three schedules through the harness's
 #     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
 #     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
@@ -58,6 +61,13 @@ elif [[ ${KS_PART:-measure} == profile ]]; then
       --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis python3 bench/cuda_profile.py $point
   done
+  # L2 traffic and throughput beside the tensor pipe's busy share (a name ncu does not know
+  # ends only this run)
+  t 150 "$OUT/ncu-l2.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
+    --launch-skip 2 --launch-count 1 --metrics lts__t_bytes.sum.per_second,lts__t_bytes.sum,\
+lts__throughput.avg.pct_of_peak_sustained_elapsed,\
+sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+    python3 bench/cuda_profile.py m6144-n4608-k7168
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu
@@ -77,6 +87,26 @@ elif [[ ${KS_PART:-measure} == fused ]]; then
   t 360 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 --ks-time-limit 320 \
     /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
   cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
+  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
+  # the plain loop (it builds the seed, which the harness's worker then finds built), the
+  # harness table beside both baselines and the reference, then --evolve 10 from cuda_wgmma and
+  # triton_fused in what is left of 590 s (resumed from a carried .pop/pop.tgz)
+  if [[ ! -f .pop/pop.tgz ]]; then
+    t 150 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json"
+    t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+      --kernel tasks/fp8_gemm/seeds/cuda_wgmma.py --kernel tasks/fp8_gemm/seeds/triton_fused.py \
+      --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
+    t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
+  fi
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/{torch_dequant,hip_mfma,triton_blockscaled}.py
+  [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
+  box=$(( 590 - SECONDS ))
+  t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
+    --ks-time-limit $(( box - 40 )) --ks-timeout 300 /tmp/ks-evolve/fp8_gemm \
+    --ks-population /tmp/ks-evolve/pop
+  t 20 "$OUT/summary.md" python3 bench/summarize.py --population /tmp/ks-evolve/pop/fp8_gemm
   tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
 elif [[ ${KS_PART:-measure} == evolve10 ]]; then
   # resumed from .pop/pop.tgz when the call carries one (the last call's $OUT/pop.tgz);

@@ -4,24 +4,25 @@ A first launch upcasts B to an fp16 K-major copy (exact: every e4m3 value is an 
 padded with zeros to whole 128-wide scale blocks). The GEMM's CTA works on 128 x BLOCK_N tiles
 of C: a producer warp loads each 128-wide K step, A's fp8 tile straight from the task's column-
 major layout and B's fp16 tile, through TMA into a ring of STAGES shared-memory stages (128-byte
-swizzle, mbarriers). Two consumer warpgroups, one per 64-row half, read their A rows with
-transposed ldmatrix and convert them to fp16 in registers (a fragment's rows g and g + 8 are
-the tile's rows 2g and 2g + 1), issue the step's 8 wgmma.m64nNk16 (A from registers) into a
-fresh fp32 product, wait for it, give the stage back and add product * a_scale[row] *
-b_scale[block] to their fp32 accumulators. No CTA-wide barrier runs between the two consumers;
-PINGPONG makes them take turns at issuing their MMAs, so that one converts and scales while the
-other's MMAs run. C is rounded once to bf16 and, TMA_STORE, written through shared memory by
-TMA stores that the next tile does not wait for (else straight from registers). OVERLAP
-launches the GEMM as a programmatic dependent of the upcast: its CTAs start (barriers, setup)
-as the upcast's last blocks drain and wait for the upcast to have finished before any load.
+swizzle, mbarriers), and with them, by bulk copies on the same barrier, the step's scales (A's
+128 rows; B's block, which the upcast launch writes into a 16-byte slot each). Two consumer
+warpgroups, one per 64-row half, read their A rows with transposed ldmatrix and convert them to
+fp16 in registers (a fragment's rows g and g + 8 are the tile's rows 2g and 2g + 1), issue the
+step's 8 wgmma.m64nNk16 (A from registers) into a fresh fp32 product, wait for it, give the
+stage back and add product * a_scale[row] * b_scale[block] to their fp32 accumulators. No
+CTA-wide barrier runs between the two consumers; PINGPONG makes them take turns at issuing
+their MMAs (named barriers 3 and 4), so that one converts and scales while the other's run. C is rounded once to bf16 and, TMA_STORE,
+written through shared memory by TMA stores that the next tile does not wait for (else straight
+from registers). OVERLAP launches the GEMM as a programmatic dependent of the upcast: its CTAs
+start (barriers, setup) as the upcast's last blocks drain and wait for the upcast to have
+finished before any load.
 
 Every knob is read at each call (both N tiles are built), so shape rules cost no build.
 PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
 cuts the K steps of the last tiles evenly among the SMs, so that none idles in a last, partial
 wave: 1 the tiles of that wave, 2 those and one full wave more (0: whole tiles only). A CTA
 holding part of a tile writes its fp32 partial to a slot of its own and counts itself in; the
-last to count adds the others' slots to its own and writes C: no CTA waits for another. Slots
-and counters are each call's own (the upcast launch zeroes the counters), nothing is kept.
+last to count adds the others' slots to its own and writes C: no CTA waits for another.
 """
 
 from __future__ import annotations
@@ -74,10 +75,10 @@ SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
 
 
 def stages_that_fit(block_n: int, stages: int) -> int:
-    """STAGES lowered until the ring (A's fp8 and B's fp16 tiles) fits beside C's tile, the
-    barriers, the fixup's two flags and 1 KB to align."""
-    stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K
-    room = SMEM_LIMIT - 1024 - 16 - 16 * stages - BLOCK_M * block_n * 2
+    """STAGES lowered until the ring (a stage: A's fp8 and B's fp16 tiles, the step's scales
+    and two barriers) fits beside C's tile and the fixup's two flags."""
+    stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K + BLOCK_M * 4 + 16 + 16
+    room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2
     return max(2, min(stages, room // stage_bytes))
 
 
@@ -125,6 +126,7 @@ KERNEL_SRC = r"""
 constexpr int BM = 128, BK = 128, HK = 64;        // HK: K of one 128-byte swizzled row
 constexpr int A_BYTES = BM * BK;                  // A's fp8 tile: 128 k rows of 128 m bytes
 constexpr int THREADS = 384;                      // producer + two consumer warpgroups
+constexpr int SCALE_BYTES = BM * 4 + 16;          // a K step's scales: A's 128 rows, B's block
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -154,6 +156,14 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
                  " [%0], [%1, {%3, %4}], [%2];"
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)),
                     "r"(smem_u32(bar)), "r"(c0), "r"(c1) : "memory");
+}
+// A plain copy of `bytes` (16-byte multiple and alignment) into shared memory, counted on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];"
+                 :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes),
+                    "r"(smem_u32(bar)) : "memory");
 }
 // K-major operand, 128-byte rows swizzled in groups of 8 rows (1024 bytes apart).
 __device__ __forceinline__ uint64_t smem_desc(const void* p) {
@@ -220,15 +230,19 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
 // aligned, VEC), transposes the bytes with byte permutes and stores, for each of its 16 mn,
 // 8 fp16 values along k; the two lanes of a pair hold k 0-7 and 8-15 of the same mn, so each
 // store fills whole 32-byte sectors. A block (8 warps) covers 256 mn x 128 k; block (0, 0)
-// also zeroes `zeros` ints at `zero`.
+// also zeroes `zeros` ints at `zero` and writes B's scales into `bsq[kb * nb + j].x`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
-        long s0, long s1, int* __restrict__ zero, int zeros) {
+        long s0, long s1, int* __restrict__ zero, int zeros, const float* __restrict__ bs,
+        long bs0, long bs1, int nb, int steps, float4* __restrict__ bsq) {
     // every block has started: the GEMM launched after it (OVERLAP) may start its CTAs
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (blockIdx.x == 0 && blockIdx.y == 0)
+    if (blockIdx.x == 0 && blockIdx.y == 0) {
         for (int i = threadIdx.x; i < zeros; i += blockDim.x) zero[i] = 0;
+        for (int i = threadIdx.x; i < steps * nb; i += blockDim.x)
+            bsq[i] = make_float4(bs[(i % nb) * bs0 + (i / nb) * bs1], 0.f, 0.f, 0.f);
+    }
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int mn0 = blockIdx.y * 256 + (lane / 2) * 16;
     const int k0 = blockIdx.x * 128 + warp * 16 + (lane % 2) * 8;
@@ -270,9 +284,9 @@ __global__ void __launch_bounds__(256) upcast_kernel(
     }
 }
 
-// Which CTAs do what, read by the producer and the consumers alike. Tiles are numbered along
-// GROUP_M-tall bands; tiles [0, dp_tiles) go whole to CTAs b, b + grid, ...; the K steps of
-// the rest (sk_units of them, tile by tile) are cut into sk_ctas even ranges, one a CTA.
+// Which CTAs do what (producer and consumers alike): tiles along GROUP_M-tall bands; tiles
+// [0, dp_tiles) go whole to CTAs b, b + grid, ...; the rest's K steps are cut into sk_ctas
+// even ranges, one a CTA.
 struct Sched {
     int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;
     long sk_units;
@@ -340,9 +354,8 @@ __device__ __forceinline__ void load_a(const uint8_t* st, int chunk, int lane,
 }
 
 // A consumer warpgroup's part of a tile that several CTAs share: written to its slot of `ws`
-// (thread-major: from every slot a thread reads the fragment positions it holds), then
-// counted in. True when it
-// was the last of the tile's CTAs to count: `acc` then holds the tile's sum, in CTA order.
+// (thread-major), then counted in. True when it was the last of the tile's CTAs to count:
+// `acc` then holds the tile's sum, in CTA order.
 template <int NR>
 __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&sum)[NR],
                       float4* ws, int* counts, int half, int t, volatile int* last) {
@@ -389,28 +402,26 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
     return true;
 }
 
-// The producer's and the consumers' stage index and phase run on across tiles, so the ring
-// does not drain between them and the next tile's loads overlap the epilogue.
-// PINGPONG: the two consumers take turns issuing their MMAs (named barriers 3 and 4), so one
-// converts A and scales while the other's MMAs run, rather than both at once.
+// The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-        const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as,
-        const float* __restrict__ bs, __nv_bfloat16* __restrict__ c, float4* __restrict__ ws,
-        int* __restrict__ counts, const Sched sched, int stages, int pingpong, int tma_c,
-        long as0, long as1, long bs0, long bs1, long ldc, int pairs_ok) {
+        const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
+        const float4* __restrict__ bsq, int nb, __nv_bfloat16* __restrict__ c,
+        float4* __restrict__ ws, int* __restrict__ counts, const Sched sched, int stages,
+        int pingpong, int tma_c, long ldc, int pairs_ok) {
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
     constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    // each consumer's C tile (64 x BN bf16, as BN / 64 swizzled 64 x 64 boxes) after the ring
+    // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), each
+    // consumer's C tile (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
+    extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* c_tiles = smem + stages * STAGE_BYTES;
-    uint64_t* full = reinterpret_cast<uint64_t*>(c_tiles + 2 * 64 * BN * 2);
+    uint8_t* scales = c_tiles + 2 * 64 * BN * 2;
+    uint64_t* full = reinterpret_cast<uint64_t*>(scales + stages * SCALE_BYTES);
     uint64_t* empty = full + stages;
     int* last = reinterpret_cast<int*>(empty + stages);  // the fixup's verdict, per half
+    if ((smem_u32(smem) & 1023) != 0) __trap();  // the swizzled tiles would be misread
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; ++s) {
             bar_init(&full[s], 1);
@@ -419,8 +430,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    // launched as the upcast's dependent (OVERLAP): wait for it to have finished and its
-    // writes (B's fp16 copy, the zeroed counters) to be visible; a no-op otherwise
+    // OVERLAP: wait for the upcast's writes (B, its scales, the counters); else a no-op
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const int wg = threadIdx.x / 128;
@@ -437,11 +447,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 for (int kb = g.kb0; kb < g.kb1; ++kb) {
                     bar_wait(&empty[s], phase ^ 1);
                     uint8_t* st = smem + s * STAGE_BYTES;
-                    bar_expect(&full[s], STAGE_BYTES);
+                    // A's scales of the tile's rows (whole 16-byte lines: `as` rows are
+                    // readable up to m rounded up to 4)
+                    const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;
+                    bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);
                     tma_load(st, &map_a, &full[s], m0, kb * BK);
                     for (int h = 0; h < 2; ++h)
                         tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
                                  n0);
+                    bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);
+                    bulk_load(scales + stages * BM * 4 + s * 16, bsq + (long)kb * nb + n0 / 128,
+                              16, &full[s]);
                     if (++s == stages) s = 0, phase ^= 1;
                 }
             }
@@ -463,15 +479,16 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         // The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1 of
         // the warp's 16 (the transposed ldmatrix pairs neighbouring m); scales and C follow.
         const int row = m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
-        const int nblk = n0 / 128;
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
         for (int kb = g.kb0; kb < g.kb1; ++kb) {
-            const float sb = bs[nblk * bs0 + kb * bs1];
-            const float sa0 = row < m ? as[row * as0 + kb * as1] : 0.f;
-            const float sa1 = row + 1 < m ? as[(row + 1) * as0 + kb * as1] : 0.f;
             const uint8_t* st = smem + s * STAGE_BYTES;
             bar_wait(&full[s], phase);
+            // the step's scales came with its tiles (read before the stage is given back)
+            const float* sc = reinterpret_cast<const float*>(scales + s * BM * 4);
+            const float sb = *reinterpret_cast<const float*>(scales + stages * BM * 4 + s * 16);
+            const float sa0 = row < m ? sc[row - m0] : 0.f;
+            const float sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
             load_a(st, chunk, lane, frag);
             if (pingpong) named_sync(3 + half, 256);  // my turn
             wgmma_fence();
@@ -545,8 +562,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// Both N tiles and both upcasts are built (taking their addresses instantiates them), so any
-// BLOCK_N runs and nvcc alone compiles every kernel the host code launches.
+// Taking their addresses builds both N tiles and both upcasts (nvcc alone builds them all).
 void* const KERNELS[4] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>,
                           (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
@@ -582,8 +598,9 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, i
 }
 
 // B (fp8 [n, k], the task's column-major layout) -> fp16 [n, kp], K-major; the same launch
-// zeroes `zeros` ints at `zero` (the stream-K counters, before the GEMM that counts in them).
-static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros) {
+// zeroes the stream-K counters and writes B's scales into `bsq` (upcast_kernel).
+static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros, torch::Tensor bs,
+                            torch::Tensor bsq) {
     const int n = b.size(0), k = b.size(1), kp = (k + BK - 1) / BK * BK;
     auto b16 = torch::empty({n, kp}, b.options().dtype(at::kHalf));
     const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
@@ -591,17 +608,19 @@ static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros) {
     auto kernel = vec ? upcast_kernel<true> : upcast_kernel<false>;
     kernel<<<dim3(kp / BK, (n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         reinterpret_cast<const uint8_t*>(b.data_ptr()), reinterpret_cast<__half*>(b16.data_ptr()),
-        n, k, kp, b.stride(0), b.stride(1), zero, zeros);
+        n, k, kp, b.stride(0), b.stride(1), zero, zeros, bs.data_ptr<float>(), bs.stride(0),
+        bs.stride(1), (int)bs.size(0), (int)bs.size(1),
+        reinterpret_cast<float4*>(bsq.data_ptr<float>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return b16;
 }
 
 template <int BN>
 static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
-                   torch::Tensor as, torch::Tensor bs, torch::Tensor c, float* ws, int* counts,
-                   const Sched& s, int grid, int stages, int pingpong, int tma_c, int overlap,
-                   cudaStream_t stream) {
-    const int smem = stages * (A_BYTES + 4 * BN * HK) + 256 * BN + 16 * stages + 16 + 1024;
+                   const float* as, long lds, const float* bsq, int nb, torch::Tensor c,
+                   float* ws, int* counts, const Sched& s, int grid, int stages, int pingpong,
+                   int tma_c, int overlap, cudaStream_t stream) {
+    const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + 256 * BN + 16;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
@@ -621,10 +640,9 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
     const int pairs_ok =
         c.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 4 == 0;
     C10_CUDA_CHECK(cudaLaunchKernelEx(
-        &config, gemm_kernel<BN>, map_a, map_b, map_c, (const float*)as.data_ptr<float>(),
-        (const float*)bs.data_ptr<float>(), reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
-        reinterpret_cast<float4*>(ws), counts, s, stages, pingpong, tma_c, (long)as.stride(0),
-        (long)as.stride(1), (long)bs.stride(0), (long)bs.stride(1), (long)c.stride(0),
+        &config, gemm_kernel<BN>, map_a, map_b, map_c, as, lds,
+        reinterpret_cast<const float4*>(bsq), nb, reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
+        reinterpret_cast<float4*>(ws), counts, s, stages, pingpong, tma_c, (long)c.stride(0),
         pairs_ok));
 }
 
@@ -645,6 +663,11 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     TORCH_CHECK(block_n == 64 || block_n == 128, "cuda_wgmma: BLOCK_N must be 64 or 128, got ",
                 block_n);
     const int m = a.size(0), k = a.size(1), n = b.size(0), steps = (k + BK - 1) / BK;
+    TORCH_CHECK(as.dim() == 2 && as.size(0) == m && as.size(1) == steps && bs.dim() == 2 &&
+                    bs.size(0) == (n + 127) / 128 && bs.size(1) == steps,
+                "cuda_wgmma: a_scale must be [m, ceil(k/128)] = [", m, ", ", steps,
+                "] and b_scale [ceil(n/128), ceil(k/128)] = [", (n + 127) / 128, ", ", steps,
+                "], got ", as.sizes(), " and ", bs.sizes());
     if (m == 0 || n == 0) return c;
     if (k == 0) return c.zero_();
     const c10::cuda::CUDAGuard guard(a.device());
@@ -657,8 +680,7 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     if (sms == 0)
         C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
                                               a.get_device()));
-    // stream-K: the tiles of the last, partial wave of sms CTAs (and one full wave before it
-    // when 2) have their K steps cut evenly among the SMs; tiles before them go whole.
+    // stream-K: the last, partial wave's tiles (and one full wave more when 2) are cut by K.
     const int rest = tiles % sms, sk_tiles = stream_k == 0 || rest == 0 ? 0
         : rest + (stream_k == 2 && tiles > sms ? sms : 0);
     s.dp_tiles = tiles - sk_tiles;
@@ -672,9 +694,19 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
         counts = torch::empty({2 * tiles}, c.options().dtype(at::kInt));
     }
     int* const counts_p = sk_tiles > 0 ? counts.data_ptr<int>() : nullptr;
-    const torch::Tensor b16 = upcast(b, counts_p, sk_tiles > 0 ? 2 * tiles : 0);
-    // TMA reads A in the task's layout ([k][m], m contiguous) when its rows are 16-byte
-    // aligned; otherwise from an m-padded copy.
+    // B's scales, a 16-byte slot each (the upcast writes them)
+    const torch::Tensor bsq = torch::empty({(long)steps * bs.size(0) * 4}, bs.options());
+    const torch::Tensor b16 = upcast(b, counts_p, sk_tiles > 0 ? 2 * tiles : 0, bs, bsq);
+    // A's scales, a step's rows in whole 16-byte lines: the task's a_scale, else a copy.
+    torch::Tensor as_ = as;
+    long lds = as.stride(1);
+    if (as.stride(0) != 1 || lds % 4 != 0 || lds < m || m % 4 != 0 ||
+            reinterpret_cast<uintptr_t>(as.data_ptr()) % 16 != 0) {
+        lds = (m + 3) / 4 * 4;
+        as_ = torch::zeros({steps, lds}, as.options());
+        as_.narrow(1, 0, m).copy_(as.t());
+    }
+    // TMA reads A in the task's layout ([k][m]) when its rows are 16-byte aligned, else a copy.
     torch::Tensor at_ = a.t();
     if (a.stride(0) != 1 || a.stride(1) % 16 != 0 ||
             reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) {
@@ -692,14 +724,15 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
                                                  n, m, c.stride(0) * 2, 64, 64)
                                     : map_b;  // unused
     const auto run = block_n == 64 ? launch<64> : launch<128>;
-    run(map_a, map_b, map_c, as, bs, c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p,
-        s, grid, stages, pingpong, tma_c, overlap != 0, c10::cuda::getCurrentCUDAStream());
+    run(map_a, map_b, map_c, as_.data_ptr<float>(), lds, bsq.data_ptr<float>(),
+        (int)bs.size(0), c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p, s, grid,
+        stages, pingpong, tma_c, overlap != 0, c10::cuda::getCurrentCUDAStream());
     return c;
 }
 """
 
 module = load_inline(
-    name="ks_cuda_wgmma_v3",
+    name="ks_cuda_wgmma_v4",
     cpp_sources=[CPP_WRAPPER],
     cuda_sources=[kernel_source() + HOST_SRC],
     functions=["fp8_gemm"],
