@@ -22,7 +22,8 @@
 #   KS_PART=evolve: --evolve 2 of the task from the Triton seed (offline scientist), each
 #     generation's evaluation time in its log, then GPU A/A (1 run)
 #   KS_PART=profile: ncu on the CUDA seed's GEMM launch at a short-K and a long-K shape (speed of
-#     light, warp states, scheduler, memory and compute workload sections), text reports
+#     light, warp states, scheduler, memory and compute workload sections, stall samples by
+#     SASS instruction through bench/sass_stalls.py, L2 bytes), text reports
 #   KS_PART=cuda_evolve: the CUDA seed's plain-loop sweep, the harness table (both seeds, both
 #     baselines, the reference), then --evolve 10 from both seeds in the rest of 590 s; carried
 #     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed
@@ -54,40 +55,26 @@ if [[ ${KS_PART:-measure} == sweep ]]; then
   tar -C "$OUT" -czf "$OUT/logs.tgz" wheels.log sweep.log swept.log suite.log 2>/dev/null &&
     rm -f "$OUT"/{wheels,sweep,swept,suite}.log
 elif [[ ${KS_PART:-measure} == profile ]]; then
-  # the shape rules are cleared by cuda_profile.py: k < 1792 gets its rule's STREAM_K 0 here
+  # the shape rules are cleared by cuda_profile.py: k < 1792 gets its rule's STREAM_K 0 here;
+  # stall sampling by SASS instruction (bench/sass_stalls.py) beside the sections
   for point in "m6144-n7168-k256 STREAM_K=0" "m6144-n4608-k7168"; do
-    t 200 "$OUT/ncu-${point%% *}.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
+    name=${point%% *}
+    t 200 "$OUT/ncu-$name.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
       --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis \
-      --section ComputeWorkloadAnalysis python3 bench/cuda_profile.py $point
+      --section ComputeWorkloadAnalysis --section SourceCounters -f -o "$OUT/$name" \
+      python3 bench/cuda_profile.py $point
+    ncu --import "$OUT/$name.ncu-rep" --print-summary none >>"$OUT/ncu-$name.txt" 2>&1
+    ncu --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass \
+      >"$OUT/$name.sass.csv" 2>>"$OUT/ncu-$name.txt"
+    t 30 "$OUT/stalls-$name.txt" python3 bench/sass_stalls.py "$OUT/$name.sass.csv"
   done
   # L2 traffic and throughput beside the tensor pipe's busy share (a name ncu does not know
   # ends only this run)
   t 150 "$OUT/ncu-l2.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
     --launch-skip 2 --launch-count 1 --metrics lts__t_bytes.sum.per_second,lts__t_bytes.sum,\
-lts__throughput.avg.pct_of_peak_sustained_elapsed,\
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+lts__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
     python3 bench/cuda_profile.py m6144-n4608-k7168
-elif [[ ${KS_PART:-measure} == cuda ]]; then
-  t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
-    tests/test_cuda_seed.py -m gpu
-  t 120 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json" --kernels
-  t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
-    --kernel tasks/fp8_gemm/seeds/cuda_wgmma.py --kernel tasks/fp8_gemm/seeds/triton_fused.py \
-    --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
-  t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
-elif [[ ${KS_PART:-measure} == fused ]]; then
-  t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
-    f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
-  t 150 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
-    --kernel tasks/fp8_gemm/seeds/triton_fused.py --kernel "$SEED" --ks-skip-reference \
-    --ks-baselines all --ks-json "$OUT/suite.json"
-  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
-  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
-  t 360 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 --ks-time-limit 320 \
-    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
-  cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
-  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
 elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
   # the plain loop (it builds the seed, which the harness's worker then finds built), the
   # harness table beside both baselines and the reference, then --evolve 10 from cuda_wgmma and
@@ -102,7 +89,7 @@ elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
   rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
   rm /tmp/ks-evolve/fp8_gemm/seeds/{torch_dequant,hip_mfma,triton_blockscaled}.py
   [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
-  box=$(( 590 - SECONDS ))
+  box=$(( ${KS_END_S:-590} - SECONDS ))  # KS_END_S: the call's end, for a short last call
   t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
     --ks-time-limit $(( box - 40 )) --ks-timeout 300 /tmp/ks-evolve/fp8_gemm \
     --ks-population /tmp/ks-evolve/pop
