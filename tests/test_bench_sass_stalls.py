@@ -30,9 +30,9 @@ def _csv(tmp_path, rows):
 
 def test_shares_by_reason_and_the_instruction_that_waits(tmp_path, capsys):
     path = _csv(tmp_path, [
-        ["0x7f00b0", "  LDG.E.CONSTANT R190, desc[UR28][R180.64]", "10", "10", "0", "10", "0", "10"],
-        ["0x7f00c0", "  FMUL R190, R193, R190", "75", "70", "70", "5", "70", "0"],
-        ["0x7f00d0", "  HGMMA.64x128x16.F32 R24, R88, gdesc[UR4], RZ", "15", "5", "0", "15", "0", "5"],
+        ["0x7f00b0", "  LDG.E.CONSTANT R190, desc[UR28][R180.64]", *"10 10 0 10 0 10".split()],
+        ["0x7f00c0", "  FMUL R190, R193, R190", *"75 70 70 5 70 0".split()],
+        ["0x7f00d0", "  HGMMA.64x128x16.F32 R24, R88, gdesc[UR4], RZ", *"15 5 0 15 0 5".split()],
     ])
     _module().main([str(path), "--top", "2"])
     out = capsys.readouterr().out.splitlines()

@@ -80,7 +80,7 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     builds the same sources with the same flags (so evolving it costs no minute-long build)."""
     built = seed_namespace(monkeypatch, SEED.read_text()).build
     moved = seed_namespace(monkeypatch, rewrite_tunables(
-        SEED.read_text(), {"BLOCK_N": 64, "STAGES": 2, "GROUP_M": 1, "STREAM_K": 2,
+        SEED.read_text(), {"BLOCK_N": 64, "STAGE_DROP": 2, "GROUP_M": 1, "STREAM_K": 2,
                            "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
@@ -91,11 +91,14 @@ def test_shape_rules_and_stages(monkeypatch) -> None:
     # a short K runs whole tiles, a long one cuts the last wave's tiles among the SMs
     assert ns.tunables_for(m=6144, n=7168, k=256)["STREAM_K"] == 0
     assert ns.tunables_for(m=1024, n=512, k=7168)["STREAM_K"] == ns.TUNABLES["STREAM_K"] > 0
-    # a stage is A's fp8 tile (16 kB) and B's fp16 tile (16 or 32 kB); C's tile 16 or 32 kB
-    # beside them in 227 kB a block
-    assert ns.stages_that_fit(128, 5) == 4 and ns.stages_that_fit(64, 5) == 5
-    assert ns.stages_that_fit(64, 7) == 6
-    assert ns.stages_that_fit(128, 3) == 3
+    # a stage is A's fp8 tile (16 kB), B's fp16 tile (16 or 32 kB) and 544 bytes of scales and
+    # barriers; C's tile 16 or 32 kB beside them in 227 kB a block
+    assert [ns.stages_for(128, d) for d in (0, 1, 2)] == [4, 3, 2]
+    assert [ns.stages_for(64, d) for d in (0, 1, 2)] == [6, 5, 4]
+    # every value of every knob is another kernel at either N tile: a move is never a no-op
+    for block_n in ns.TUNABLE_SPACE["BLOCK_N"]:
+        stages = [ns.stages_for(block_n, d) for d in ns.TUNABLE_SPACE["STAGE_DROP"]]
+        assert len(set(stages)) == len(stages), (block_n, stages)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's kernels not built")
