@@ -3,14 +3,17 @@
     python bench/summarize.py --table table.json --population /tmp/pop [--short]
 
 Full output: per benchmark, the medians (us) of the reference, the baselines, each seed and the
-best evolved candidate beside the physical floor, with a geomean row; then one row per column:
-geomean, speedup over the reference, speedups over each baseline (interleaved, same session),
-floor fraction. ``*`` marks times of a baseline that missed the check (verify = "report"). The
-best evolved candidate was timed by the evolve run's own sessions, not beside the others.
-``--short``: the population's seed(s) against its best candidate per shape (both from the
+evolve's best written candidate beside the physical floor, with a geomean row; then one row per
+column: geomean, speedup over the reference, speedups over each baseline (interleaved, same
+session), floor fraction. ``*`` marks times of a baseline that missed the check (verify =
+"report"). The evolved column is the evolve's own best ("best evolved": confirmed faster than
+its seed by ratios timed beside each parent), else its fastest written candidate by geomean
+("fastest evolved ... (not confirmed)"); either was timed by the evolve run's own sessions, not
+beside the others.
+``--short``: the population's seed(s) against that candidate per shape (both from the
 population's records, so measured alike).
 ``--best-source DIR``: copy the best evolved candidate's kernel file into DIR (for a table run
-with ``--kernel``) and print its path; prints nothing when no written candidate beat the seeds.
+with ``--kernel``) and print its path; prints nothing when none was confirmed faster.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+from pytest_kscientist.evolve import findings
 from pytest_kscientist.evolve.population import Member, Population
 from pytest_kscientist.results import CandidateResult, RunResults
 from pytest_kscientist.stats import geomean
@@ -53,9 +57,19 @@ def read_population(path: Path, task: str) -> list[Member]:
     return Population(folder, task).members()
 
 
-def best(members: list[Member]) -> Member | None:
-    passed = [m for m in members if m.geomean_us is not None]
-    return min(passed, key=lambda m: m.geomean_us or 0.0) if passed else None
+def best(members: list[Member]) -> tuple[Member | None, str]:
+    """The evolve's best written candidate and its column label: the descendant confirmed
+    faster than its seed (``findings.best``), else the fastest written one by geomean, labelled
+    as not confirmed (beside its parent it was within the noise, or slower)."""
+    top = findings.best(members)
+    if top is not None and top.meta.origin != "seed" and findings.confirmed(
+            top, {m.id: m for m in members}) is not None:
+        return top, f"best evolved {top.id}"
+    written = [m for m in members if m.geomean_us is not None and m.meta.origin != "seed"]
+    if not written:
+        return None, ""
+    fastest = min(written, key=lambda m: m.geomean_us or 0.0)
+    return fastest, f"fastest evolved {fastest.id} (not confirmed)"
 
 
 def _cell(value: float | None, mark: str = "") -> str:
@@ -92,7 +106,7 @@ def full(run: RunResults | None, members: list[Member]) -> list[str]:
     """The per-benchmark table and the per-column summary."""
     lines: list[str] = []
     cands = sorted(run.candidates, key=lambda c: ORDER[c.role]) if run else []
-    top = best(members)
+    top, evolved = best(members)
     columns = {c.name: _medians(c) for c in cands}
     floors: dict[str, float | None] = {}
     for c in cands:
@@ -100,7 +114,6 @@ def full(run: RunResults | None, members: list[Member]) -> list[str]:
             if case.kind == "bench" and case.floor_us is not None:
                 floors[case.case_id] = case.floor_us
     cases = list(dict.fromkeys(cid for col in columns.values() for cid in col))
-    evolved = f"best evolved {top.id}" if top else ""
     if top and top.evaluation:
         by_shape = {shape(k): v for k, v in top.evaluation.bench_median_us.items()}
         columns[evolved] = {cid: (by_shape.get(shape(cid)), "") for cid in cases}
@@ -159,20 +172,20 @@ def _score_table(run: RunResults | None, cands: list[CandidateResult], names: li
 
 
 def short(members: list[Member]) -> list[str]:
-    """Seed(s) against the best member, per shape, from the population's records."""
-    top = best(members)
+    """Seed(s) against the best written member, per shape, from the population's records."""
+    top, label = best(members)
     seeds = [m for m in members if m.meta.origin == "seed" and m.evaluation is not None]
     if top is None or top.evaluation is None or not seeds:
         return ["(no evaluated seed and passing candidate in the population)"]
     gens = max(m.meta.generation for m in members)
     where = top.evaluation.machine.device_name if top.evaluation.machine else "?"
-    head = [f"{len(members)} candidates over {gens} generation(s) after the seeds; best "
-            f"{top.id} (generation {top.meta.generation}); {where}, profile "
+    head = [f"{len(members)} candidates over {gens} generation(s) after the seeds; {label} "
+            f"(generation {top.meta.generation}); {where}, profile "
             f"{top.evaluation.profile}", ""]
     cols = [*seeds, top] if top not in seeds else seeds
-    names = [f"{m.meta.seed_file or m.id} ({m.id})" if m.meta.origin == "seed" else f"best {m.id}"
+    names = [f"{m.meta.seed_file or m.id} ({m.id})" if m.meta.origin == "seed" else label
              for m in cols]
-    rows = [["shape", *names, f"best vs {names[0]}"]]
+    rows = [["shape", *names, f"{top.id} vs {names[0]}"]]
     ids = list(top.evaluation.bench_median_us)
     first = seeds[0].evaluation
     assert first is not None
@@ -188,14 +201,15 @@ def short(members: list[Member]) -> list[str]:
 
 
 def copy_best(population: Path | None, task: str, out: Path) -> int:
-    """Copy the best written (not seed) candidate's file into ``out``; print where it went."""
+    """Copy the written candidate confirmed faster than its seed (the evolve's best) into
+    ``out``; print where it went."""
     if population is None:
         sys.stderr.write("--best-source needs --population\n")
         return 2
     members = read_population(population, task)
-    top = best(members)
+    top = findings.best(members)
     if top is None or top.meta.origin == "seed":
-        return 0  # nothing evolved beat the seeds: the table's seeds already cover it
+        return 0  # nothing evolved was confirmed faster: the table's seeds already cover it
     folder = population / task if (population / task).is_dir() else population
     source = Population(folder, task).source_path(top.id)
     out.mkdir(parents=True, exist_ok=True)

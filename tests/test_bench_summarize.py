@@ -66,16 +66,22 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     return table, tmp_path / "pop"
 
 
-def _population(root: Path, seed: list[float], evolved: list[float]) -> None:
-    """A seed (source "A = 1") and one written candidate ("A = 2"), with these medians."""
+def _population(root: Path, seed: list[float], evolved: list[float],
+                beside: tuple[float, float, float] | None = (2.0, 1.9, 2.1)) -> None:
+    """A seed (source "A = 1", c0001) and one written child of it ("A = 2", c0002), with these
+    medians; ``beside``: the child's speedup over its parent timed beside it, and its interval
+    (None: not timed beside it)."""
     pop = Population(root / "fp8_gemm", "fp8_gemm")
     for source, origin, gen, medians in (("A = 1", "seed", 0, seed),
                                          ("A = 2", "writer", 1, evolved)):
         added = pop.add(source, generation=gen, origin=origin,  # type: ignore[arg-type]
-                        seed_file="triton_blockscaled.py" if origin == "seed" else "")
+                        seed_file="triton_blockscaled.py" if origin == "seed" else "",
+                        parents=["c0001"] if origin == "writer" else None)
+        speedups = {"c0001": beside[0]} if origin == "writer" and beside else {}
+        intervals = {"c0001": list(beside[1:])} if origin == "writer" and beside else {}
         pop.record(EvaluationRecord(
             id=added.id, evaluated_at="t", status="passed", geomean_us=geomean(medians),
-            profile="full", machine=MACHINE,
+            profile="full", machine=MACHINE, speedups=speedups, speedup_intervals=intervals,
             bench_median_us=dict(zip(CASES, medians, strict=True))))
 
 
@@ -99,7 +105,7 @@ def test_short_table_is_seed_against_best(inputs, capsys) -> None:
     _, pop = inputs
     assert _module().main(["--population", str(pop / "fp8_gemm"), "--short"]) == 0
     out = capsys.readouterr().out
-    assert "best c0002 (generation 1); NVIDIA H200, profile full" in out
+    assert "best evolved c0002 (generation 1); NVIDIA H200, profile full" in out
     assert "| m6144-n4096-k512 | 50.00 | 25.00 | 2.00x |" in out
     assert "| geomean | 70.71 | 35.36 | 2.00x |" in out
 
@@ -114,8 +120,25 @@ def test_best_source_copies_the_best_written_kernel(inputs, tmp_path, capsys) ->
 
 
 def test_best_source_prints_nothing_when_a_seed_is_best(tmp_path, capsys) -> None:
-    _population(tmp_path / "pop", seed=[10.0, 5.0], evolved=[50.0, 25.0])
+    _population(tmp_path / "pop", seed=[10.0, 5.0], evolved=[50.0, 25.0],
+                beside=(0.2, 0.19, 0.21))
     out_dir = tmp_path / "best"
     assert _module().main(["--population", str(tmp_path / "pop"),
                            "--best-source", str(out_dir)]) == 0
+    assert capsys.readouterr().out == "" and not out_dir.exists()
+
+
+def test_a_faster_median_not_confirmed_beside_its_parent_is_labelled_so(tmp_path, capsys) -> None:
+    """The evolve's own verdict: a child whose ratio beside its parent spans 1 is not its best,
+    however its median compares (the H200 run's "best evolved" was its seed re-timed)."""
+    _population(tmp_path / "pop", seed=[100.0, 50.0], evolved=[99.0, 49.5],
+                beside=(1.01, 0.99, 1.03))
+    module = _module()
+    assert module.main(["--population", str(tmp_path / "pop"), "--short"]) == 0
+    out = capsys.readouterr().out
+    assert "fastest evolved c0002 (not confirmed) (generation 1)" in out
+    assert "best evolved" not in out
+    out_dir = tmp_path / "best"
+    assert module.main(["--population", str(tmp_path / "pop"), "--best-source",
+                        str(out_dir)]) == 0
     assert capsys.readouterr().out == "" and not out_dir.exists()
