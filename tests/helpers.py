@@ -3,6 +3,7 @@ only fixtures and hooks)."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -15,6 +16,15 @@ DATA = Path(__file__).parent / "data"
 AXPY = DATA / "axpy"
 CANDIDATES = DATA / "candidates"
 REPO = Path(__file__).parent.parent
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """The module in ``path`` (a script of bench/, a task's file), run once under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_pytest(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, str, Any]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from helpers import REPO
+from helpers import REPO, load_file
 
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)",
           "Warp Stall Sampling (Not-issued Samples)", "stall_long_sb", "stall_wait",
@@ -13,11 +11,7 @@ HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)",
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("sass_stalls", REPO / "bench" / "sass_stalls.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "bench" / "sass_stalls.py", "sass_stalls")
 
 
 def _csv(tmp_path, rows):

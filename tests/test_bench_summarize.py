@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, load_file
 
 from pytest_kscientist.evolve.population import EvaluationRecord, Population
 from pytest_kscientist.results import (
@@ -25,11 +24,7 @@ MACHINE = MachineInfo(hostname="h", platform="p", python="3.12", torch="2.11",
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("summarize", REPO / "bench" / "summarize.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "bench" / "summarize.py", "summarize")
 
 
 def _stats(median: float) -> TimingStats:

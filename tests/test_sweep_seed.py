@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers import load_file
 
 from pytest_kscientist.evolve.compose import dispatch
 from pytest_kscientist.evolve.knobs import read_by_shape, read_tunables
@@ -15,10 +15,7 @@ SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sweep_seed", ROOT / "bench" / "sweep_seed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "bench" / "sweep_seed.py", "sweep_seed")
 
 
 def _sweep(script, defaults, times_by_point):
