@@ -75,6 +75,26 @@ elif [[ ${KS_PART:-measure} == profile ]]; then
     --launch-skip 2 --launch-count 1 --metrics lts__t_bytes.sum.per_second,lts__t_bytes.sum,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
     python3 bench/cuda_profile.py m6144-n4608-k7168
+elif [[ ${KS_PART:-measure} == cuda ]]; then
+  t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
+    tests/test_cuda_seed.py -m gpu
+  t 120 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json" --kernels
+  t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel tasks/fp8_gemm/seeds/cuda_wgmma.py --kernel tasks/fp8_gemm/seeds/triton_fused.py \
+    --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
+  t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
+elif [[ ${KS_PART:-measure} == fused ]]; then
+  t 90 "$OUT/sweep.log" python3 bench/fused_sweep.py "$OUT/sweep.json" --points seed \
+    f8_tma_one_64x128x128_w4s4 f16_tma_one_128x128x128_w8s3
+  t 150 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
+    --kernel tasks/fp8_gemm/seeds/triton_fused.py --kernel "$SEED" --ks-skip-reference \
+    --ks-baselines all --ks-json "$OUT/suite.json"
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
+  t 360 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 --ks-time-limit 320 \
+    /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
+  cp /tmp/ks-evolve/pop/fp8_gemm/findings.md "$OUT/findings.md" 2>/dev/null
+  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
 elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
   # the plain loop (it builds the seed, which the harness's worker then finds built), the
   # harness table beside both baselines and the reference, then --evolve 10 from cuda_wgmma and
