@@ -6,8 +6,8 @@
 #     per-shape table (bench/summarize.py)
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
-#   KS_PART=evolve10: --evolve 10 from both Triton seeds (boxed, resumable from a carried
-#     .pop/pop.tgz), the population's table; KS_HOST=1: then bench/host_time.py in what is
+#   KS_PART=evolve10: --evolve 10 from both Triton seeds and the CUDA seed (boxed, resumable
+#     from a carried .pop/pop.tgz), the population's table; KS_HOST=1: then bench/host_time.py in what is
 #     left of 590 s; KS_THEN_TESTS=1: then the gpu-marked tests
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
@@ -43,6 +43,22 @@ t() {  # t SECONDS LOG COMMAND...: time-boxed, wall time appended to the log
   timeout -s INT -k 10 "$secs" "$@" >>"$log" 2>&1
   rc=$?
   echo "exit $rc wall $(( SECONDS - t0 )) s: $*" | tee -a "$log" "$OUT/steps.log"
+}
+evolve10() {  # evolve10 BOX SEED...: --evolve 10 from these seeds of a copy of the task in BOX s,
+  # resumed from .pop/pop.tgz when the call carries one (the last call's $OUT/pop.tgz); the
+  # population's table, and the population as $OUT/pop.tgz
+  local box=$1 seed
+  shift
+  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
+  for seed in /tmp/ks-evolve/fp8_gemm/seeds/*.py; do
+    [[ " $* " == *" $(basename "$seed" .py) "* ]] || rm "$seed"
+  done
+  [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
+  t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
+    --ks-time-limit $(( box - 45 )) --ks-timeout 300 /tmp/ks-evolve/fp8_gemm \
+    --ks-population /tmp/ks-evolve/pop
+  t 30 "$OUT/summary.md" python3 bench/summarize.py --population /tmp/ks-evolve/pop/fp8_gemm
+  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv >"$OUT/steps.log"
 if [[ ${KS_PART:-measure} == sweep ]]; then
@@ -106,26 +122,11 @@ elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
       --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
     t 15 "$OUT/table.md" python3 bench/summarize.py --table "$OUT/suite.json"
   fi
-  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
-  rm /tmp/ks-evolve/fp8_gemm/seeds/{torch_dequant,hip_mfma,triton_blockscaled}.py
-  [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
-  box=$(( ${KS_END_S:-590} - SECONDS ))  # KS_END_S: the call's end, for a short last call
-  t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
-    --ks-time-limit $(( box - 40 )) --ks-timeout 300 /tmp/ks-evolve/fp8_gemm \
-    --ks-population /tmp/ks-evolve/pop
-  t 20 "$OUT/summary.md" python3 bench/summarize.py --population /tmp/ks-evolve/pop/fp8_gemm
-  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+  # KS_END_S: the call's end (default 590 s), for a short last call
+  evolve10 $(( ${KS_END_S:-590} - SECONDS - 30 )) cuda_wgmma triton_fused
 elif [[ ${KS_PART:-measure} == evolve10 ]]; then
-  # resumed from .pop/pop.tgz when the call carries one (the last call's $OUT/pop.tgz);
   # KS_EVOLVE_S boxes it (default 540 s)
-  rm -rf /tmp/ks-evolve && mkdir -p /tmp/ks-evolve/pop && cp -r tasks/fp8_gemm /tmp/ks-evolve/
-  rm /tmp/ks-evolve/fp8_gemm/seeds/torch_dequant.py /tmp/ks-evolve/fp8_gemm/seeds/hip_mfma.py
-  [[ -f .pop/pop.tgz ]] && tar -C /tmp/ks-evolve/pop -xzf .pop/pop.tgz
-  box=${KS_EVOLVE_S:-540}
-  t "$box" "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 10 \
-    --ks-time-limit $(( box - 45 )) /tmp/ks-evolve/fp8_gemm --ks-population /tmp/ks-evolve/pop
-  t 30 "$OUT/summary.md" python3 bench/summarize.py --population /tmp/ks-evolve/pop/fp8_gemm
-  tar -C /tmp/ks-evolve/pop -czf "$OUT/pop.tgz" --exclude '*.png' . 2>/dev/null
+  evolve10 "${KS_EVOLVE_S:-540}" cuda_wgmma triton_fused triton_blockscaled
   if [[ ${KS_HOST:-0} == 1 ]] && (( SECONDS < 560 )); then  # in what is left of 590 s
     t $(( 590 - SECONDS )) "$OUT/host.md" python3 bench/host_time.py --reps 20
   fi
