@@ -7,8 +7,8 @@
 #   KS_PART=fused: the two Triton seeds' best points outside the harness (bench/fused_sweep.py),
 #     both seeds in the harness beside both baselines, --evolve 10 from both (320 s limit)
 #   KS_PART=evolve10: --evolve 10 from both Triton seeds and the CUDA seed (boxed, resumable
-#     from a carried .pop/pop.tgz), the population's table; KS_HOST=1: then bench/host_time.py in what is
-#     left of 590 s; KS_THEN_TESTS=1: then the gpu-marked tests
+#     from a carried .pop/pop.tgz), the population's table; KS_HOST=1: then
+#     bench/host_time.py in what is left of 590 s; KS_THEN_TESTS=1: then the gpu-marked tests
 #   KS_PART=check: the gpu-marked tests (the GPU corpus too), then the fidelity table
 #   KS_PART=anchors: fidelity against the plain loop (twice), do_bench and CUPTI kernel time
 #     (bench/fidelity.py), one candidate's suite beside both baselines (wall, --durations),
@@ -85,8 +85,7 @@ elif [[ ${KS_PART:-measure} == profile ]]; then
       >"$OUT/$name.sass.csv" 2>>"$OUT/ncu-$name.txt"
     t 30 "$OUT/stalls-$name.txt" python3 bench/sass_stalls.py "$OUT/$name.sass.csv"
   done
-  # L2 traffic and throughput beside the tensor pipe's busy share (a name ncu does not know
-  # ends only this run)
+  # L2 bytes and throughput, a run of their own (a metric name ncu does not know ends only it)
   t 150 "$OUT/ncu-l2.txt" ncu --clock-control none --kernel-name regex:gemm_kernel \
     --launch-skip 2 --launch-count 1 --metrics lts__t_bytes.sum.per_second,lts__t_bytes.sum,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \

@@ -182,7 +182,7 @@ def short(members: list[Member]) -> list[str]:
     head = [f"{len(members)} candidates over {gens} generation(s) after the seeds; {label} "
             f"(generation {top.meta.generation}); {where}, profile "
             f"{top.evaluation.profile}", ""]
-    cols = [*seeds, top] if top not in seeds else seeds
+    cols = [*seeds, top]  # top is a written candidate (best() returns no seed)
     names = [f"{m.meta.seed_file or m.id} ({m.id})" if m.meta.origin == "seed" else label
              for m in cols]
     rows = [["shape", *names, f"{top.id} vs {names[0]}"]]
@@ -201,8 +201,8 @@ def short(members: list[Member]) -> list[str]:
 
 
 def copy_best(population: Path | None, task: str, out: Path) -> int:
-    """Copy the written candidate confirmed faster than its seed (the evolve's best) into
-    ``out``; print where it went."""
+    """Copy the evolve's best into ``out`` when it is a written candidate (confirmed faster than
+    its seed, or the fastest where no seed passed); print where it went."""
     if population is None:
         sys.stderr.write("--best-source needs --population\n")
         return 2
