@@ -115,7 +115,8 @@ elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
   # harness table beside both baselines and the reference, then --evolve 10 from cuda_wgmma and
   # triton_fused in what is left of 590 s (resumed from a carried .pop/pop.tgz)
   if [[ ! -f .pop/pop.tgz ]]; then
-    t 150 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json"
+    # KS_EXTRA: a seed file timed beside it in the plain loop (another load_inline name)
+    t 150 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json" ${KS_EXTRA:+--extra "$KS_EXTRA"}
     t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
       --kernel tasks/fp8_gemm/seeds/cuda_wgmma.py --kernel tasks/fp8_gemm/seeds/triton_fused.py \
       --ks-baselines all --ks-timeout 300 --ks-json "$OUT/suite.json"
