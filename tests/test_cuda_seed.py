@@ -5,10 +5,8 @@ spills and no wgmma serialisation (ptxas remarks C7513, C7514, C7520...: the MMA
 one at a time, a slow kernel that still passes every check). Without a GPU: its knobs parse,
 its declaration makes the harness skip it, one build serves every knob, its shape rules and the
 stages that fit do what they say, the upcast's byte transpose transposes (on a model of
-__byte_perm), INLINE_B's converters lay B out as the fp16 TMA would, their 16-byte loads and
-stores free of bank conflicts (the seed's index expressions, evaluated). On an sm_90 GPU: it
-passes the task's checks through the harness at every schedule (stream-K fixups included), B
-upcast first or converted in the GEMM.
+__byte_perm). On an sm_90 GPU: it passes the task's checks through the harness at every
+schedule (stream-K fixups included).
 """
 
 from __future__ import annotations
@@ -83,8 +81,7 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     built = seed_namespace(monkeypatch, SEED.read_text()).build
     moved = seed_namespace(monkeypatch, rewrite_tunables(
         SEED.read_text(), {"BLOCK_N": 64, "STAGE_DROP": 2, "GROUP_M": 1, "STREAM_K": 2,
-                           "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0,
-                           "INLINE_B": 1})).build
+                           "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
@@ -94,79 +91,14 @@ def test_shape_rules_and_stages(monkeypatch) -> None:
     # a short K runs whole tiles, a long one cuts the last wave's tiles among the SMs
     assert ns.tunables_for(m=6144, n=7168, k=256)["STREAM_K"] == 0
     assert ns.tunables_for(m=1024, n=512, k=7168)["STREAM_K"] == ns.TUNABLES["STREAM_K"] > 0
-    # a stage is A's fp8 tile (16 kB), B's fp16 tile (16 or 32 kB), INLINE_B B's fp8 tile (8 or
-    # 16 kB) and 552 bytes of scales and barriers; C's tile 16 or 32 kB beside them in 227 kB
+    # a stage is A's fp8 tile (16 kB), B's fp16 tile (16 or 32 kB) and 544 bytes of scales and
+    # barriers; C's tile 16 or 32 kB beside them in 227 kB a block
     assert [ns.stages_for(128, d) for d in (0, 1, 2)] == [4, 3, 2]
     assert [ns.stages_for(64, d) for d in (0, 1, 2)] == [6, 5, 4]
-    assert [ns.stages_for(128, d, 1) for d in (0, 1, 2)] == [3, 2, 1]
-    assert [ns.stages_for(64, d, 1) for d in (0, 1, 2)] == [5, 4, 3]
     # every value of every knob is another kernel at either N tile: a move is never a no-op
     for block_n in ns.TUNABLE_SPACE["BLOCK_N"]:
-        for inline_b in ns.TUNABLE_SPACE["INLINE_B"]:
-            stages = [ns.stages_for(block_n, d, inline_b) for d in ns.TUNABLE_SPACE["STAGE_DROP"]]
-            assert len(set(stages)) == len(stages), (block_n, inline_b, stages)
-
-
-def converter_expressions() -> dict[str, str]:
-    """convert_b's index expressions, as the seed writes them (C's integer / made Python's)."""
-    body = SEED.read_text().split("void convert_b(", 1)[1].split("\n}\n", 1)[0]
-    kg, g = re.search(r"const int kg = (.+?), g = (.+?);", body).groups()
-    load128, load64 = re.search(r"raw \+ \(BN == 128 \? (.+?) : (.+?)\)\);", body,
-                                re.S).groups()
-    half = re.search(r"half = b16 \+ (.+?);", body).group(1)
-    store = re.search(r"reinterpret_cast<uint4\*>\(half \+ (.+?)\) =", body).group(1)
-    exprs = {"kg": kg, "g": g, "load128": load128, "load64": load64, "half": half,
-             "store": store, "kc": re.search(r"const int kc = (.+?);", body).group(1),
-             "l": "task & 7", "u": "task >> 3"}
-    assert re.search(r"const int l = task & 7, u = task >> 3;", body), body
-    return {name: " ".join(e.split()).replace(" / ", " // ") for name, e in exprs.items()}
-
-
-@pytest.mark.parametrize("block_n", [64, 128])
-def test_inline_b_converters_write_the_fp16_tma_layout_without_bank_conflicts(
-        block_n: int) -> None:
-    """INLINE_B: the 8 x 16-byte loads and 16 x 16-byte stores of each 16 n x 8 k task, with
-    the seed's expressions, on a tile whose bytes name their place: every byte of B's fp8 tile
-    (TMA's 128-byte swizzle at BLOCK_N 128: chunk c of row k at c ^ (k % 8)) ends where the fp16
-    TMA puts element (n, k); the 8 tasks of a quarter warp load and store 8 distinct 16-byte
-    bank groups (at BLOCK_N 64, 4 n groups: loads 2-way)."""
-    ex = converter_expressions()
-    raw: dict[int, tuple[int, int]] = {}  # shared-memory byte -> the (n, k) it holds
-    for k in range(128):
-        for n in range(block_n):
-            off = (k * 128 + (((n // 16) ^ (k % 8)) << 4) + n % 16 if block_n == 128
-                   else k * 64 + n)
-            raw[off] = (n, k)
-    placed: dict[int, tuple[int, int]] = {}  # fp16 stage element offset -> (n, k)
-    tasks = block_n // 16 * 16
-    for phase in range(0, tasks, 8):
-        loads: dict[int, set[int]] = {i: set() for i in range(8)}
-        stores: dict[tuple[int, int], set[int]] = {}
-        for task in range(phase, phase + 8):
-            env = {"task": task, "BN": block_n, "G": block_n // 16}
-            for name in ("l", "u", "kg", "g", "kc"):
-                env[name] = eval(ex[name], {}, env)
-            half = eval(ex["half"], {}, env)
-            x = []
-            for i in range(8):
-                env.update(i=i, k=env["kg"] * 8 + i)
-                off = eval(ex["load128" if block_n == 128 else "load64"], {}, env)
-                loads[i].add(off // 16 % 8)
-                x.append([raw[off + b] for b in range(16)])
-            for q in range(4):
-                for j in range(4):
-                    env["r"] = r = env["g"] * 16 + 4 * q + j
-                    off = half + eval(ex["store"], {}, env)
-                    stores.setdefault((q, j), set()).add(off // 16 % 8)
-                    for i in range(8):  # the transpose: column 4q + j's k rows 0-7, as fp16
-                        assert (off + 2 * i) not in placed
-                        placed[off + 2 * i] = x[i][4 * q + j]
-                        assert x[i][4 * q + j][0] == r
-        assert all(len(banks) == 8 for banks in stores.values()), stores
-        assert all(len(banks) == (8 if block_n == 128 else 4) for banks in loads.values())
-    expected = {(k // 64) * block_n * 128 + n * 128 + ((((k % 64) // 8) ^ (n % 8)) << 4)
-                + (k % 8) * 2: (n, k) for n in range(block_n) for k in range(128)}
-    assert placed == expected
+        stages = [ns.stages_for(block_n, d) for d in ns.TUNABLE_SPACE["STAGE_DROP"]]
+        assert len(set(stages)) == len(stages), (block_n, stages)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's kernels not built")
@@ -198,13 +130,11 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
-    sum partials across CTAs), at both N tiles, B upcast first or converted in the GEMM
-    (INLINE_B); one build serves them all."""
+    sum partials across CTAs), at both N tiles; one build serves them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
     points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0, "OVERLAP": 0},
-              "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64, "INLINE_B": 1},
-              "cuda_sk2": {"STREAM_K": 2},
-              "cuda_inline": {"INLINE_B": 1}}
+              "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
+              "cuda_sk2": {"STREAM_K": 2}}
     kernels = []
     for name, knobs in points.items():
         path = tmp_path / f"{name}.py"

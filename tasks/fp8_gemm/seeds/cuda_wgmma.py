@@ -15,11 +15,7 @@ MMAs (named barriers 3 and 4), so that one converts and scales while the other's
 rounded once to bf16 and, TMA_STORE, written through shared memory by TMA stores that the next
 tile does not wait for (else straight from registers). OVERLAP launches the GEMM as a
 programmatic dependent of the upcast: its CTAs start (barriers, setup) as the upcast's last
-blocks drain and wait for the upcast to have finished before any load. INLINE_B skips B's
-upcast pass (that launch then only writes the scales and zeroes the counters): TMA loads B's fp8
-tile from the task's layout into a stage of its own, and the producer warpgroup's three idle
-warps convert it into the stage's fp16 tile before the consumers are let in (one stage fewer
-fits: a stage carries both forms of B).
+blocks drain and wait for the upcast to have finished before any load.
 
 Every knob is read at each call (both N tiles are built), so shape rules cost no build.
 PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
@@ -44,7 +40,6 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "PINGPONG": 1,
     "TMA_STORE": 1,
     "OVERLAP": 1,
-    "INLINE_B": 0,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -55,7 +50,6 @@ TUNABLE_SPACE = {
     "PINGPONG": [0, 1],
     "TMA_STORE": [0, 1],
     "OVERLAP": [0, 1],
-    "INLINE_B": [0, 1],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -80,14 +74,12 @@ BLOCK_M, BLOCK_K = 128, 128
 SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory a block
 
 
-def stages_for(block_n: int, drop: int, inline_b: int = 0) -> int:
-    """As many stages as fit beside C's tile, less STAGE_DROP (at least 1): relative to what
-    fits, each value is another kernel, so no move of it is a no-op. A stage: A's fp8 tile, B's
-    fp16 tile (and, INLINE_B, B's fp8 tile), the step's scales, three barriers."""
-    b_bytes = (2 + (1 if inline_b else 0)) * block_n
-    stage_bytes = (BLOCK_M + b_bytes) * BLOCK_K + BLOCK_M * 4 + 16 + 24
+def stages_for(block_n: int, drop: int) -> int:
+    """As many stages as fit beside C's tile, less STAGE_DROP (at least 2): relative to what
+    fits, each value is another kernel, so no move of it is a no-op."""
+    stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K + BLOCK_M * 4 + 16 + 16
     room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2
-    return max(1, room // stage_bytes - drop)
+    return max(2, room // stage_bytes - drop)
 
 
 def _wgmma(block_n: int) -> str:
@@ -118,7 +110,7 @@ CPP_WRAPPER = """
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store, int64_t overlap, int64_t inline_b);
+                       int64_t tma_store, int64_t overlap);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -135,7 +127,6 @@ constexpr int BM = 128, BK = 128, HK = 64;        // HK: K of one 128-byte swizz
 constexpr int A_BYTES = BM * BK;                  // A's fp8 tile: 128 k rows of 128 m bytes
 constexpr int THREADS = 384;                      // producer + two consumer warpgroups
 constexpr int SCALE_BYTES = BM * 4 + 16;          // a K step's scales: A's 128 rows, B's block
-constexpr int CONVERTERS = 3;                     // INLINE_B: the producer warpgroup's warps 1-3
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -232,46 +223,6 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
     const uint32_t t2 = __byte_perm(r[2], r[3], 0x5140), t3 = __byte_perm(r[2], r[3], 0x7362);
     out[0] = __byte_perm(t0, t2, 0x5410), out[1] = __byte_perm(t0, t2, 0x7632);
     out[2] = __byte_perm(t1, t3, 0x5410), out[3] = __byte_perm(t1, t3, 0x7632);
-}
-
-// INLINE_B: B's fp8 tile as TMA loaded it from the task's layout (128 k rows of BN n bytes:
-// 128-byte rows swizzled at BN 128, 64-byte rows unswizzled at 64) -> the stage's two fp16
-// K-major halves, laid out as the fp16 TMA would have left them (row n 128 bytes, 16-byte
-// chunk c at c ^ (n % 8)). A task is 16 n x 8 k, transposed as the upcast does; the 8 tasks of
-// a quarter warp take 8 k groups of one half and 8 (at BN 64: 4) n groups, so that neither their
-// 16-byte loads nor their 16-byte stores meet in a bank.
-template <int BN>
-__device__ __forceinline__ void convert_b(const uint8_t* raw, uint8_t* b16, int ct) {
-    constexpr int G = BN / 16, TASKS = G * 16;
-    for (int task = ct; task < TASKS; task += CONVERTERS * 32) {
-        const int l = task & 7, u = task >> 3;
-        const int kg = 8 * (u & 1) + l, g = ((u >> 1) + l) % G;
-        uint32_t x[8][4];  // x[i]: k row 8 kg + i, n 16 g .. 16 g + 15
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int k = kg * 8 + i;
-            const uint4 v = *reinterpret_cast<const uint4*>(
-                raw + (BN == 128 ? k * 128 + ((g ^ i) << 4) : k * 64 + (g << 4)));
-            x[i][0] = v.x, x[i][1] = v.y, x[i][2] = v.z, x[i][3] = v.w;
-        }
-        uint8_t* const half = b16 + (kg / 8) * (BN * 128);
-        const int kc = kg % 8;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const uint32_t rows_lo[4] = {x[0][q], x[1][q], x[2][q], x[3][q]};
-            const uint32_t rows_hi[4] = {x[4][q], x[5][q], x[6][q], x[7][q]};
-            uint32_t lo[4], hi[4];  // column j's k rows 0-3 and 4-7
-            transpose4x4(rows_lo, lo);
-            transpose4x4(rows_hi, hi);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int r = g * 16 + 4 * q + j;
-                const uint2 a = f16x4_of(lo[j]), b = f16x4_of(hi[j]);
-                *reinterpret_cast<uint4*>(half + r * 128 + ((kc ^ (r & 7)) << 4)) =
-                    make_uint4(a.x, a.y, b.x, b.y);
-            }
-        }
-    }
 }
 
 // fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k, transposed in
@@ -458,27 +409,23 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
         const float4* __restrict__ bsq, int nb, __nv_bfloat16* __restrict__ c,
         float4* __restrict__ ws, int* __restrict__ counts, const Sched sched, int stages,
-        int pingpong, int tma_c, long ldc, int pairs_ok, int inline_b) {
+        int pingpong, int tma_c, long ldc, int pairs_ok) {
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
-    constexpr int RAW_BYTES = BN * BK;             // INLINE_B: B's fp8 tile, after the halves
-    const int stage_bytes = A_BYTES + 2 * B_HALF + (inline_b ? RAW_BYTES : 0);
+    constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
     // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), each
     // consumer's C tile (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* c_tiles = smem + stages * stage_bytes;
+    uint8_t* c_tiles = smem + stages * STAGE_BYTES;
     uint8_t* scales = c_tiles + 2 * 64 * BN * 2;
     uint64_t* full = reinterpret_cast<uint64_t*>(scales + stages * SCALE_BYTES);
     uint64_t* empty = full + stages;
-    uint64_t* raw_full = empty + stages;  // INLINE_B: B's fp8 tile has landed
-    int* last = reinterpret_cast<int*>(raw_full + stages);  // the fixup's verdict, per half
+    int* last = reinterpret_cast<int*>(empty + stages);  // the fixup's verdict, per half
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the swizzled tiles would be misread
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; ++s) {
-            // INLINE_B: the producer's arrival and each converter warp's
-            bar_init(&full[s], inline_b ? 1 + CONVERTERS : 1);
+            bar_init(&full[s], 1);
             bar_init(&empty[s], 8);  // one arrival per consumer warp
-            bar_init(&raw_full[s], 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -492,51 +439,32 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     int s = 0;
     uint32_t phase = 0;
     if (wg == 0) {  // producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 64;");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == 0) {
             while (walk.next(sched, g)) {
                 int m0, n0;
                 tile_origin<BN>(sched, g.tile, m0, n0);
                 for (int kb = g.kb0; kb < g.kb1; ++kb) {
                     bar_wait(&empty[s], phase ^ 1);
-                    uint8_t* st = smem + s * stage_bytes;
+                    uint8_t* st = smem + s * STAGE_BYTES;
                     // A's scales of the tile's rows (whole 16-byte lines: `as` rows are
                     // readable up to m rounded up to 4)
                     const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;
-                    bar_expect(&full[s], A_BYTES + (inline_b ? 0 : 2 * B_HALF) + a_bytes + 16);
+                    bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);
                     tma_load(st, &map_a, &full[s], m0, kb * BK);
-                    if (inline_b) {  // B's fp8 tile, for the converters (map_b: fp8 [k][n])
-                        bar_expect(&raw_full[s], RAW_BYTES);
-                        tma_load(st + A_BYTES + 2 * B_HALF, &map_b, &raw_full[s], n0, kb * BK);
-                    } else {
-                        for (int h = 0; h < 2; ++h)
-                            tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s],
-                                     kb * BK + h * HK, n0);
-                    }
+                    for (int h = 0; h < 2; ++h)
+                        tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
+                                 n0);
                     bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);
                     bulk_load(scales + stages * BM * 4 + s * 16, bsq + (long)kb * nb + n0 / 128,
                               16, &full[s]);
                     if (++s == stages) s = 0, phase ^= 1;
                 }
             }
-        } else if (inline_b && threadIdx.x >= 32) {  // converters: each stage's B to fp16
-            const int ct = threadIdx.x - 32;
-            while (walk.next(sched, g)) {
-                for (int kb = g.kb0; kb < g.kb1; ++kb) {
-                    uint8_t* st = smem + s * stage_bytes;
-                    bar_wait(&raw_full[s], phase);  // issued once the stage was given back
-                    convert_b<BN>(st + A_BYTES + 2 * B_HALF, st + A_BYTES, ct);
-                    // the writes, seen by the consumers' wgmma (async proxy)
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    __syncwarp();
-                    if (ct % 32 == 0) bar_arrive(&full[s]);
-                    if (++s == stages) s = 0, phase ^= 1;
-                }
-            }
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int chunk = half * 4 + warp;  // the warp's 16 m bytes in each 128-byte k row
     const int m = sched.m, n = sched.n;
@@ -554,7 +482,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
         for (int kb = g.kb0; kb < g.kb1; ++kb) {
-            const uint8_t* st = smem + s * stage_bytes;
+            const uint8_t* st = smem + s * STAGE_BYTES;
             bar_wait(&full[s], phase);
             // the step's scales came with its tiles (read before the stage is given back)
             const float* sc = reinterpret_cast<const float*>(scales + s * BM * 4);
@@ -646,8 +574,7 @@ HOST_SRC = r"""
 #include <c10/cuda/CUDAGuard.h>
 
 static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, int outer,
-                              long row_bytes, int box_inner, int box_outer,
-                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+                              long row_bytes, int box_inner, int box_outer) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (encode == nullptr) {
         cudaDriverEntryPointQueryResult found;
@@ -663,7 +590,7 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, i
     cuuint64_t strides[1] = {(cuuint64_t)row_bytes};
     cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer}, unit[2] = {1, 1};
     CUresult r = encode(&map, type, 2, base, dims, strides,
-                        box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                        box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     TORCH_CHECK(r == CUDA_SUCCESS, "cuda_wgmma: cuTensorMapEncodeTiled failed with ", (int)r,
                 " for a [", outer, ", ", inner, "] operand");
@@ -671,20 +598,18 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, i
 }
 
 // B (fp8 [n, k], the task's column-major layout) -> fp16 [n, kp], K-major; the same launch
-// zeroes the stream-K counters and writes B's scales into `bsq` (upcast_kernel). `convert`
-// false (INLINE_B: the GEMM converts B): one block, which only does the latter.
+// zeroes the stream-K counters and writes B's scales into `bsq` (upcast_kernel).
 static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros, torch::Tensor bs,
-                            torch::Tensor bsq, bool convert) {
+                            torch::Tensor bsq) {
     const int n = b.size(0), k = b.size(1), kp = (k + BK - 1) / BK * BK;
-    auto b16 = torch::empty({convert ? n : 0, kp}, b.options().dtype(at::kHalf));
+    auto b16 = torch::empty({n, kp}, b.options().dtype(at::kHalf));
     const bool vec = b.stride(0) == 1 && b.stride(1) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
     auto kernel = vec ? upcast_kernel<true> : upcast_kernel<false>;
-    const dim3 grid = convert ? dim3(kp / BK, (n + 255) / 256) : dim3(1, 1);
-    kernel<<<grid, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+    kernel<<<dim3(kp / BK, (n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         reinterpret_cast<const uint8_t*>(b.data_ptr()), reinterpret_cast<__half*>(b16.data_ptr()),
-        convert ? n : 0, k, kp, b.stride(0), b.stride(1), zero, zeros, bs.data_ptr<float>(),
-        bs.stride(0), bs.stride(1), (int)bs.size(0), (int)bs.size(1),
+        n, k, kp, b.stride(0), b.stride(1), zero, zeros, bs.data_ptr<float>(), bs.stride(0),
+        bs.stride(1), (int)bs.size(0), (int)bs.size(1),
         reinterpret_cast<float4*>(bsq.data_ptr<float>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return b16;
@@ -694,10 +619,8 @@ template <int BN>
 static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
                    const float* as, long lds, const float* bsq, int nb, torch::Tensor c,
                    float* ws, int* counts, const Sched& s, int grid, int stages, int pingpong,
-                   int tma_c, int overlap, int inline_b, cudaStream_t stream) {
-    // a stage: A's fp8 tile, B's fp16 tile (and fp8 tile, INLINE_B), the scales, 3 barriers
-    const int smem = stages * (A_BYTES + 4 * BN * HK + (inline_b ? BN * BK : 0) + SCALE_BYTES +
-                               24) + 256 * BN + 16;
+                   int tma_c, int overlap, cudaStream_t stream) {
+    const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + 256 * BN + 16;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
@@ -720,7 +643,7 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
         &config, gemm_kernel<BN>, map_a, map_b, map_c, as, lds,
         reinterpret_cast<const float4*>(bsq), nb, reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
         reinterpret_cast<float4*>(ws), counts, s, stages, pingpong, tma_c, (long)c.stride(0),
-        pairs_ok, inline_b));
+        pairs_ok));
 }
 
 // C = (A * a_scale) @ (B * b_scale)^T into c: B's upcast, then the GEMM. The stream-K slots
@@ -728,7 +651,7 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store, int64_t overlap, int64_t inline_b) {
+                       int64_t tma_store, int64_t overlap) {
     TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
                 "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
     TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
@@ -773,8 +696,7 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     int* const counts_p = sk_tiles > 0 ? counts.data_ptr<int>() : nullptr;
     // B's scales, a 16-byte slot each (the upcast writes them)
     const torch::Tensor bsq = torch::empty({(long)steps * bs.size(0) * 4}, bs.options());
-    const torch::Tensor b16 = upcast(b, counts_p, sk_tiles > 0 ? 2 * tiles : 0, bs, bsq,
-                                     inline_b == 0);
+    const torch::Tensor b16 = upcast(b, counts_p, sk_tiles > 0 ? 2 * tiles : 0, bs, bsq);
     // A's scales, a step's rows in whole 16-byte lines: the task's a_scale, else a copy.
     torch::Tensor as_ = as;
     long lds = as.stride(1);
@@ -784,26 +706,17 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
         as_ = torch::zeros({steps, lds}, as.options());
         as_.narrow(1, 0, m).copy_(as.t());
     }
-    // TMA reads A (and B, INLINE_B) in the task's layout, [k][m] rows, when those are 16-byte
-    // aligned, else a copy.
-    const auto k_rows = [k](const torch::Tensor& x) {
-        if (x.stride(0) == 1 && x.stride(1) % 16 == 0 &&
-                reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0)
-            return x.t();
-        torch::Tensor copy = torch::zeros({k, (x.size(0) + 15) / 16 * 16}, x.options());
-        copy.narrow(1, 0, x.size(0)).copy_(x.t());
-        return copy;
-    };
-    const torch::Tensor at_ = k_rows(a), bt_ = inline_b ? k_rows(b) : torch::Tensor();
+    // TMA reads A in the task's layout ([k][m]) when its rows are 16-byte aligned, else a copy.
+    torch::Tensor at_ = a.t();
+    if (a.stride(0) != 1 || a.stride(1) % 16 != 0 ||
+            reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) {
+        at_ = torch::zeros({k, (m + 15) / 16 * 16}, a.options());
+        at_.narrow(1, 0, m).copy_(a.t());
+    }
     const CUtensorMap map_a = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, at_.data_ptr(), m, k,
                                          at_.stride(0), BM, BK);
-    // B: its fp8 [k][n] tile (128-byte rows swizzled, 64-byte rows plain), else the fp16 copy
-    const CUtensorMap map_b = inline_b
-        ? tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, bt_.data_ptr(), n, k, bt_.stride(0),
-                     block_n, BK, block_n == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                                 : CU_TENSOR_MAP_SWIZZLE_NONE)
-        : tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(), b16.size(1), n,
-                     b16.size(1) * 2L, HK, block_n);
+    const CUtensorMap map_b = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, b16.data_ptr(),
+                                         b16.size(1), n, b16.size(1) * 2L, HK, block_n);
     // C through TMA where its rows are whole 16-byte lines (else direct stores)
     const bool tma_c = tma_store && c.stride(0) % 8 == 0 &&
                        reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0;
@@ -813,14 +726,13 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     const auto run = block_n == 64 ? launch<64> : launch<128>;
     run(map_a, map_b, map_c, as_.data_ptr<float>(), lds, bsq.data_ptr<float>(),
         (int)bs.size(0), c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p, s, grid,
-        stages, pingpong, tma_c, overlap != 0, inline_b != 0,
-        c10::cuda::getCurrentCUDAStream());
+        stages, pingpong, tma_c, overlap != 0, c10::cuda::getCurrentCUDAStream());
     return c;
 }
 """
 
 module = load_inline(
-    name="ks_cuda_wgmma_v5",
+    name="ks_cuda_wgmma_v4",
     cpp_sources=[CPP_WRAPPER],
     cuda_sources=[kernel_source() + HOST_SRC],
     functions=["fp8_gemm"],
@@ -833,8 +745,8 @@ def custom_kernel(data):
     a, b, a_scale, b_scale, c = data
     (m, k), n = a.shape, b.shape[0]
     knobs = tunables_for(m=m, n=n, k=k)
-    block_n, inline_b = knobs["BLOCK_N"], knobs["INLINE_B"]
+    block_n = knobs["BLOCK_N"]
     return module.fp8_gemm(a, b, a_scale, b_scale, c, block_n,
-                           stages_for(block_n, knobs["STAGE_DROP"], inline_b), knobs["GROUP_M"],
+                           stages_for(block_n, knobs["STAGE_DROP"]), knobs["GROUP_M"],
                            knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
-                           knobs["TMA_STORE"], knobs["OVERLAP"], inline_b)
+                           knobs["TMA_STORE"], knobs["OVERLAP"])
