@@ -24,6 +24,8 @@
 #   KS_PART=profile: ncu on the CUDA seed's GEMM launch at a short-K and a long-K shape (speed of
 #     light, warp states, scheduler, memory and compute workload sections, stall samples by
 #     SASS instruction through bench/sass_stalls.py, L2 bytes), text reports
+#   KS_PART=timeline: where the CUDA seed's consumers spend their cycles, per bucket of a K step
+#     and per tile (bench/cuda_timeline.py: a clock-stamped build beside the seed)
 #   KS_PART=cuda_evolve: the CUDA seed's plain-loop sweep, the harness table (both seeds, both
 #     baselines, the reference), then --evolve 10 from both seeds in the rest of 590 s; carried
 #     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed
@@ -90,6 +92,8 @@ elif [[ ${KS_PART:-measure} == profile ]]; then
     --launch-skip 2 --launch-count 1 --metrics lts__t_bytes.sum.per_second,lts__t_bytes.sum,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
     python3 bench/cuda_profile.py m6144-n4608-k7168
+elif [[ ${KS_PART:-measure} == timeline ]]; then
+  t 420 "$OUT/timeline.md" python3 bench/cuda_timeline.py
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu
