@@ -28,7 +28,8 @@
 #     and per tile (bench/cuda_timeline.py: a clock-stamped build beside the seed)
 #   KS_PART=cuda_evolve: the CUDA seed's plain-loop sweep, the harness table (both seeds, both
 #     baselines, the reference), then --evolve 10 from both seeds in the rest of 590 s; carried
-#     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed
+#     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed; KS_EXTRA=FILE: a
+#     seed file (another load_inline name) timed beside the seed in the plain loop
 #   KS_PART=cuda: the CUDA seed's gpu-marked test (three schedules through the harness's
 #     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
 #     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
