@@ -1,16 +1,17 @@
 """Check and time knob points of the CUDA seed (cuda_wgmma.py) beside the Triton seed.
 
     python3 bench/cuda_sweep.py OUT.json [--reps 30] [--grid KNOB=V1,V2 ...] [--probes]
-        [--kernels] [--extra FILE ...]
+        [--variants [NAME ...]] [--kernels] [--extra FILE ...]
 
 One GPU, outside the harness (torch, triton, nvcc). Every knob of the seed is read at each
 call, so one build serves every point: the seed as committed (its shape rules) and each point of
-the --grid product (TUNABLES with those values, rules cleared). The seed, --probes variants (its
-source patched) and --extra kernel files are compiled at once in processes of their own
-(load_inline takes about a minute each); then, in this process, each point is checked on the
-task's 11 tests, the 18 benchmarks and odd shapes (the task's tolerance, c filled with NaN
-first) and timed on the benchmarks with fused_sweep.py's loop (GPU MODE protocol plus the
-harness's spin). The committed Triton seed is timed in the same loop as a row to compare with.
+the --grid product (TUNABLES with those values, rules cleared). The seed, --probes (its source
+patched; timed, not checked), --variants (patched too, checked) and --extra kernel files are
+compiled at once in processes of their own (load_inline takes about a minute each); then, in
+this process, each point is checked on the task's 11 tests, the 18 benchmarks and odd shapes
+(the task's tolerance, c filled with NaN first) and timed on the benchmarks with
+fused_sweep.py's loop (GPU MODE protocol plus the harness's spin). The committed Triton seed
+is timed in the same loop as a row to compare with.
 --kernels: per shape, the GPU kernels' own durations (torch.profiler) of the seed as committed
 and of each --extra file.
 OUT.json is rewritten after every row; the tables are printed last, with the geomean of the
@@ -49,14 +50,36 @@ PROBES = {
                        "phase ^= 1;\n                    continue;")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
+# Variants of the seed's kernel, checked like the seed and timed at its committed knobs (and the
+# --grid points): changes to try before one earns a knob. turns_lapse: PINGPONG's turn-taking
+# holds inside each run of K steps of a tile but not across tiles: the first step of each is
+# issued without waiting, so neither consumer waits through the other's epilogue to start the
+# next tile (notes/fp8_gemm_h200.md, "Open", short K). Per run of S steps, half 1 waits for
+# half 0's step i (i >= 2) and half 0 for half 1's step i - 1: S - 1 arrivals and waits on
+# each named barrier.
+VARIANTS = {
+    "turns_lapse": [
+        ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
+         "half's\n", ""),
+        ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
+         "            if (pingpong && kb > g.kb0) named_sync(3 + half, 256);  // my turn\n"),
+        ("            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n",
+         "            if (pingpong && (half == 0 ? kb > g.kb0 : kb + 1 < g.kb1))\n"
+         "                named_arrive(4 - half, 256);  // the other's turn\n"),
+        ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n", ""),
+    ],
+}
 
 
 def probe_file(name: str, folder: Path) -> Path:
-    """The seed's source with PROBES[name] applied, under a build name of its own."""
+    """The seed's source with PROBES[name] or VARIANTS[name] applied (each old text exactly
+    once), under a build name of its own."""
     source = CUDA_SEED.read_text()
-    for old, new in [*PROBES[name], ('name="ks_cuda_wgmma', f'name="ks_{name}')]:
-        if old not in source:
-            raise SystemExit(f"{name}: the seed no longer contains {old!r}; update PROBES")
+    patches = PROBES[name] if name in PROBES else VARIANTS[name]
+    for old, new in [*patches, ('name="ks_cuda_wgmma', f'name="ks_{name}')]:
+        if source.count(old) != 1:
+            raise SystemExit(f"{name}: the seed holds {source.count(old)} copies of {old!r}, "
+                             "not one; update PROBES / VARIANTS")
         source = source.replace(old, new)
     path = folder / f"cuda_wgmma_{name}.py"
     path.write_text(source)
@@ -147,6 +170,8 @@ def main() -> None:
     parser.add_argument("--grid", nargs="*", default=[], metavar="KNOB=V1,V2",
                         help="knob values whose product is timed (rules cleared)")
     parser.add_argument("--probes", action="store_true", help="time PROBES too")
+    parser.add_argument("--variants", nargs="*", choices=sorted(VARIANTS), default=None,
+                        help="check and time these VARIANTS too (all when none is named)")
     parser.add_argument("--extra", nargs="*", type=Path, default=[],
                         help="other kernel files to check and time beside (their defaults)")
     parser.add_argument("--kernels", action="store_true",
@@ -159,6 +184,8 @@ def main() -> None:
     paths = {"cuda_wgmma": CUDA_SEED}
     if args.probes:
         paths |= {p: probe_file(p, folder) for p in PROBES}
+    variants = [] if args.variants is None else (args.variants or sorted(VARIANTS))
+    paths |= {v: probe_file(v, folder) for v in variants}
     paths |= {f.stem: f.resolve() for f in args.extra}  # compiled with the seed
     with ProcessPoolExecutor(len(paths), mp_context=get_context("spawn")) as pool:
         errors = dict(zip(paths, pool.map(compile_one, map(str, paths.values())), strict=True))
@@ -179,6 +206,7 @@ def main() -> None:
     points += [(f.stem, f.stem, f, None) for f in args.extra]
     points += [("cuda_wgmma", "cuda_wgmma", CUDA_SEED, None)]
     points += [(label_of(kn), "cuda_wgmma", CUDA_SEED, kn) for kn in points_knobs]
+    points += [(v, v, paths[v], None) for v in variants]  # as committed
     points += [(p, p, paths[p], None) for p in PROBES if p in paths]  # as committed
     modules: dict[str, object] = {}
     committed: dict[str, tuple[dict, list]] = {}  # module key -> its TUNABLES and rules
