@@ -6,10 +6,13 @@ One sm_90 GPU. The seed's kernel source is patched (PATCHES, below; the seed its
 changed) so that thread 0 of each consumer warpgroup adds the SM clock cycles between marks in
 its K loop to one bucket each: waiting for the stage (`full`), A's fragments (`load_a`), waiting
 for its turn (`turn`, PINGPONG), issuing the step's MMAs (`issue`), waiting for them
-(`mma_wait`), the scaling (`scale`), and everything between a tile's last step and the next
-tile's first (`epilogue`: the fixup, C's store, the next tile's setup); the producer thread adds
-its waits for a free stage (`empty`). Sums over the launch's CTAs come back through a
-`__device__` array read by a host function the patch adds (`ks_timeline`).
+(`mma_wait`), the scaling (`scale`), and between a tile's last step and the next tile's first:
+up to the wait for the last tile's TMA store to have read C's buffer (`epi_wait`, with the
+stream-K fixup), writing C's tile into it (`epi_write`), the fence and the store's issue
+(`epi_store`), the rest (`setup`: the next tile's walk, or the whole epilogue when C is stored
+from registers); the producer thread adds its waits for a free stage (`empty`). Sums over the
+launch's CTAs come back through a `__device__` array read by a host function the patch adds
+(`ks_timeline`).
 
 Per shape (SHAPE: a benchmark of the task, as m6144-n7168-k256; default: the short-K and
 long-K shapes profiled in notes/fp8_gemm_h200.md), after warm-up calls, `--calls` calls are
@@ -34,8 +37,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 SHAPES = ["m6144-n7168-k256", "m6144-n4096-k512", "m1024-n1536-k7168", "m6144-n4608-k7168"]
-BUCKETS = ["full", "load_a", "turn", "issue", "mma_wait", "scale", "epilogue"]
-TOTAL, STEPS, TILES, EVENTS = 7, 8, 9, 10  # slots after the buckets; EVENTS a role
+# bucket -> its slot (the K step's first, then the tile's); TOTAL, STEPS, TILES: slots beside
+BUCKETS = {"full": 0, "load_a": 1, "turn": 2, "issue": 3, "mma_wait": 4, "scale": 5,
+           "epi_wait": 10, "epi_write": 11, "epi_store": 12, "setup": 6}
+TILE_BUCKETS = ["epi_wait", "epi_write", "epi_store", "setup"]
+TOTAL, STEPS, TILES, EVENTS = 7, 8, 9, 13  # EVENTS: slots a role
 ROLES = ["consumer 0", "consumer 1", "producer"]
 CTAS = 1024  # slots a role; a launch of more CTAs folds them (sums are what is read)
 
@@ -111,6 +117,17 @@ PATCHES = [
     ("                acc[4 * j + 3] += part[4 * j + 3] * s1;\n            }\n",
      "                acc[4 * j + 3] += part[4 * j + 3] * s1;\n            }\n"
      "            KS_MARK(5);\n"),
+    # the epilogue through shared memory and TMA
+    ("            named_sync(1 + half, 128);  // the last tile's store has read the buffer\n",
+     "            named_sync(1 + half, 128);  // the last tile's store has read the buffer\n"
+     "            KS_MARK(10);\n"),
+    ('            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n',
+     '            KS_MARK(11);\n'
+     '            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n'),
+    ('                asm volatile("cp.async.bulk.commit_group;" ::: "memory");\n'
+     "            }\n            continue;\n",
+     '                asm volatile("cp.async.bulk.commit_group;" ::: "memory");\n'
+     "            }\n            KS_MARK(12);\n            continue;\n"),
     ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n",
      "    KS_MARK(6);\n"
      "    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n"
@@ -147,10 +164,11 @@ def summary(raw: list[int]) -> dict[str, dict[str, float]]:
         if role == 2:
             row["empty"] = sums[0] / total
         else:
-            row |= {b: sums[i] / total for i, b in enumerate(BUCKETS)}
+            row |= {b: sums[i] / total for b, i in BUCKETS.items()}
+            tile = sum(sums[BUCKETS[b]] for b in TILE_BUCKETS)
             row["tiles"] = float(tiles)
-            row["cycles/step"] = (total - sums[6]) / steps if steps else 0.0
-            row["epilogue/tile"] = sums[6] / tiles if tiles else 0.0
+            row["cycles/step"] = (total - tile) / steps if steps else 0.0
+            row["epilogue/tile"] = tile / tiles if tiles else 0.0
         out[name] = row
     return out
 

@@ -30,7 +30,8 @@ def test_the_patch_applies_to_the_committed_seed_under_its_own_build_name() -> N
     assert 'functions=["fp8_gemm", "ks_timeline"]' in source
     assert "torch::Tensor ks_timeline(bool reset)" in source  # declared and defined
     # a mark after each stage of a K step, one a tile, and the producer's waits
-    assert [int(e) for e in re.findall(r"KS_MARK\((\d)\);", source)] == [6, 0, 1, 2, 3, 4, 5, 6]
+    assert [int(e) for e in re.findall(r"KS_MARK\((\d+)\);", source)] == [
+        6, 0, 1, 2, 3, 4, 5, 10, 11, 12, 6]
     assert "ks_pw += ks_clk() - ks_p" in source
 
 
@@ -50,8 +51,9 @@ def test_the_sums_become_shares_of_the_consumers_cycles() -> None:
 
     for cta in (0, 5):  # two CTAs, each consumer 2 tiles of 4 steps
         for role in (0, 1):
-            for event, cycles in enumerate([100, 50, 30, 20, 400, 100, 300]):  # the buckets
-                put(cta, role, event, cycles)
+            for bucket, cycles in zip(tl.BUCKETS, [100, 50, 30, 20, 400, 100, 150, 60, 40, 50],
+                                      strict=True):
+                put(cta, role, tl.BUCKETS[bucket], cycles)
             put(cta, role, tl.TOTAL, 1000)
             put(cta, role, tl.STEPS, 8)
             put(cta, role, tl.TILES, 2)
@@ -61,13 +63,14 @@ def test_the_sums_become_shares_of_the_consumers_cycles() -> None:
     rows = tl.summary(raw)
     assert set(rows) == {"consumer 0", "consumer 1", "producer"}
     c0 = rows["consumer 0"]
-    assert c0["mma_wait"] == pytest.approx(0.4) and c0["epilogue"] == pytest.approx(0.3)
+    assert c0["mma_wait"] == pytest.approx(0.4) and c0["epi_wait"] == pytest.approx(0.15)
     assert c0["steps"] == 16 and c0["tiles"] == 4
     assert c0["cycles/step"] == pytest.approx((2000 - 600) / 16)
     assert c0["epilogue/tile"] == pytest.approx(600 / 4)
     assert rows["producer"]["empty"] == pytest.approx(0.25)
     text = tl.table("m6144-n7168-k256", rows, 56.4, 57.0)
-    assert "| consumer 1 | 10.0% | 5.0% | 3.0% | 2.0% | 40.0% | 10.0% | 30.0% | 88 | 150 |" in text
+    assert ("| consumer 1 | 10.0% | 5.0% | 3.0% | 2.0% | 40.0% | 10.0% | 15.0% | 6.0% | 4.0% | "
+            "5.0% | 88 | 150 |") in text
     assert "producer: 25.0% of its cycles waiting" in text
 
 
