@@ -54,26 +54,10 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # --grid points): changes to try before one earns a knob. turns_lapse: PINGPONG's turn-taking
 # holds inside each run of K steps of a tile but not across tiles: the first step of each is
 # issued without waiting, so neither consumer waits through the other's epilogue to start the
-# next tile (notes/fp8_gemm_h200.md, "Open", short K). Per run of S steps, half 1 waits for
-# half 0's step i (i >= 2) and half 0 for half 1's step i - 1: S - 1 arrivals and waits on
-# each named barrier.
+# next tile. Per run of S steps, half 1 waits for half 0's step i (i >= 2) and half 0 for
+# half 1's step i - 1: S - 1 arrivals and waits on each named barrier. Measured slower than the
+# seed (harness 88.19 vs 85.29 us, notes/fp8_gemm_h200.md, "The consumers' cycles by bucket").
 VARIANTS = {
-    # c_double: two C buffers a consumer, taken in turn, so that writing a tile's C waits only
-    # for the store before last (`wait_group.read 1`), not the last (notes: `epi_wait`, ~12% of
-    # the consumers' cycles at k256); C's 64 kB at BLOCK_N 128 leave room for one stage fewer.
-    "c_double": [
-        ("    room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2\n",
-         "    room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 4\n"),
-        ("    uint8_t* scales = c_tiles + 2 * 64 * BN * 2;\n",
-         "    uint8_t* scales = c_tiles + 4 * 64 * BN * 2;\n    int c_buf = 0;\n"),
-        ("            uint8_t* mine = c_tiles + half * 64 * BN * 2;\n"
-         '            if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");\n',
-         "            uint8_t* mine = c_tiles + (2 * c_buf + half) * 64 * BN * 2;\n"
-         "            c_buf ^= 1;\n"
-         "            if (t == 0)\n"
-         '                asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");\n'),
-        ("SCALE_BYTES + 16) + 256 * BN + 16;", "SCALE_BYTES + 16) + 512 * BN + 16;"),
-    ],
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),

@@ -7,8 +7,8 @@ changed) so that thread 0 of each consumer warpgroup adds the SM clock cycles be
 its K loop to one bucket each: waiting for the stage (`full`), A's fragments (`load_a`), waiting
 for its turn (`turn`, PINGPONG), issuing the step's MMAs (`issue`), waiting for them
 (`mma_wait`), the scaling (`scale`), and between a tile's last step and the next tile's first:
-up to the wait for the last tile's TMA store to have read C's buffer (`epi_wait`, with the
-stream-K fixup), writing C's tile into it (`epi_write`), the fence and the store's issue
+up to the wait for the TMA store that last used C's buffer to have read it (`epi_wait`, with
+the stream-K fixup), writing C's tile into it (`epi_write`), the fence and the store's issue
 (`epi_store`), the rest (`setup`: the next tile's walk, or the whole epilogue when C is stored
 from registers); the producer thread adds its waits for a free stage (`empty`). Sums over the
 launch's CTAs come back through a `__device__` array read by a host function the patch adds
@@ -77,8 +77,9 @@ torch::Tensor ks_timeline(bool reset) {
 PATCHES = [
     ('name="ks_cuda_wgmma', 'name="ks_timeline_cuda_wgmma'),
     ('functions=["fp8_gemm"]', 'functions=["fp8_gemm", "ks_timeline"]'),
-    ("int64_t tma_store, int64_t overlap);\n",
-     "int64_t tma_store, int64_t overlap);\ntorch::Tensor ks_timeline(bool reset);\n"),
+    ("int64_t tma_store, int64_t overlap, int64_t c_buffers);\n",
+     "int64_t tma_store, int64_t overlap, int64_t c_buffers);\n"
+     "torch::Tensor ks_timeline(bool reset);\n"),
     ("template <int BN>\n__device__ __forceinline__ void wgmma_step(",
      DEVICE + "template <int BN>\n__device__ __forceinline__ void wgmma_step("),
     # the producer: its waits for a free stage
@@ -118,8 +119,8 @@ PATCHES = [
      "                acc[4 * j + 3] += part[4 * j + 3] * s1;\n            }\n"
      "            KS_MARK(5);\n"),
     # the epilogue through shared memory and TMA
-    ("            named_sync(1 + half, 128);  // the last tile's store has read the buffer\n",
-     "            named_sync(1 + half, 128);  // the last tile's store has read the buffer\n"
+    ("            named_sync(1 + half, 128);  // the store that used the buffer has read it\n",
+     "            named_sync(1 + half, 128);  // the store that used the buffer has read it\n"
      "            KS_MARK(10);\n"),
     ('            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n',
      '            KS_MARK(11);\n'

@@ -81,7 +81,8 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     built = seed_namespace(monkeypatch, SEED.read_text()).build
     moved = seed_namespace(monkeypatch, rewrite_tunables(
         SEED.read_text(), {"BLOCK_N": 64, "STAGE_DROP": 2, "GROUP_M": 1, "STREAM_K": 2,
-                           "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0})).build
+                           "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0,
+                           "C_BUFFERS": 2})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
@@ -95,10 +96,15 @@ def test_shape_rules_and_stages(monkeypatch) -> None:
     # barriers; C's tile 16 or 32 kB beside them in 227 kB a block
     assert [ns.stages_for(128, d) for d in (0, 1, 2)] == [4, 3, 2]
     assert [ns.stages_for(64, d) for d in (0, 1, 2)] == [6, 5, 4]
+    # C_BUFFERS 2: C's tiles twice over, a stage fewer
+    assert [ns.stages_for(128, d, 2) for d in (0, 1, 2)] == [3, 2, 1]
+    assert [ns.stages_for(64, d, 2) for d in (0, 1, 2)] == [5, 4, 3]
     # every value of every knob is another kernel at either N tile: a move is never a no-op
     for block_n in ns.TUNABLE_SPACE["BLOCK_N"]:
-        stages = [ns.stages_for(block_n, d) for d in ns.TUNABLE_SPACE["STAGE_DROP"]]
-        assert len(set(stages)) == len(stages), (block_n, stages)
+        for c_buffers in ns.TUNABLE_SPACE["C_BUFFERS"]:
+            stages = [ns.stages_for(block_n, d, c_buffers)
+                      for d in ns.TUNABLE_SPACE["STAGE_DROP"]]
+            assert len(set(stages)) == len(stages), (block_n, c_buffers, stages)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's kernels not built")
@@ -113,8 +119,9 @@ def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
         capture_output=True, text=True, timeout=300)
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report
-    for block_n in (64, 128):  # both N tiles are built
-        assert f"_Z11gemm_kernelILi{block_n}E" in report, report
+    for block_n in (64, 128):  # both N tiles, with one and two C buffers, are built
+        for c_buffers in (1, 2):
+            assert f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}E" in report, report
     for vec in (0, 1):  # both upcasts, which only the host code launches
         assert f"_Z13upcast_kernelILb{vec}E" in report, report
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
@@ -130,11 +137,12 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
-    sum partials across CTAs), at both N tiles; one build serves them all."""
+    sum partials across CTAs), at both N tiles, with one or two C buffers; one build serves
+    them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
     points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0, "OVERLAP": 0},
               "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
-              "cuda_sk2": {"STREAM_K": 2}}
+              "cuda_sk2": {"STREAM_K": 2, "C_BUFFERS": 2}}
     kernels = []
     for name, knobs in points.items():
         path = tmp_path / f"{name}.py"

@@ -13,7 +13,9 @@ stage back and add product * a_scale[row] * b_scale[block] to their fp32 accumul
 wide barrier runs between the two consumers; PINGPONG makes them take turns at issuing their
 MMAs (named barriers 3 and 4), so that one converts and scales while the other's run. C is
 rounded once to bf16 and, TMA_STORE, written through shared memory by TMA stores that the next
-tile does not wait for (else straight from registers). OVERLAP launches the GEMM as a
+tile does not wait for (else straight from registers); C_BUFFERS 2 gives each consumer two such
+buffers in turn, so that a tile's write waits only for the store before last (one stage fewer
+fits beside them). OVERLAP launches the GEMM as a
 programmatic dependent of the upcast: its CTAs start (barriers, setup) as the upcast's last
 blocks drain and wait for the upcast to have finished before any load.
 
@@ -40,6 +42,7 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "PINGPONG": 1,
     "TMA_STORE": 1,
     "OVERLAP": 1,
+    "C_BUFFERS": 1,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -50,6 +53,7 @@ TUNABLE_SPACE = {
     "PINGPONG": [0, 1],
     "TMA_STORE": [0, 1],
     "OVERLAP": [0, 1],
+    "C_BUFFERS": [1, 2],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -74,12 +78,12 @@ BLOCK_M, BLOCK_K = 128, 128
 SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory a block
 
 
-def stages_for(block_n: int, drop: int) -> int:
-    """As many stages as fit beside C's tile, less STAGE_DROP (at least 2): relative to what
+def stages_for(block_n: int, drop: int, c_buffers: int = 1) -> int:
+    """As many stages as fit beside C's tiles, less STAGE_DROP (at least 1): relative to what
     fits, each value is another kernel, so no move of it is a no-op."""
     stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K + BLOCK_M * 4 + 16 + 16
-    room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2
-    return max(2, room // stage_bytes - drop)
+    room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2 * c_buffers
+    return max(1, room // stage_bytes - drop)
 
 
 def _wgmma(block_n: int) -> str:
@@ -110,7 +114,7 @@ CPP_WRAPPER = """
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store, int64_t overlap);
+                       int64_t tma_store, int64_t overlap, int64_t c_buffers);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then the torch wrapper.
@@ -403,7 +407,9 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 }
 
 // The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
-template <int BN>
+// CB (C_BUFFERS): C's shared-memory tiles a consumer; with 2, taken in turn, writing a tile's C
+// waits only for the store before last.
+template <int BN, int CB>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
@@ -417,7 +423,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     // consumer's C tile (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* c_tiles = smem + stages * STAGE_BYTES;
-    uint8_t* scales = c_tiles + 2 * 64 * BN * 2;
+    uint8_t* scales = c_tiles + CB * 2 * 64 * BN * 2;
     uint64_t* full = reinterpret_cast<uint64_t*>(scales + stages * SCALE_BYTES);
     uint64_t* empty = full + stages;
     int* last = reinterpret_cast<int*>(empty + stages);  // the fixup's verdict, per half
@@ -470,6 +476,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     const int m = sched.m, n = sched.n;
     float acc[NR], part[NR];
     uint32_t frag[BK / 16][4];
+    int c_buf = 0;  // CB 2: the buffer of this tile's C
 #pragma unroll
     for (int i = 0; i < NR; ++i) part[i] = 0.f;
     if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first half's
@@ -516,9 +523,14 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 !fixup<NR>(sched, g, acc, part, ws, counts, half, t, last))
             continue;  // another CTA of this tile writes it
         if (tma_c) {  // through shared memory and TMA: whole lines, not waited for
-            uint8_t* mine = c_tiles + half * 64 * BN * 2;
-            if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-            named_sync(1 + half, 128);  // the last tile's store has read the buffer
+            uint8_t* mine = c_tiles + ((CB == 2 ? 2 * c_buf : 0) + half) * 64 * BN * 2;
+            if constexpr (CB == 2) {
+                c_buf ^= 1;
+                if (t == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            } else {
+                if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            }
+            named_sync(1 + half, 128);  // the store that used the buffer has read it
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
                 const int col = j * 8 + (lane % 4) * 2;
@@ -562,8 +574,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// Taking their addresses builds both N tiles and both upcasts (nvcc alone builds them all).
-void* const KERNELS[4] = {(void*)gemm_kernel<64>, (void*)gemm_kernel<128>,
+// Taking their addresses builds both N tiles with one and two C buffers, and both upcasts (nvcc
+// alone builds them all).
+void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
+                          (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
                           (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
 
@@ -615,17 +629,17 @@ static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros, torch::Tensor
     return b16;
 }
 
-template <int BN>
+template <int BN, int CB>
 static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
                    const float* as, long lds, const float* bsq, int nb, torch::Tensor c,
                    float* ws, int* counts, const Sched& s, int grid, int stages, int pingpong,
                    int tma_c, int overlap, cudaStream_t stream) {
-    const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + 256 * BN + 16;
+    const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + CB * 256 * BN + 16;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
     if (opted_in[device % 64] < smem) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<BN>,
+        C10_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<BN, CB>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         opted_in[device % 64] = smem;
     }
@@ -640,7 +654,7 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
     const int pairs_ok =
         c.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 4 == 0;
     C10_CUDA_CHECK(cudaLaunchKernelEx(
-        &config, gemm_kernel<BN>, map_a, map_b, map_c, as, lds,
+        &config, gemm_kernel<BN, CB>, map_a, map_b, map_c, as, lds,
         reinterpret_cast<const float4*>(bsq), nb, reinterpret_cast<__nv_bfloat16*>(c.data_ptr()),
         reinterpret_cast<float4*>(ws), counts, s, stages, pingpong, tma_c, (long)c.stride(0),
         pairs_ok));
@@ -651,7 +665,7 @@ static void launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUt
 torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
                        torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
                        int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store, int64_t overlap) {
+                       int64_t tma_store, int64_t overlap, int64_t c_buffers) {
     TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
                 "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
     TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
@@ -662,6 +676,8 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
                 "cuda_wgmma: c must be row-major bf16, got ", c.dtype(), " strides ", c.strides());
     TORCH_CHECK(block_n == 64 || block_n == 128, "cuda_wgmma: BLOCK_N must be 64 or 128, got ",
                 block_n);
+    TORCH_CHECK(c_buffers == 1 || c_buffers == 2, "cuda_wgmma: C_BUFFERS must be 1 or 2, got ",
+                c_buffers);
     const int m = a.size(0), k = a.size(1), n = b.size(0), steps = (k + BK - 1) / BK;
     TORCH_CHECK(as.dim() == 2 && as.size(0) == m && as.size(1) == steps && bs.dim() == 2 &&
                     bs.size(0) == (n + 127) / 128 && bs.size(1) == steps,
@@ -723,7 +739,8 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
     const CUtensorMap map_c = tma_c ? tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.data_ptr(),
                                                  n, m, c.stride(0) * 2, 64, 64)
                                     : map_b;  // unused
-    const auto run = block_n == 64 ? launch<64> : launch<128>;
+    const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
+                                   : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
     run(map_a, map_b, map_c, as_.data_ptr<float>(), lds, bsq.data_ptr<float>(),
         (int)bs.size(0), c, sk_tiles > 0 ? ws.data_ptr<float>() : nullptr, counts_p, s, grid,
         stages, pingpong, tma_c, overlap != 0, c10::cuda::getCurrentCUDAStream());
@@ -732,7 +749,7 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
 """
 
 module = load_inline(
-    name="ks_cuda_wgmma_v4",
+    name="ks_cuda_wgmma_v5",
     cpp_sources=[CPP_WRAPPER],
     cuda_sources=[kernel_source() + HOST_SRC],
     functions=["fp8_gemm"],
@@ -745,8 +762,8 @@ def custom_kernel(data):
     a, b, a_scale, b_scale, c = data
     (m, k), n = a.shape, b.shape[0]
     knobs = tunables_for(m=m, n=n, k=k)
-    block_n = knobs["BLOCK_N"]
+    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
     return module.fp8_gemm(a, b, a_scale, b_scale, c, block_n,
-                           stages_for(block_n, knobs["STAGE_DROP"]), knobs["GROUP_M"],
+                           stages_for(block_n, knobs["STAGE_DROP"], c_buffers), knobs["GROUP_M"],
                            knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
-                           knobs["TMA_STORE"], knobs["OVERLAP"])
+                           knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers)
