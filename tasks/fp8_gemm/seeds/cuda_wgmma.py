@@ -1,30 +1,23 @@
 """CUDA seed for Hopper (sm_90a, issue 15): fp16 wgmma of e4m3 values, warp-specialised, stream-K.
 
-A first launch upcasts B to an fp16 K-major copy (exact: every e4m3 value is an fp16 value; K
-padded with zeros to whole 128-wide scale blocks). The GEMM's CTA works on 128 x BLOCK_N tiles
-of C: a producer warp loads each 128-wide K step, A's fp8 tile straight from the task's column-
-major layout and B's fp16 tile, through TMA into a ring of shared-memory stages (128-byte
-swizzle, mbarriers), and with them, by bulk copies on the same barrier, the step's scales (A's
-128 rows; B's block, which the upcast launch writes into a 16-byte slot each). Two consumer
-warpgroups, one per 64-row half, read their A rows with transposed ldmatrix and convert them to
-fp16 in registers (a fragment's rows g and g + 8 are the tile's rows 2g and 2g + 1), issue the
-step's 8 wgmma.m64nNk16 (A from registers) into a fresh fp32 product, wait for it, give the
-stage back and add product * a_scale[row] * b_scale[block] to their fp32 accumulators. No CTA-
-wide barrier runs between the two consumers; PINGPONG makes them take turns at issuing their
-MMAs (named barriers 3 and 4), so that one converts and scales while the other's run. C is
-rounded once to bf16 and, TMA_STORE, written through shared memory by TMA stores that the next
-tile does not wait for (else straight from registers); C_BUFFERS 2 gives each consumer two such
-buffers in turn, so that a tile's write waits only for the store before last (one stage fewer
-fits beside them). OVERLAP launches the GEMM as a
-programmatic dependent of the upcast: its CTAs start (barriers, setup) as the upcast's last
-blocks drain and wait for the upcast to have finished before any load.
+A first launch upcasts B to an fp16 K-major copy (exact for every e4m3 value; K zero-padded to
+whole scale blocks) and writes B's scales into 16-byte slots. The GEMM's CTA computes 128 x
+BLOCK_N tiles of C: a producer warp loads each 128-wide K step by TMA into a ring of stages (A's
+fp8 tile from the task's column-major layout, B's fp16 tile, the step's scales); two consumer
+warpgroups, a 64-row half each, convert their A rows to fp16 in registers (transposed
+ldmatrix), issue 8 wgmma.m64nNk16 into a fresh fp32 product, wait, give the stage back and add
+product * a_scale * b_scale to their accumulators. PINGPONG: the consumers take turns at
+issuing (named barriers 3 and 4), one converting and scaling while the other's MMAs run. C is
+rounded once to bf16; TMA_STORE writes it through shared memory by TMA stores not waited for
+(else from registers), C_BUFFERS 2 through two buffers a consumer taken in turn (a write waits
+only for the store before last; a stage fewer fits). OVERLAP: the GEMM is the upcast's
+programmatic dependent (its CTAs start as the upcast drains and load once it has finished).
 
-Every knob is read at each call (both N tiles are built), so shape rules cost no build.
-PERSISTENT runs one CTA an SM over the tiles (else one CTA a tile). STREAM_K (one CTA an SM)
-cuts the K steps of the last tiles evenly among the SMs, so that none idles in a last, partial
-wave: 1 the tiles of that wave, 2 those and one full wave more (0: whole tiles only). A CTA
-holding part of a tile writes its fp32 partial to a slot of its own and counts itself in; the
-last to count adds the others' slots to its own and writes C: no CTA waits for another.
+Every knob is read at each call, so shape rules cost no build. PERSISTENT: one CTA an SM over
+the tiles (else one a tile). STREAM_K (one CTA an SM) cuts the K steps of the last, partial
+wave's tiles evenly among the SMs (2: and one full wave more; 0: whole tiles only); a CTA
+holding part of a tile writes its fp32 partial to a slot of its own and counts itself in, and
+the last to count adds the others' and writes C: no CTA waits for another.
 """
 
 from __future__ import annotations
@@ -229,12 +222,10 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
     out[2] = __byte_perm(t1, t3, 0x5410), out[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-// fp8 [k, mn] (the task's column-major B) -> fp16 [mn, kp], zero past k, transposed in
-// registers: a thread loads 8 k rows of 16 mn bytes (16-byte loads when mn is contiguous and
-// aligned, VEC), transposes the bytes with byte permutes and stores, for each of its 16 mn,
-// 8 fp16 values along k; the two lanes of a pair hold k 0-7 and 8-15 of the same mn, so each
-// store fills whole 32-byte sectors. A block (8 warps) covers 256 mn x 128 k; block (0, 0)
-// also zeroes `zeros` ints at `zero` and writes B's scales into `bsq[kb * nb + j].x`.
+// fp8 [k, mn] -> fp16 [mn, kp], zero past k: a thread loads 8 k rows of 16 mn bytes (16-byte
+// loads if VEC), transposes them by byte permutes and stores 8 fp16 along k for each mn (a lane
+// pair fills 32-byte sectors). A block: 256 mn x 128 k; block (0, 0) also zeroes `zero` and
+// writes B's scales into `bsq[kb * nb + j].x`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
@@ -407,8 +398,7 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 }
 
 // The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
-// CB (C_BUFFERS): C's shared-memory tiles a consumer; with 2, taken in turn, writing a tile's C
-// waits only for the store before last.
+// CB: C_BUFFERS.
 template <int BN, int CB>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -574,8 +564,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// Taking their addresses builds both N tiles with one and two C buffers, and both upcasts (nvcc
-// alone builds them all).
+// Taking their addresses builds every GEMM and upcast (nvcc alone builds them all).
 void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
                           (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
                           (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
@@ -611,8 +600,7 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, void* base, int inner, i
     return map;
 }
 
-// B (fp8 [n, k], the task's column-major layout) -> fp16 [n, kp], K-major; the same launch
-// zeroes the stream-K counters and writes B's scales into `bsq` (upcast_kernel).
+// B -> fp16 [n, kp], K-major; the same launch zeroes the counters and writes `bsq`.
 static torch::Tensor upcast(torch::Tensor b, int* zero, int zeros, torch::Tensor bs,
                             torch::Tensor bsq) {
     const int n = b.size(0), k = b.size(1), kp = (k + BK - 1) / BK * BK;
