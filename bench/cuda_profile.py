@@ -13,30 +13,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import tomllib
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 
 def main() -> None:
     import torch
-    from cuda_sweep import grid_points, set_knobs
+    from cuda_sweep import benchmark_cases, one_point, set_knobs
     from fused_sweep import load
 
     label, *pairs = sys.argv[1:]
     task = ROOT / "tasks" / "fp8_gemm"
-    spec = tomllib.loads((task / "task.toml").read_text())["profiles"]["full"]
-    cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": c for c in spec["benchmarks"]}
-    if label not in cases:
-        raise SystemExit(f"{label}: not a benchmark shape; one of {sorted(cases)}")
+    case = benchmark_cases([label])[label]
     seed = load("cuda_wgmma", task / "seeds" / "cuda_wgmma.py")
-    points = grid_points(pairs, seed.TUNABLE_SPACE) or [{}]
-    if len(points) > 1:
-        raise SystemExit(f"{pairs}: one value a knob (KNOB=VALUE), got {len(points)} points")
-    knobs = points[0]
+    knobs = one_point(pairs, seed.TUNABLE_SPACE)
     set_knobs(seed, (seed.TUNABLES, seed.TUNABLES_BY_SHAPE), knobs)
-    case = cases[label]
     reference = load("fp8_reference", task / "reference.py")
     data = reference.generate_input(case["m"], case["n"], case["k"], case["seed"], device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

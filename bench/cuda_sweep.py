@@ -50,8 +50,8 @@ PROBES = {
                        "phase ^= 1;\n                    continue;")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
-# Variants of the seed's kernel, checked like the seed and timed at its committed knobs (and the
-# --grid points): changes to try before one earns a knob. turns_lapse: PINGPONG's turn-taking
+# Variants of the seed's kernel, checked like the seed and timed at its committed knobs: changes
+# to try before one earns a knob. turns_lapse: PINGPONG's turn-taking
 # holds inside each run of K steps of a tile but not across tiles: the first step of each is
 # issued without waiting, so neither consumer waits through the other's epilogue to start the
 # next tile. Per run of S steps, half 1 waits for half 0's step i (i >= 2) and half 0 for
@@ -100,6 +100,28 @@ def grid_points(grid: list[str], space: dict) -> list[dict]:
             raise SystemExit(f"{item}: {unknown} not in {knob}'s space {space[knob]}")
         axes.append([(knob, by_text[v]) for v in values.split(",")])
     return [dict(combo) for combo in itertools.product(*axes)] if axes else []
+
+
+def one_point(pairs: list[str], space: dict) -> dict:
+    """KNOB=VALUE pairs as one knob point ({} for none); bench/cuda_profile.py and
+    bench/cuda_timeline.py take theirs so."""
+    points = grid_points(pairs, space) or [{}]
+    if len(points) > 1:
+        raise SystemExit(f"{pairs}: one value a knob (KNOB=VALUE), got {len(points)} points")
+    return points[0]
+
+
+def benchmark_cases(labels: list[str]) -> dict[str, dict]:
+    """The task's full-profile benchmark cases by shape label (m6144-n7168-k256) for
+    ``labels``; SystemExit naming any label that is not one."""
+    import tomllib
+
+    spec = tomllib.loads((ROOT / "tasks" / "fp8_gemm" / "task.toml").read_text())
+    cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": c for c in spec["profiles"]["full"]["benchmarks"]}
+    unknown = [label for label in labels if label not in cases]
+    if unknown:
+        raise SystemExit(f"{unknown}: not benchmark shapes; one of {sorted(cases)}")
+    return {label: cases[label] for label in labels}
 
 
 def set_knobs(module, committed: tuple[dict, list], knobs: dict | None) -> None:

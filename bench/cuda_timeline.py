@@ -30,8 +30,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import tomllib
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
@@ -197,25 +195,19 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KNOB=VALUE")
     args = parser.parse_args()
     import torch
-    from cuda_sweep import grid_points, set_knobs
+    from cuda_sweep import benchmark_cases, one_point, set_knobs
     from fused_sweep import load
 
     task = ROOT / "tasks" / "fp8_gemm"
-    spec = tomllib.loads((task / "task.toml").read_text())["profiles"]["full"]
-    cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": c for c in spec["benchmarks"]}
-    unknown = [s for s in args.shapes if s not in cases]
-    if unknown:
-        raise SystemExit(f"{unknown}: not benchmark shapes; one of {sorted(cases)}")
+    cases = benchmark_cases(args.shapes)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "cuda_wgmma_timeline.py"
         path.write_text(patched(SEED.read_text()))
         stamped = load("cuda_wgmma_timeline", path)
         plain = load("cuda_wgmma", SEED)
-    points = grid_points(args.set, plain.TUNABLE_SPACE) or [{}]
-    if len(points) > 1:
-        raise SystemExit(f"{args.set}: one value a knob (KNOB=VALUE), got {len(points)} points")
+    knobs = one_point(args.set, plain.TUNABLE_SPACE)
     for module in (plain, stamped):
-        set_knobs(module, (module.TUNABLES, module.TUNABLES_BY_SHAPE), points[0] or None)
+        set_knobs(module, (module.TUNABLES, module.TUNABLES_BY_SHAPE), knobs or None)
     reference = load("fp8_reference", task / "reference.py")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 

@@ -409,8 +409,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
     constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
-    // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), each
-    // consumer's C tile (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
+    // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), CB C
+    // tiles a consumer (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* c_tiles = smem + stages * STAGE_BYTES;
     uint8_t* scales = c_tiles + CB * 2 * 64 * BN * 2;
