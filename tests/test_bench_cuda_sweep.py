@@ -82,3 +82,17 @@ def test_turns_lapse_neither_deadlocks_nor_lets_one_side_fill_a_barrier(segments
                         if waiting[c] == bar:
                             waiting[c] = None
         assert pending == {3: set(), 4: set()}, (segments, pending)
+
+
+def test_shapes_and_one_knob_point_as_the_profile_and_timeline_scripts_read_them() -> None:
+    sweep = _module()
+    cases = sweep.benchmark_cases(["m6144-n7168-k256", "m1024-n512-k7168"])
+    assert [(c["m"], c["n"], c["k"]) for c in cases.values()] == [(6144, 7168, 256),
+                                                                    (1024, 512, 7168)]
+    with pytest.raises(SystemExit, match=r"\['m1-n2-k3'\]: not benchmark shapes"):
+        sweep.benchmark_cases(["m1-n2-k3"])
+    space = {"STREAM_K": [0, 1, 2], "PINGPONG": [0, 1]}
+    assert sweep.one_point([], space) == {}
+    assert sweep.one_point(["STREAM_K=0", "PINGPONG=1"], space) == {"STREAM_K": 0, "PINGPONG": 1}
+    with pytest.raises(SystemExit, match="one value a knob"):
+        sweep.one_point(["STREAM_K=0,1"], space)
