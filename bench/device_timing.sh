@@ -29,7 +29,8 @@
 #   KS_PART=cuda_evolve: the CUDA seed's plain-loop sweep, the harness table (both seeds, both
 #     baselines, the reference), then --evolve 10 from both seeds in the rest of 590 s; carried
 #     .pop/pop.tgz (the last call's $OUT/pop.tgz): only the evolve, resumed; KS_EXTRA=FILE: a
-#     seed file (another load_inline name) timed beside the seed in the plain loop
+#     seed file (another load_inline name) timed beside the seed in the plain loop;
+#     KS_EVOLVE_ONLY=1: the evolve alone (no plain loop, no harness table) in the 590 s
 #   KS_PART=cuda: the CUDA seed's gpu-marked test (three schedules through the harness's
 #     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
 #     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
@@ -119,7 +120,7 @@ elif [[ ${KS_PART:-measure} == cuda_evolve ]]; then
   # the plain loop (it builds the seed, which the harness's worker then finds built), the
   # harness table beside both baselines and the reference, then --evolve 10 from cuda_wgmma and
   # triton_fused in what is left of 590 s (resumed from a carried .pop/pop.tgz)
-  if [[ ! -f .pop/pop.tgz ]]; then
+  if [[ ! -f .pop/pop.tgz && ${KS_EVOLVE_ONLY:-0} != 1 ]]; then
     # KS_EXTRA: a seed file timed beside it in the plain loop (another load_inline name)
     t 150 "$OUT/sweep.log" python3 bench/cuda_sweep.py "$OUT/cuda.json" ${KS_EXTRA:+--extra "$KS_EXTRA"}
     t 200 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
