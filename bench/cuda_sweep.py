@@ -57,7 +57,31 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # next tile. Per run of S steps, half 1 waits for half 0's step i (i >= 2) and half 0 for
 # half 1's step i - 1: S - 1 arrivals and waits on each named barrier. Measured slower than the
 # seed (harness 88.19 vs 85.29 us, notes/fp8_gemm_h200.md, "The consumers' cycles by bucket").
+# setup_ahead: a consumer takes its next segment and that tile's origin (integer divisions by
+# run-time values) while its first K step's MMAs run, between the commit and the wait, instead
+# of between tiles (the timeline's `setup`, 12.5% of the consumers' cycles at short K; the
+# SASS has the divisions between the HGMMA and its WARPGROUP.DEPBAR). Measured in one H200 call
+# beside the seed: plain loop 83.8 vs 84.7 us, harness 85.73 vs 85.61: no gain the harness sees.
 VARIANTS = {
+    "setup_ahead": [
+        ("    while (walk.next(sched, g)) {\n        int m0, n0;\n"
+         "        tile_origin<BN>(sched, g.tile, m0, n0);\n        // The fragment's",
+         "    Seg ahead;\n    int am0 = 0, an0 = 0;\n    bool more = walk.next(sched, ahead);\n"
+         "    if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n"
+         "    while (more) {\n        g = ahead;\n        const int m0 = am0, n0 = an0;\n"
+         "        bool taken = false;\n        // The fragment's"),
+        ("            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[s]);",
+         "            if (!taken) {  // the next segment, while this step's MMAs run\n"
+         "                taken = true;\n                more = walk.next(sched, ahead);\n"
+         "                if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n"
+         "            }\n"
+         "            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[s]);"),
+        ("        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&",
+         "        if (!taken) {  // a segment without steps (none is cut so)\n"
+         "            more = walk.next(sched, ahead);\n"
+         "            if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n        }\n"
+         "        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&"),
+    ],
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),
