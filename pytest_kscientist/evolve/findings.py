@@ -3,7 +3,8 @@
 Rebuilt from the population after every generation (so it is never out of step with the records
 after a crash) and handed to the next designer. Speed-ups are parent time / child time, taken
 from the session that timed the parent interleaved beside the child (``--ks-beside``), where a
-95% interval says whether the difference is real; a child is "helped" or "hurt" only when that
+95% interval says whether the difference is real (``links.py``: a move of knob values is taken
+over the benchmarks whose knob point it changed); a child is "helped" or "hurt" only when that
 interval excludes 1. A comparison across sessions (no parent beside) is listed as neutral:
 session-to-session drift is not measured (issue 10: 0.57x-1.10x for identical kernels on CPU).
 """
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from pytest_kscientist.evolve.failure_text import trim
+from pytest_kscientist.evolve.links import link
 from pytest_kscientist.evolve.population import Member, failure_detail, status_counts
 
 NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)
@@ -86,20 +88,20 @@ def evidence(top: Member, members: Sequence[Member]) -> str:
 
 def confirmed(member: Member, by_id: dict[str, Member]) -> tuple[float, float, float] | None:
     """(speedup, low, high) of ``member`` over the seed at the root of its lineage: the product
-    of the ratios timed beside each parent (intervals multiplied, conservatively); None for a
-    seed, or where a link was not timed beside its parent."""
+    of the links timed beside each parent (``links.link``: a knob move over the benchmarks whose
+    knob point it changed; intervals multiplied, conservatively); None for a seed, or where a
+    link was not timed beside its parent."""
     chain = lineage(member, by_id)
     if len(chain) < 2 or by_id[chain[0]].meta.origin != "seed":
         return None
     speedup = low = high = 1.0
     for parent_id, child_id in zip(chain, chain[1:], strict=False):
-        ev = by_id[child_id].evaluation
-        interval = ev.speedup_intervals.get(parent_id) if ev and ev.status == "passed" else None
-        if ev is None or parent_id not in ev.speedups or not interval or len(interval) != 2:
+        found = link(by_id[child_id], by_id.get(parent_id), parent_id)
+        if found is None:
             return None
-        speedup *= ev.speedups[parent_id]
-        low *= interval[0]
-        high *= interval[1]
+        speedup *= found.speedup
+        low *= found.low
+        high *= found.high
     return speedup, low, high
 
 
@@ -234,15 +236,11 @@ def _kind(failure: str) -> str:
 
 def versus_parent(child: Member, parent: Member) -> tuple[str, str, float]:
     """(helped/hurt/neutral, a line's text, speedup) of ``child`` over ``parent``."""
-    ev = child.evaluation
-    speedup = ev.speedups.get(parent.id) if ev else None
-    interval = ev.speedup_intervals.get(parent.id) if ev else None
-    if speedup is not None and interval and len(interval) == 2:
-        low, high = interval
-        text = (f"{speedup:.2f}x [{low:.2f}-{high:.2f}] over the parent timed beside it "
-                f"({child.geomean_us:.1f} us)")
-        verdict = "helped" if low > 1 else "hurt" if high < 1 else "neutral"
-        return verdict, text, speedup
+    found = link(child, parent, parent.id)
+    if found is not None:
+        text = f"{found.text()} over the parent timed beside it ({child.geomean_us:.1f} us)"
+        verdict = "helped" if found.low > 1 else "hurt" if found.high < 1 else "neutral"
+        return verdict, text, found.speedup
     assert parent.geomean_us is not None and child.geomean_us is not None
     speedup = parent.geomean_us / child.geomean_us
     return "neutral", (f"{speedup:.2f}x across sessions ({parent.geomean_us:.1f} -> "

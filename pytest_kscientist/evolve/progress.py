@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from pytest_kscientist.evolve.findings import best, evidence, label, lineage
+from pytest_kscientist.evolve.links import link
 from pytest_kscientist.evolve.population import Member, status_counts
 from pytest_kscientist.files import atomic_target
 
@@ -73,10 +74,9 @@ def generation_table(members: Sequence[Member], generation: int) -> list[str]:
         parent = by_id.get(m.meta.parents[0]) if m.meta.parents else None
         vs = "-"
         if parent is not None and parent.geomean_us and m.geomean_us:
-            ev = m.evaluation
-            interval = ev.speedup_intervals.get(parent.id) if ev else None
-            if ev is not None and parent.id in ev.speedups and interval:
-                vs = f"{ev.speedups[parent.id]:.2f}x({interval[0]:.2f}-{interval[1]:.2f})"
+            found = link(m, parent, parent.id)
+            if found is not None:
+                vs = found.short()
             else:  # across sessions: drift not measured
                 vs = f"~{parent.geomean_us / m.geomean_us:.2f}x"
         verdict = m.status if m.status != "failed" else f"failed: {m.evaluation.failure[:60]}"  # type: ignore[union-attr]
