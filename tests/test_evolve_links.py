@@ -85,6 +85,7 @@ def test_the_parents_kernel_on_every_benchmark_is_a_ratio_of_exactly_one() -> No
     found = link(member("c0002", unseen, "c0001", noisy(1.0)), member("c0001", SEED), "c0001")
     assert found is not None and (found.speedup, found.low, found.high) == (1.0, 1.0, 1.0)
     assert (found.changed, found.total) == (0, 6)
+    assert found.short() == "1x(same) 0/6" and "the parent's kernel on all 6" in found.text()
 
 
 @pytest.mark.parametrize("why", ["other code", "no per-benchmark ratio", "no parent",

@@ -46,6 +46,8 @@ class Link:
         how many it was taken over: ``1.007x(1.002-1.012) 6/18``."""
         if not self.partial:
             return f"{self.speedup:.2f}x({self.low:.2f}-{self.high:.2f})"
+        if not self.changed:
+            return f"1x(same) 0/{self.total}"
         return (f"{self.speedup:.3f}x({self.low:.3f}-{self.high:.3f}) "
                 f"{self.changed}/{self.total}")
 
@@ -53,6 +55,8 @@ class Link:
         """The link in words, for the findings and the best-so-far line."""
         if not self.partial:
             return f"{self.speedup:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+        if not self.changed:
+            return f"1x, the parent's kernel on all {self.total} benchmarks"
         return (f"{self.speedup:.3f}x [{self.low:.3f}-{self.high:.3f}] from the {self.changed} "
                 f"of {self.total} benchmarks it moved")
 
