@@ -41,24 +41,28 @@ class Link:
     def partial(self) -> bool:
         return self.changed < self.total
 
+    def ratio(self, brackets: str = "[]") -> str:
+        """``1.01x [1.00-1.02]``, with three decimals over part of the benchmarks."""
+        d = 3 if self.partial else 2
+        return (f"{self.speedup:.{d}f}x{' ' if brackets == '[]' else ''}{brackets[0]}"
+                f"{self.low:.{d}f}-{self.high:.{d}f}{brackets[1]}")
+
     def short(self) -> str:
-        """``1.01x(1.00-1.02)``; a link over part of the benchmarks with three decimals and
-        how many it was taken over: ``1.007x(1.002-1.012) 6/18``."""
+        """For the generation table: ``1.01x(1.00-1.02)``, or over part of the benchmarks
+        ``1.007x(1.002-1.012) 6/18``."""
         if not self.partial:
-            return f"{self.speedup:.2f}x({self.low:.2f}-{self.high:.2f})"
+            return self.ratio("()")
         if not self.changed:
             return f"1x(same) 0/{self.total}"
-        return (f"{self.speedup:.3f}x({self.low:.3f}-{self.high:.3f}) "
-                f"{self.changed}/{self.total}")
+        return f"{self.ratio('()')} {self.changed}/{self.total}"
 
     def text(self) -> str:
         """The link in words, for the findings and the best-so-far line."""
         if not self.partial:
-            return f"{self.speedup:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+            return self.ratio()
         if not self.changed:
             return f"1x, the parent's kernel on all {self.total} benchmarks"
-        return (f"{self.speedup:.3f}x [{self.low:.3f}-{self.high:.3f}] from the {self.changed} "
-                f"of {self.total} benchmarks it moved")
+        return f"{self.ratio()} from the {self.changed} of {self.total} benchmarks it moved"
 
 
 def link(child: Member, parent: Member | None, parent_id: str) -> Link | None:
