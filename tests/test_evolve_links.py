@@ -119,7 +119,7 @@ def test_a_class_gain_the_whole_run_hides_confirms_the_child_as_best() -> None:
     speedup, low, _ = findings.confirmed(child, {m.id: m for m in members}) or (0, 0, 0)
     assert math.isclose(speedup, 1.05 ** (1 / 3)) and low > 1
     verdict, text, _ = findings.versus_parent(child, seed)
-    assert verdict == "helped" and "from the 2 of 6 benchmarks it moved" in text
+    assert verdict == "helped" and "(1.050x on the 2 of 6 benchmarks it moved)" in text
     assert findings.versus_parent(slower, seed)[0] == "hurt"
     table = "\n".join(progress.generation_table(members, 1))
     assert f"{child.id}  c0001" in table and " 2/6" in table

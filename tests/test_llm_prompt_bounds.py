@@ -40,7 +40,7 @@ GENERATIONS = 50
 # neutral sections stayed nearly empty. Now children of passed bases, timed beside them per
 # benchmark, moving knobs of one class or of all (as the selector and the offline scientist
 # make them), a third each helped, hurt and neutral, so every section fills to its cap:
-# selector 11,821, designer 29,568, writer 19,997 at generation 50; 11,739, 29,484 and 19,997
+# selector 11,840, designer 29,587, writer 19,997 at generation 50; 11,741, 29,487 and 19,997
 # at 100. The designer and writer prompts carry two complete kernels (25k of those).
 BOUND_TOKENS = {"selector": 12_000, "designer": 30_000, "writer": 20_000}
 
@@ -159,7 +159,7 @@ def test_the_bounded_prompts_still_carry_the_latest_and_the_best(tmp_path):
     assert "ValueError('Cannot make_shape_compatible" in doc  # the newest failure in full
     assert "(notes of generations 1-45 left out" in doc
     # the longest findings lines, links over the benchmarks a class move changed, are there
-    assert "from the 6 of 18 benchmarks it moved over the parent timed beside it" in doc
+    assert "on the 6 of 18 benchmarks it moved) over the parent timed beside it" in doc
     from pytest_kscientist.evolve.llm import prompts
 
     table = prompts.population_table([m.summary() for m in members])

@@ -62,7 +62,9 @@ class Link:
             return self.ratio()
         if not self.changed:
             return f"1x, the parent's kernel on all {self.total} benchmarks"
-        return f"{self.ratio()} from the {self.changed} of {self.total} benchmarks it moved"
+        on_moved = self.speedup ** (self.total / self.changed)
+        return (f"{self.ratio()} ({on_moved:.3f}x on the {self.changed} of {self.total} "
+                "benchmarks it moved)")
 
 
 def link(child: Member, parent: Member | None, parent_id: str) -> Link | None:
