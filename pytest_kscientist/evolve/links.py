@@ -93,9 +93,9 @@ def class_ratios(
     child: Member, parent: Member
 ) -> tuple[list[tuple[float, float, float]], int] | None:
     """(ratio, low, high) timed beside ``parent`` on each benchmark where ``child`` runs another
-    knob point than ``parent`` does, and the number of benchmarks; None unless both read as the
-    same kernel with other knob values, every benchmark has its ratio, and some benchmark (not
-    all) kept its point."""
+    knob point than ``parent`` does (the point its shape rules pick, as ``tunables_for`` does),
+    and the number of benchmarks; None unless both read as the same kernel with other knob
+    values, every benchmark has its ratio, and not every benchmark moved."""
     ev = child.evaluation
     mine, theirs = tuned(child.summary()), tuned(parent.summary())
     if ev is None or ev.result is None or mine is None or theirs is None:
