@@ -23,6 +23,7 @@ def load_file(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 

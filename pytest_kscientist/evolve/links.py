@@ -89,13 +89,25 @@ def link(child: Member, parent: Member | None, parent_id: str) -> Link | None:
     return Link(speedup, low, high, len(changed), total)
 
 
-def class_ratios(
-    child: Member, parent: Member
-) -> tuple[list[tuple[float, float, float]], int] | None:
+Bounds = tuple[float, float, float]  # ratio, low, high of one benchmark
+
+
+def class_ratios(child: Member, parent: Member) -> tuple[list[Bounds], int] | None:
     """(ratio, low, high) timed beside ``parent`` on each benchmark where ``child`` runs another
-    knob point than ``parent`` does (the point its shape rules pick, as ``tunables_for`` does),
-    and the number of benchmarks; None unless both read as the same kernel with other knob
-    values, every benchmark has its ratio, and not every benchmark moved."""
+    knob point than ``parent`` does, and the number of benchmarks; None where ``split`` is, or
+    when every benchmark moved."""
+    found = split(child, parent)
+    if found is None or not found[1]:
+        return None
+    moved, kept = found
+    return moved, len(moved) + len(kept)
+
+
+def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | None:
+    """The (ratio, low, high) timed beside ``parent`` on the benchmarks where ``child`` runs
+    another knob point than ``parent`` does (the point its shape rules pick, as
+    ``tunables_for`` does), and on those where it runs the same; None unless both read as the
+    same kernel with other knob values and every benchmark has its ratio."""
     ev = child.evaluation
     mine, theirs = tuned(child.summary()), tuned(parent.summary())
     if ev is None or ev.result is None or mine is None or theirs is None:
@@ -103,19 +115,17 @@ def class_ratios(
     if mine.family != theirs.family or set(mine.values) != set(theirs.values):
         return None
     benches = [c for c in ev.result.cases if c.kind == "bench"]
-    changed = []
+    moved: list[Bounds] = []
+    kept: list[Bounds] = []
     for case in benches:
         timed = case.baselines.get(parent.id)
         bounds = (timed.speedup, timed.speedup_low, timed.speedup_high) if timed else (None,)
         if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in bounds):
             return None
         try:
-            moved = (dispatch(mine.values, mine.rules or [], case.case)
-                     != dispatch(theirs.values, theirs.rules or [], case.case))
+            differs = (dispatch(mine.values, mine.rules or [], case.case)
+                       != dispatch(theirs.values, theirs.rules or [], case.case))
         except KeyError:  # a rule bounds a key the case lacks: not a knob point per shape
             return None
-        if moved:
-            changed.append(bounds)
-    if not benches or len(changed) == len(benches):
-        return None
-    return changed, len(benches)  # type: ignore[return-value]
+        (moved if differs else kept).append(bounds)  # type: ignore[arg-type]
+    return (moved, kept) if benches else None
