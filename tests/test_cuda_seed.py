@@ -2,7 +2,8 @@
 
 On any machine with nvcc: its kernels (both N tiles, both upcasts) build for sm_90a with no
 spills and no wgmma serialisation (ptxas remarks C7513, C7514, C7520...: the MMAs would then run
-one at a time, a slow kernel that still passes every check). Without a GPU: its knobs parse,
+one at a time, a slow kernel that still passes every check), and the whole module load_inline
+builds (the host code too) compiles against torch's headers. Without a GPU: its knobs parse,
 its declaration makes the harness skip it, one build serves every knob, its shape rules and the
 stages that fit do what they say, the upcast's byte transpose transposes (on a model of
 __byte_perm). On an sm_90 GPU: it passes the task's checks through the harness at every
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sysconfig
 import types
 from pathlib import Path
 
@@ -127,6 +129,31 @@ def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's host code not built")
+def test_the_module_load_inline_builds_compiles_with_torchs_headers(
+        monkeypatch, tmp_path: Path) -> None:
+    """What load_inline compiles on the GPU machine (the kernels and the host code), compiled
+    here against the installed torch's headers with the flags of torch's JIT builds, so a slip
+    in the host code costs CI time, not device time. The CPU wheel lacks one header a CUDA
+    build of torch generates, c10/cuda/impl/cuda_cmake_macros.h; a one-line one stands in."""
+    ns = seed_namespace(monkeypatch, SEED.read_text())
+    macros = tmp_path / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    macros.parent.mkdir(parents=True)
+    macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    cu = tmp_path / "cuda.cu"
+    cu.write_text("#include <torch/types.h>\n" + "".join(ns.build["cuda_sources"]))
+    includes = [str(macros.parents[3]), *torch.utils.cpp_extension.include_paths(),
+                sysconfig.get_paths()["include"]]
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    proc = subprocess.run(
+        [NVCC, "-c", "-o", str(tmp_path / "cuda.o"), str(cu), *(f"-I{i}" for i in includes),
+         f"-DTORCH_EXTENSION_NAME={ns.build['name']}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *torch.utils.cpp_extension.COMMON_NVCC_FLAGS,
+         "--compiler-options", "-fPIC", *ns.build["extra_cuda_cflags"], "-std=c++20"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
 SM90 = (torch.cuda.is_available() and torch.version.hip is None
