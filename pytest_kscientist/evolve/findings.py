@@ -11,13 +11,14 @@ session-to-session drift is not measured (issue 10: 0.57x-1.10x for identical ke
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_kscientist.evolve.failure_text import trim
-from pytest_kscientist.evolve.links import link
+from pytest_kscientist.evolve.links import Link, link
 from pytest_kscientist.evolve.population import Member, failure_detail, status_counts
 
 NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)
@@ -52,9 +53,11 @@ def best(members: Sequence[Member], seeds_only: bool = False) -> Member | None:
     if seeds_only:
         return top
     by_id = {m.id: m for m in members}
+    # each link once: the lineages share their older links
+    links = functools.cache(lambda child, parent: link(by_id[child], by_id.get(parent), parent))
     estimates = []
     for m in members:
-        found = confirmed(m, by_id)
+        found = confirmed(m, by_id, links)
         if found is None or found[1] <= 1:
             continue
         root = by_id[lineage(m, by_id)[0]]
@@ -86,17 +89,22 @@ def evidence(top: Member, members: Sequence[Member]) -> str:
             f"({by_id[root].meta.seed_file}), ratios timed beside each parent along its lineage")
 
 
-def confirmed(member: Member, by_id: dict[str, Member]) -> tuple[float, float, float] | None:
+def confirmed(
+    member: Member, by_id: dict[str, Member],
+    links: Callable[[str, str], Link | None] | None = None,
+) -> tuple[float, float, float] | None:
     """(speedup, low, high) of ``member`` over the seed at the root of its lineage: the product
     of the links timed beside each parent (``links.link``: a knob move over the benchmarks whose
     knob point it changed; intervals multiplied, conservatively); None for a seed, or where a
-    link was not timed beside its parent."""
+    link was not timed beside its parent. ``links``: (child id, parent id) -> its link, where a
+    caller asking for many members keeps them."""
     chain = lineage(member, by_id)
     if len(chain) < 2 or by_id[chain[0]].meta.origin != "seed":
         return None
     speedup = low = high = 1.0
     for parent_id, child_id in zip(chain, chain[1:], strict=False):
-        found = link(by_id[child_id], by_id.get(parent_id), parent_id)
+        found = (links(child_id, parent_id) if links is not None
+                 else link(by_id[child_id], by_id.get(parent_id), parent_id))
         if found is None:
             return None
         speedup *= found.speedup
