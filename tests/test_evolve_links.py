@@ -10,7 +10,7 @@ from test_evolve_compose import SHAPED
 
 from pytest_kscientist.evolve import findings, progress
 from pytest_kscientist.evolve.knobs import rewrite_tunables
-from pytest_kscientist.evolve.links import class_ratios, link
+from pytest_kscientist.evolve.links import link, split
 from pytest_kscientist.evolve.population import CandidateMeta, EvaluationRecord, Member
 from pytest_kscientist.evolve.roles import ExperimentPlan
 from pytest_kscientist.results import BaselineTiming, CandidateResult, CaseResult
@@ -128,4 +128,4 @@ def test_a_class_gain_the_whole_run_hides_confirms_the_child_as_best() -> None:
 
 def test_reading_which_benchmarks_moved_needs_both_sources_to_parse() -> None:
     child = member("c0002", "def custom_kernel(data):\n    return data\n", "c0001", noisy(1.05))
-    assert class_ratios(child, member("c0001", SEED)) is None
+    assert split(child, member("c0001", SEED)) is None

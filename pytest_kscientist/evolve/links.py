@@ -41,20 +41,21 @@ class Link:
     def partial(self) -> bool:
         return self.changed < self.total
 
-    def ratio(self, brackets: str = "[]") -> str:
-        """``1.01x [1.00-1.02]``, with three decimals over part of the benchmarks."""
+    def ratio(self, table: bool = False) -> str:
+        """``1.01x [1.00-1.02]`` (``table``: ``1.01x(1.00-1.02)``), with three decimals over
+        part of the benchmarks."""
         d = 3 if self.partial else 2
-        return (f"{self.speedup:.{d}f}x{' ' if brackets == '[]' else ''}{brackets[0]}"
-                f"{self.low:.{d}f}-{self.high:.{d}f}{brackets[1]}")
+        opening, closing = ("(", ")") if table else (" [", "]")
+        return f"{self.speedup:.{d}f}x{opening}{self.low:.{d}f}-{self.high:.{d}f}{closing}"
 
     def short(self) -> str:
         """For the generation table: ``1.01x(1.00-1.02)``, or over part of the benchmarks
         ``1.007x(1.002-1.012) 6/18``."""
         if not self.partial:
-            return self.ratio("()")
+            return self.ratio(table=True)
         if not self.changed:
             return f"1x(same) 0/{self.total}"
-        return f"{self.ratio('()')} {self.changed}/{self.total}"
+        return f"{self.ratio(table=True)} {self.changed}/{self.total}"
 
     def text(self) -> str:
         """The link in words, for the findings and the best-so-far line."""
@@ -70,37 +71,27 @@ class Link:
 def link(child: Member, parent: Member | None, parent_id: str) -> Link | None:
     """``child``'s speed-up over ``parent_id`` as timed beside it; None when the child did not
     pass or its parent was not timed beside it. Taken over the benchmarks whose knob point
-    changed when ``parent`` is known and ``class_ratios`` can tell which those are."""
+    changed when ``parent`` is known and ``split`` can tell which those are."""
     ev = child.evaluation
     if ev is None or ev.status != "passed":
         return None
     speedup, interval = ev.speedups.get(parent_id), ev.speedup_intervals.get(parent_id)
     if speedup is None or not interval or len(interval) != 2:
         return None
-    ratios = class_ratios(child, parent) if parent is not None else None
-    if ratios is None:
+    found = split(child, parent) if parent is not None else None
+    if found is None or not found[1]:  # not a knob move, or one that moved every benchmark
         n = len(ev.bench_median_us)
         return Link(speedup, interval[0], interval[1], n, n)
-    changed, total = ratios
-    if not changed:  # the parent's kernel on every benchmark
+    moved, kept = found
+    total = len(moved) + len(kept)
+    if not moved:  # the parent's kernel on every benchmark
         return Link(1.0, 1.0, 1.0, 0, total)
-    power = len(changed) / total
-    speedup, low, high = (geomean([r[i] for r in changed]) ** power for i in range(3))
-    return Link(speedup, low, high, len(changed), total)
+    power = len(moved) / total
+    speedup, low, high = (geomean([r[i] for r in moved]) ** power for i in range(3))
+    return Link(speedup, low, high, len(moved), total)
 
 
 Bounds = tuple[float, float, float]  # ratio, low, high of one benchmark
-
-
-def class_ratios(child: Member, parent: Member) -> tuple[list[Bounds], int] | None:
-    """(ratio, low, high) timed beside ``parent`` on each benchmark where ``child`` runs another
-    knob point than ``parent`` does, and the number of benchmarks; None where ``split`` is, or
-    when every benchmark moved."""
-    found = split(child, parent)
-    if found is None or not found[1]:
-        return None
-    moved, kept = found
-    return moved, len(moved) + len(kept)
 
 
 def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | None:
