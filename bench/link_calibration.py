@@ -9,7 +9,7 @@ benchmarks' 95% intervals exclude 1 (about 5% when they are calibrated); then, p
 mean log ratio over them divided by its standard error, the error taken two ways: as the
 benchmarks' errors moving together (what a link's interval assumes: the geomean of the bounds)
 and as independent (the root of the summed squares over n), with how many children lie beyond
-1.96 each way (about 5% for the assumption that is calibrated; none for a conservative one).
+1.96 each way (about 5% for the assumption that is calibrated; fewer for a conservative one).
 """
 
 from __future__ import annotations
