@@ -10,7 +10,10 @@ parent's point; its true ratio there is 1, and the ratio measured there is noise
 the whole-run interval. Such a link is taken over the c of n benchmarks whose point changed:
 the geomean of their ratios and of their bounds, raised to c / n (the geomean over all n with
 1 on the rest). A class move 3% faster on 6 of 18 benchmarks then reads 1.01x, confirmed when
-those six confirm it, where the whole-run interval (about +-2% on the H200) cannot. On the
+those six confirm it, where the whole-run interval (about +-2% on the H200) cannot. A graft
+onto the parent (``graft.py``) is taken the same way over the benchmarks its rules send to
+another kernel: on the others it runs the parent's code, behind one Python call that reads the
+shape (a few microseconds of host time, which the GPU's queue hides). On the
 H200, 16 of 276 per-benchmark intervals of benchmarks a class move left unchanged excluded 1
 (notes/fp8_gemm_h200.md): about the 5% a 95% interval allows.
 """
@@ -20,7 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pytest_kscientist.evolve import graft
 from pytest_kscientist.evolve.compose import dispatch
+from pytest_kscientist.evolve.knobs import KnobError, skeleton_sha
 from pytest_kscientist.evolve.offline import tuned
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.stats import geomean
@@ -97,13 +102,23 @@ Bounds = tuple[float, float, float]  # ratio, low, high of one benchmark
 def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | None:
     """The (ratio, low, high) timed beside ``parent`` on the benchmarks where ``child`` runs
     another knob point than ``parent`` does (the point its shape rules pick, as
-    ``tunables_for`` does), and on those where it runs the same; None unless both read as the
-    same kernel with other knob values and every benchmark has its ratio."""
+    ``tunables_for`` does) or another kernel (a graft's rule holds: ``graft.py``), and on those
+    where it runs the same; None unless both read as the same kernel with other knob values,
+    or the child is a graft onto the parent's code, and every benchmark has its ratio."""
     ev = child.evaluation
     mine, theirs = tuned(child.summary()), tuned(parent.summary())
     if ev is None or ev.result is None or mine is None or theirs is None:
         return None
-    if mine.family != theirs.family or set(mine.values) != set(theirs.values):
+    grafts: list[dict] = []
+    if mine.family != theirs.family:
+        own = graft.own_source(child.source)
+        try:
+            if own is None or skeleton_sha(own) != theirs.family:
+                return None
+            grafts = graft.read_grafts(child.source) or []
+        except (KnobError, SyntaxError):
+            return None
+    if set(mine.values) != set(theirs.values):
         return None
     benches = [c for c in ev.result.cases if c.kind == "bench"]
     moved: list[Bounds] = []
@@ -114,9 +129,10 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
         if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in bounds):
             return None
         try:
-            differs = (dispatch(mine.values, mine.rules or [], case.case)
-                       != dispatch(theirs.values, theirs.rules or [], case.case))
-        except KeyError:  # a rule bounds a key the case lacks: not a knob point per shape
+            differs = any(graft.holds(g["when"], case.case) for g in grafts) or (
+                dispatch(mine.values, mine.rules or [], case.case)
+                != dispatch(theirs.values, theirs.rules or [], case.case))
+        except (KeyError, TypeError, ValueError):  # a rule bounds a key the case lacks
             return None
         (moved if differs else kept).append(bounds)  # type: ignore[arg-type]
     return (moved, kept) if benches else None

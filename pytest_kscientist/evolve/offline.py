@@ -17,10 +17,10 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_kscientist.evolve import class_moves, compose
+from pytest_kscientist.evolve import class_moves, compose, graft
 from pytest_kscientist.evolve.knob_model import KnobModel, Observation, effects_text, pct, title
 from pytest_kscientist.evolve.knobs import (
     BY_SHAPE_NAME,
@@ -269,15 +269,17 @@ class OfflineDesigner:
             plans, key=lambda p: p.expected_gain_min_pct + p.expected_gain_max_pct, reverse=True
         )
         composition, learned = compose.move(task, t, family, model.spread)
-        # The structural move comes first: the knob plans fill the other places.
-        ranked = ([composition] if composition else []) + ranked
+        grafted, donated = graft.plan(task, base, t.family, t.shape_keys, population,
+                                      model.spread)
+        # The structural moves come first: the knob plans fill the other places.
+        ranked = [p for p in (composition, grafted) if p] + ranked
         avenues = [f"{p.title}: {p.changes}" for p in ranked[:N_AVENUES]]
         chosen = self._choose(ranked, max(N_PLANS, n_keep), turns)
         return Design(
             avenues=avenues or [f"every knob configuration near {base.id} has been tried"],
             plans=chosen,
             kept=keep_three(chosen, n_keep),
-            findings_update="\n".join(x for x in (fitted, learned) if x),
+            findings_update="\n".join(x for x in (fitted, learned, donated) if x),
         )
 
     @staticmethod
@@ -370,9 +372,21 @@ class OfflineDesigner:
 
 class OfflineWriter:
     """Writes a plan's knob values into the base's TUNABLES, and its per-shape rules into
-    TUNABLES_BY_SHAPE, via the ast; nothing else changes."""
+    TUNABLES_BY_SHAPE, via the ast, or a graft's kernels after the base (``graft.py``); nothing
+    else changes."""
 
-    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan) -> Draft:
+    def write(self, task: TaskBrief, base: CandidateSummary, plan: ExperimentPlan,
+              population: Sequence[CandidateSummary] = ()) -> Draft:
+        if plan.grafts:  # a plan read back from its record holds no sources: the population's
+            sources = {c.id: c.source for c in population}
+            grafts = [g if g.source else g.model_copy(update={"source": sources.get(g.kernel, "")})
+                      for g in plan.grafts]
+            missing = sorted({g.kernel for g in grafts if not g.source})
+            if missing:
+                raise KnobError(f"plan '{plan.title}' grafts {', '.join(missing)}, which the "
+                                "population given to the writer lacks; pass population=")
+            return Draft(source=graft.graft_source(base.source, grafts, task.entry),
+                         explanation=f"{base.id} with {plan.title}. {plan.changes}.")
         if not plan.knobs and not plan.by_shape:
             raise KnobError(
                 f"plan '{plan.title}' names no knob values; "

@@ -64,10 +64,21 @@ class ShapeRule(BaseModel):
     note: str = ""  # written above the rule as a comment: where its values come from
 
 
+class Graft(BaseModel):
+    """One rule of a graft (``graft.py``): calls whose shape lies within ``when`` run the whole
+    kernel ``kernel`` (a population id) of ``source`` (not stored with the plan: the child's
+    file holds it)."""
+
+    when: dict[str, tuple[int | float | None, int | float | None]]
+    kernel: str
+    source: str = Field(default="", repr=False, exclude=True)
+    note: str = ""  # written above the rule as a comment
+
+
 class ExperimentPlan(BaseModel):
     """One experiment: what to change, the expected gain range (percent) and how novel it is;
-    ``knobs`` and ``by_shape`` are the offline writer's exact edits (``TUNABLES`` values, and
-    the rules that replace ``TUNABLES_BY_SHAPE``)."""
+    ``knobs``, ``by_shape`` and ``grafts`` are the offline writer's exact edits (``TUNABLES``
+    values, the rules that replace ``TUNABLES_BY_SHAPE``, other kernels run on some shapes)."""
 
     title: str
     changes: str
@@ -76,6 +87,7 @@ class ExperimentPlan(BaseModel):
     innovation: float = Field(ge=0, le=10)
     knobs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
     by_shape: list[ShapeRule] = Field(default_factory=list)
+    grafts: list[Graft] = Field(default_factory=list)
 
 
 class Design(BaseModel):
@@ -117,7 +129,8 @@ class Designer(Protocol):
 @runtime_checkable
 class Writer(Protocol):
     """Writes one candidate file per plan. Optional, used when present: a ``reference``
-    keyword of ``write`` (the selector's reference kernel); ``repair(task, failed, base, plan)
+    keyword of ``write`` (the selector's reference kernel), a ``population`` keyword (the
+    members, given when a plan grafts kernels: their sources); ``repair(task, failed, base, plan)
     -> Draft`` (a fix of a candidate that failed when it ran, from its trimmed error);
     ``concurrent = True`` (the loop may call it from several threads at once)."""
 
@@ -157,5 +170,5 @@ def _same_plan(a: ExperimentPlan, b: ExperimentPlan) -> bool:
     def norm(text: str) -> str:
         return " ".join(text.lower().split())
 
-    return (norm(a.title), norm(a.changes), a.knobs, a.by_shape) == (
-        norm(b.title), norm(b.changes), b.knobs, b.by_shape)
+    return (norm(a.title), norm(a.changes), a.knobs, a.by_shape, a.grafts) == (
+        norm(b.title), norm(b.changes), b.knobs, b.by_shape, b.grafts)

@@ -96,8 +96,10 @@ class WriteStage:
         by_id = {m.id: m for m in self.pop.members()}
         reference = by_id.get(selection.reference_id or "")
         writer = roles.writer
-        extra = ({"reference": reference.summary() if reference else None}
-                 if accepts(writer.write, "reference") else {})
+        extra: dict[str, Any] = ({"reference": reference.summary() if reference else None}
+                                 if accepts(writer.write, "reference") else {})
+        if any(p.grafts for p in plans) and accepts(writer.write, "population"):
+            extra["population"] = [m.summary() for m in by_id.values()]  # the grafts' donors
         todo = [(i, plan) for i, plan in enumerate(plans) if i not in done]
         repairs = self._repairs_due(g, writer, by_id)
         calls: list[Callable[[], Any]] = [

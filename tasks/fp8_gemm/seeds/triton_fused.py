@@ -240,6 +240,13 @@ def _tma_sources(a: torch.Tensor, b: torch.Tensor, cfg: dict):
     return [TensorDescriptor(x, list(x.shape), [x.stride(0), 1], block) for x, block in views]
 
 
+def shape_of(data):
+    """The call's shape as the task's case keys (SHAPE_KEYS), what a graft dispatches on
+    (pytest_kscientist/evolve/graft.py)."""
+    a, b = data[0], data[1]
+    return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
+
+
 def custom_kernel(data):
     """C = (A * a_scale) @ (B * b_scale)^T in bf16, written into ``c`` and returned."""
     a, b, a_scale, b_scale, c = data
