@@ -122,6 +122,65 @@ def test_a_graft_that_would_change_the_base_is_refused(donor: str, base: str, wh
         graft.graft_source(base, [Graft(when={"n": (None, 3)}, kernel="d1", source=donor)])
 
 
+# Donors whose module-level names are bound in other ways: each must run as it runs alone.
+BOUND_OTHERWISE = {
+    "except-as": "try:\n    import no_such_module_here\nexcept ImportError as err:\n"
+                 "    WHY = type(err).__name__\n\ndef custom_kernel(d):\n    return WHY\n",
+    "fallback-import": "try:\n    import no_such_module_here as fast\nexcept ImportError:\n"
+                       "    fast = None\n\ndef custom_kernel(d):\n    return fast\n",
+    "global-only": "def set_k():\n    global K\n    K = 7\n\ndef custom_kernel(d):\n"
+                   "    set_k()\n    return K\n",
+    "class-after-bind": "SCALE = 3\n\nclass C:\n    SCALE = 5\n    x = SCALE + 1\n\n"
+                        "def custom_kernel(d):\n    return C.x, SCALE\n",
+    # a class body's comprehension sees the module's SCALE (3.12 gives it no symbol table)
+    "class-comprehension": "SCALE = 3\n\nclass C:\n    SCALE = 5\n    xs = [SCALE for _ in "
+                           "range(2)]\n\ndef custom_kernel(d):\n    return C.xs, C.SCALE\n",
+}
+
+
+@pytest.mark.parametrize("donor", BOUND_OTHERWISE.values(), ids=BOUND_OTHERWISE)
+def test_names_bound_otherwise_are_prefixed_too(donor: str) -> None:
+    base = BASE + "\nK = 1\nerr = 'base'\nWHY = 'base'\n"  # an import is not renamed
+    alone = run(donor)["custom_kernel"]([1])
+    ns = run(graft.graft_source(base, [Graft(when={"n": (None, 2)}, kernel="d1", source=donor)]))
+    assert repr(ns["custom_kernel"]([1])) == repr(alone)
+    assert (ns["K"], ns["err"], ns["WHY"]) == (1, "base", "base")
+
+
+REFUSED = {  # donor, base, what the error says
+    "builtin-shadowed": ("from math import pow\n", BASE + "\ndef f():\n    return pow(2, 3, 5)\n",
+                         "reads otherwise"),
+    "base-shadows-builtin": ("def g():\n    return len([])\n", BASE + "\nlen = 3\n",
+                             "reads ['len'] as builtins"),
+    "star": ("from math import *\n", BASE, "binds names that cannot be read"),
+    "class-reads-before-bind": ("X = 1\n\nclass C:\n    X = X + 1\n", BASE,
+                                "a class body binds and reads ['X']"),
+    "entry-named-elsewhere": ("x = 1\n", BASE + "\nalias = custom_kernel\n",
+                              "never name it elsewhere"),
+}
+
+
+@pytest.mark.parametrize("donor, base, why", REFUSED.values(), ids=REFUSED)
+def test_a_graft_whose_names_would_cross_is_refused(donor: str, base: str, why: str) -> None:
+    donor += "\ndef custom_kernel(d):\n    pass\n"
+    with pytest.raises(graft.GraftError, match=re.escape(why)):
+        graft.graft_source(base, [Graft(when={"n": (None, 3)}, kernel="d1", source=donor)])
+
+
+def test_two_donors_are_checked_against_each_other() -> None:
+    one = "import math as m\n\ndef custom_kernel(d):\n    return m.sqrt(4)\n"
+    two = "import cmath as m\n\ndef custom_kernel(d):\n    return m.sqrt(4)\n"
+    with pytest.raises(graft.GraftError, match="would rebind `m`"):
+        graft.graft_source(BASE, [Graft(when={"n": (None, 3)}, kernel="d1", source=one),
+                                  Graft(when={"n": (3, 9)}, kernel="d2", source=two)])
+
+
+def test_no_box_where_benchmarks_alike_on_every_key_went_different_ways() -> None:
+    cases = {"a": {"n": 64}, "b": {"n": 64}, "c": {"n": 128}}
+    assert graft.box("a", {"a"}, cases, ["n"]) is None
+    assert graft.box("a", {"a", "b"}, cases, ["n"]) == {"n": (None, 91)}
+
+
 def test_a_graft_is_not_grafted_again() -> None:
     child = graft.graft_source(BASE, [Graft(when={}, kernel="d1", source=DONOR)])
     with pytest.raises(graft.GraftError, match="is a graft already"):

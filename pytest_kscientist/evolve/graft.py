@@ -62,20 +62,101 @@ def _module_defs(tree: ast.Module) -> set[str]:
                                                         ast.ClassDef))}
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _scope_nodes(body: Sequence[ast.AST]) -> list[ast.AST]:
+    """The nodes of ``body`` its own scope evaluates: not inside a def or class body, a lambda
+    or a comprehension (their defaults and decorators too: they bind no names)."""
+    out: list[ast.AST] = []
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _bound_here(node: ast.AST) -> list[str]:
+    """The names ``node`` binds in the scope it runs in (imports aside)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+        return [node.name]
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    return []
+
+
 def _module_bound(source: str) -> tuple[set[str], dict[str, str]]:
-    """(names the module binds at top level other than by import, imported name -> the import
-    statement that binds it)."""
-    table = symtable.symtable(source, "<kernel>", "exec")
+    """(names the module binds at module level other than only by import, names declared
+    ``global`` anywhere included; imported name -> the import statement that binds it). A name
+    both imported and assigned (``try: import x`` / ``except ImportError: x = None``) counts as
+    imported. GraftError on a star import (what it binds cannot be read)."""
+    tree = parse(source)
+    nodes = _scope_nodes(tree.body)
     imports: dict[str, str] = {}
-    for node in parse(source).body:
+    for node in nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
+                if alias.name == "*":
+                    raise GraftError(f"`{ast.unparse(node)}` binds names that cannot be read "
+                                     "from the source; import the names it needs")
                 name = alias.asname or alias.name.split(".")[0]
-                imports[name] = ast.unparse(node) if len(node.names) == 1 else ast.unparse(
-                    type(node)(**{**node.__dict__, "names": [alias]}))
-    bound = {s.get_name() for s in table.get_symbols()
-             if (s.is_assigned() or s.is_namespace()) and s.get_name() not in imports}
-    return bound, imports
+                imports[name] = ast.unparse(type(node)(**{**node.__dict__, "names": [alias]}))
+    bound = {n for node in nodes for n in _bound_here(node)}
+    bound |= {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    return bound - set(imports), imports
+
+
+def _builtins_read(source: str, bound: set[str]) -> set[str]:
+    """Names the module's code reads as globals without binding them (builtins, or errors)."""
+    out: set[str] = set()
+
+    def walk(table: symtable.SymbolTable) -> None:
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if name in bound:
+                continue
+            if table.get_type() == "module":
+                if sym.is_referenced() and not sym.is_assigned() and not sym.is_imported():
+                    out.add(name)
+            elif sym.is_global() and sym.is_referenced():
+                out.add(name)
+        for child in table.get_children():
+            walk(child)
+
+    walk(symtable.symtable(source, "<kernel>", "exec"))
+    return out
+
+
+def _class_reads_its_own(tree: ast.Module, names: set[str]) -> set[str]:
+    """Module-level names a class body reads in or before the statement that first binds them
+    there: Python reads the module's binding then, the class's after, and no renaming keeps
+    both (a read after the binding is the class's own: left as it is)."""
+    out: set[str] = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        first: dict[str, int] = {}
+        for i, stmt in enumerate(cls.body):
+            for node in _scope_nodes([stmt]):
+                for name in _bound_here(node):
+                    first.setdefault(name, i)
+        for i, stmt in enumerate(cls.body):
+            out |= {n.id for n in _scope_nodes([stmt]) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Load) and n.id in names and i <= first.get(
+                        n.id, -1)}
+    return out
+
+
+def _comprehension_targets(tree: ast.Module) -> set[str]:
+    """Names the module's comprehensions (at module level) bind."""
+    return {n.id for node in _scope_nodes(tree.body)
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+            for gen in node.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
 
 
 class _Renamer(ast.NodeTransformer):
@@ -166,12 +247,38 @@ class _Renamer(ast.NodeTransformer):
     def visit(self, node: ast.AST) -> Any:
         if isinstance(node, self.SCOPES):
             return self._enter(node)
+        if isinstance(node, self.COMPREHENSIONS) and self.tables[-1].get_type() == "class":
+            return self._class_comprehension(node)
         return super().visit(node)
+
+    def _class_comprehension(self, node: ast.AST) -> Any:
+        """Python 3.12+: a comprehension in a class body has no table of its own, yet, as
+        before, it sees the module's names, not the class's (its first iterable aside)."""
+        gens = node.generators  # type: ignore[attr-defined]
+        self._visit_all(gens[0], ["iter"])
+        targets = {n.id for g in gens for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        for sub in ast.walk(node):
+            if sub is gens[0].iter or any(sub is x for x in ast.walk(gens[0].iter)):
+                continue
+            if isinstance(sub, ast.Name) and sub.id in self.names and sub.id not in targets:
+                sub.id = self.pre + sub.id
+        return node
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
         if self._module_ref(node.id):
             node.id = self.pre + node.id
         return node
+
+    def _bind(self, node: ast.AST) -> ast.AST:
+        """Names bound as strings (``except E as x``, match captures), not as Name nodes."""
+        self.generic_visit(node)
+        for field in ("name", "rest"):
+            value = getattr(node, field, None)
+            if isinstance(value, str) and self._module_ref(value):
+                setattr(node, field, self.pre + value)
+        return node
+
+    visit_ExceptHandler = visit_MatchAs = visit_MatchStar = visit_MatchMapping = _bind
 
     def visit_Global(self, node: ast.Global) -> ast.Global:
         node.names = [self.pre + n if n in self.names else n for n in node.names]
@@ -199,13 +306,25 @@ def transplant(donor: str, kernel_id: str, base: str) -> str:
     if not futures <= base_futures:
         raise GraftError(f"kernel {kernel_id} imports {sorted(futures)} from __future__ and the "
                          f"base {sorted(base_futures)}: the base must make each of its imports")
+    base_reads = {n.id for n in ast.walk(base_tree) if isinstance(n, ast.Name)}
     for name, stmt in imports.items():
         if name in futures:
             continue
-        if name in base_names or base_imports.get(name, stmt) != stmt:
+        if base_imports.get(name, stmt) != stmt or name in base_names or (
+                name in base_reads and name not in base_imports):
             raise GraftError(
-                f"kernel {kernel_id}'s `{stmt}` would rebind `{name}`, which the base binds "
-                f"otherwise; graft it onto a base that binds `{name}` the same way")
+                f"kernel {kernel_id}'s `{stmt}` would rebind `{name}`, which the base binds or "
+                f"reads otherwise; graft it onto a base that imports `{name}` the same way")
+    shadowed = _builtins_read(donor, names | set(imports)) & (base_names | set(base_imports))
+    if shadowed:
+        raise GraftError(f"kernel {kernel_id} reads {sorted(shadowed)} as builtins, which the "
+                         "base binds at module level; the graft would hand it the base's")
+    for why, found in (("a class body binds and reads", _class_reads_its_own(tree, names)),
+                       ("a module-level comprehension binds",
+                        _comprehension_targets(tree) & names)):
+        if found:
+            raise GraftError(f"in kernel {kernel_id}, {why} {sorted(found)}, also module-level "
+                             "names: renaming cannot keep what they read")
     pre = prefix(kernel_id)
     clash = {pre + n for n in names} & (base_names | set(base_imports))
     if clash:
@@ -270,18 +389,26 @@ def graft_source(base: str, grafts: Sequence[Graft], entry: str = "custom_kernel
                          "(the call's shape as the task's case keys) at module level")
     if read_grafts(base) is not None or MARK in base:
         raise GraftError("the base is a graft already; graft onto the kernel it was made from")
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry]
+    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == entry]
+    base_names, base_imports = _module_bound(base)
+    taken = {OWN, GRAFTS_NAME, "_GRAFTED"} & (base_names | set(base_imports))
     lines = base.splitlines(keepends=True)
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == entry:
-            lines[node.lineno - 1] = lines[node.lineno - 1].replace(
-                f"def {entry}(", f"def {OWN}(", 1)
+    line = lines[defs[-1].lineno - 1] if defs else ""
+    if len(defs) != 1 or reads or taken or f"def {entry}(" not in line:
+        raise GraftError(
+            f"a graft renames the base's `def {entry}(` to `{OWN}` and binds {GRAFTS_NAME} and "
+            f"_GRAFTED: the base must define {entry} once, as a plain `def {entry}(` on one "
+            f"line, never name it elsewhere, and bind none of those names (found "
+            f"{len(defs)} definition(s), {len(reads)} other use(s), {sorted(taken)} bound)")
+    lines[defs[0].lineno - 1] = line.replace(f"def {entry}(", f"def {OWN}(", 1)
     parts = ["".join(lines).rstrip("\n") + "\n\n\n" + MARK + "\n"]
     seen: dict[str, None] = {}
-    for g in grafts:
+    for g in grafts:  # each donor is checked against the base and the donors before it
         if g.kernel not in seen:
             seen[g.kernel] = None
             parts.append(f"\n# kernel {g.kernel}, its module-level names prefixed "
-                         f"{prefix(g.kernel)}\n" + transplant(g.source, g.kernel, base))
+                         f"{prefix(g.kernel)}\n" + transplant(g.source, g.kernel, "".join(parts)))
     rules = "".join(
         (f"    # {g.note}\n" if g.note else "")
         + f"    {{'when': {_when_text(g.when)}, 'kernel': {g.kernel!r}}},\n" for g in grafts)
@@ -337,14 +464,17 @@ def donors(base: CandidateSummary, family: str,
 
 
 def box(target: str, inside: set[str], cases: Mapping[str, Mapping[str, Any]],
-        keys: Sequence[str]) -> dict[str, Bound]:
-    """Rule 2's box around ``target``, holding only benchmarks of ``inside``."""
+        keys: Sequence[str]) -> dict[str, Bound] | None:
+    """Rule 2's box around ``target``, holding only benchmarks of ``inside``; None when even
+    the first box holds another (benchmarks alike on every key)."""
     when: dict[str, Bound] = {}
     for key in keys:
         values = sorted({cases[b][key] for b in cases})
         i = values.index(cases[target][key])
         when[key] = (threshold(values[i - 1], values[i]) if i > 0 else None,
                      threshold(values[i], values[i + 1]) if i + 1 < len(values) else None)
+    if not all(b in inside for b in cases if holds(when, cases[b])):
+        return None
     for key in keys:
         for side in (0, 1):
             lo, hi = when[key]
@@ -378,6 +508,8 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
                 won[b] = (gain, d)
     if not won:
         return None, ""
+    learned = "- faster elsewhere than in this family: " + "; ".join(
+        f"{x} {won[x][1].id} ({pct(won[x][0]):+.0f}%)" for x in sorted(won))
     grafts: list[Graft] = []
     boxes: list[dict[str, Bound]] = []
     for b in sorted(won, key=lambda b: -won[b][0]):
@@ -386,12 +518,16 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
             continue
         inside = {x for x in won if won[x][1].id == donor.id}
         when = box(b, inside, cases, keys)
+        if when is None:
+            continue
         held = [x for x in cases if holds(when, cases[x])]
         gains = [won[x][0] for x in held]
         note = (f"{describe(when)}: {donor.id}, {pct(sum(gains) / len(gains)):+.0f}% on "
                 f"{', '.join(held)} by the medians")
         boxes.append(when)
         grafts.append(Graft(when=when, kernel=donor.id, source=donor.source, note=note))
+    if not grafts:
+        return None, learned
     moved = {x for x in cases if any(holds(w, cases[x]) for w in boxes)}
     for x in moved:  # the first box that holds a benchmark runs it; each holds only its own
         first = next(g for g, w in zip(grafts, boxes, strict=True) if holds(w, cases[x]))
@@ -399,12 +535,10 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
     share = len(moved) / len(cases)
     gain = sum(won[x][0] for x in moved) / len(moved)
     low, high = pct(share * (gain - spread)), pct(share * (gain + spread))
-    learned = "- faster elsewhere than in this family: " + "; ".join(
-        f"{x} {won[x][1].id} ({pct(won[x][0]):+.0f}%)" for x in sorted(won))
     title = "graft: " + "; ".join(f"{describe(g.when)} {g.kernel}" for g in grafts)
     try:
         graft_source(base.source, grafts, task.entry)
-    except GraftError as e:
+    except (GraftError, SyntaxError, ValueError) as e:
         return None, learned + f" (not grafted: {e})"
     return ExperimentPlan(
         title=title,

@@ -109,15 +109,18 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
     mine, theirs = tuned(child.summary()), tuned(parent.summary())
     if ev is None or ev.result is None or mine is None or theirs is None:
         return None
-    grafts: list[dict] = []
-    if mine.family != theirs.family:
-        own = graft.own_source(child.source)
-        try:
+    grafts: list[dict] = []  # the child's rules, where the parent runs its own kernel
+    shared: list[dict] = []  # rules both run (a knob move of a graft): the donor's, unchanged
+    try:
+        if mine.family != theirs.family:
+            own = graft.own_source(child.source)
             if own is None or skeleton_sha(own) != theirs.family:
                 return None
             grafts = graft.read_grafts(child.source) or []
-        except (KnobError, SyntaxError):
-            return None
+        else:
+            shared = graft.read_grafts(child.source) or []
+    except (KnobError, SyntaxError):
+        return None
     if set(mine.values) != set(theirs.values):
         return None
     benches = [c for c in ev.result.cases if c.kind == "bench"]
@@ -130,7 +133,8 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
             return None
         try:
             differs = any(graft.holds(g["when"], case.case) for g in grafts) or (
-                dispatch(mine.values, mine.rules or [], case.case)
+                not any(graft.holds(g["when"], case.case) for g in shared)
+                and dispatch(mine.values, mine.rules or [], case.case)
                 != dispatch(theirs.values, theirs.rules or [], case.case))
         except (KeyError, TypeError, ValueError):  # a rule bounds a key the case lacks
             return None
