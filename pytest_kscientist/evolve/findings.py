@@ -85,7 +85,9 @@ def evidence(top: Member, members: Sequence[Member]) -> str:
         return "no seed passed: fastest by geomean, not confirmed beside a seed"
     speedup, low, high = found
     root = lineage(top, by_id)[0]
-    return (f"{speedup:.2f}x [{low:.2f}-{high:.2f}] over seed {root} "
+    # three decimals where two would hide the gain (1.003x [1.002-1.004] reads 1.00x [1.00-1.00])
+    d = 3 if 1.0 in (round(low, 2), round(high, 2)) or round(low, 2) == round(high, 2) else 2
+    return (f"{speedup:.{d}f}x [{low:.{d}f}-{high:.{d}f}] over seed {root} "
             f"({by_id[root].meta.seed_file}), ratios timed beside each parent along its lineage")
 
 
