@@ -390,6 +390,15 @@ def evolve_blocks(pytester: pytest.Pytester, seeds: dict[str, str]) -> pytest.Ru
     )
 
 
+def assert_checked_beside_base(root: Path, cid: str) -> None:
+    """The blocks task's candidate ``cid`` passed its 3 checks and was timed beside c0001."""
+    record = json.loads((root / cid / "results.json").read_text())
+    assert record["status"] == "passed", record["failure"]
+    checks = [c for c in record["result"]["cases"] if c["kind"] == "check"]
+    assert len(checks) == 3 and all(c["outcome"] == "passed" for c in checks)
+    assert "c0001" in record["speedups"]
+
+
 def test_evolve_writes_a_composed_kernel_that_passes_its_checks(pytester: pytest.Pytester) -> None:
     """Two seeds of one family, each fastest on one benchmark: with every knob point tried, the
     offline scientist's one plan is their composition, checked and timed in a child session."""
@@ -409,11 +418,7 @@ def test_evolve_writes_a_composed_kernel_that_passes_its_checks(pytester: pytest
     source = (root / "c0003" / "c0003.py").read_text()
     assert read_by_shape(source) == [{"when": {"n": [None, 4096]}, "knobs": {"block": 256}}]
     assert read_tunables(source) == {"block": 65536}
-    record = json.loads((root / "c0003" / "results.json").read_text())
-    assert record["status"] == "passed", record["failure"]
-    checks = [c for c in record["result"]["cases"] if c["kind"] == "check"]
-    assert len(checks) == 3 and all(c["outcome"] == "passed" for c in checks)
-    assert "c0001" in record["speedups"]  # timed beside its parent
+    assert_checked_beside_base(root, "c0003")
     assert "per shape class: n < 4096 c0002" in (root / "lineage.md").read_text()
     assert "fastest per shape class (2 kernels of one configuration)" in (
         root / "findings.md").read_text()

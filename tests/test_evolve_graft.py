@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_evolve_compose import BLOCKS_SEED, SHAPED, evolve_blocks
+from test_evolve_compose import BLOCKS_SEED, SHAPED, assert_checked_beside_base, evolve_blocks
 from test_evolve_links import CASES, member
 
 from pytest_kscientist.evolve import findings, graft
@@ -322,9 +322,5 @@ def test_evolve_grafts_a_kernel_of_another_family_that_passes_its_checks(
         ({"n": [4096, None]}, "c0002")]
     source = (root / "c0003" / "c0003.py").read_text()
     assert graft.read_grafts(source) == [{"when": {"n": [4096, None]}, "kernel": "c0002"}]
-    record = json.loads((root / "c0003" / "results.json").read_text())
-    assert record["status"] == "passed", record["failure"]
-    checks = [c for c in record["result"]["cases"] if c["kind"] == "check"]
-    assert len(checks) == 3 and all(c["outcome"] == "passed" for c in checks)
-    assert "c0001" in record["speedups"]  # timed beside its base
+    assert_checked_beside_base(root, "c0003")
     assert "faster elsewhere than in this family" in (root / "findings.md").read_text()

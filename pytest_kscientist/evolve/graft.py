@@ -4,9 +4,10 @@ the base with that whole kernel inlined, run on the shapes around those benchmar
 
 The rule:
 
-1. Donors are the passed kernels of other families that are not grafts themselves and declare
-   the base's ``KS_*`` values (or none). A benchmark goes to the donor with the lowest median on
-   it, when that median beats the base's own by at least ``MIN_GAIN``.
+1. Donors are the passed kernels of other families that are not grafts themselves and whose
+   ``KS_*`` declarations each equal the base's (none is fine). A benchmark goes to the donor
+   with the lowest median on it, when that median beats the base's own by at least
+   ``MIN_GAIN``.
 2. Each such benchmark, most gained first, gets a box of shapes (a ``GRAFTS`` rule, at most
    ``MAX_GRAFTS``) unless an earlier box of the same donor holds it: on every shape key the box
    first spans the thresholds (``compose.threshold``) to the neighbouring values the benchmarks
@@ -222,12 +223,10 @@ class _Renamer(ast.NodeTransformer):
             self._visit_all(node, ["bases", "keywords", "decorator_list"])
         else:
             self._visit_all(node.generators[0], ["iter"])
+        table = self._child(node)  # found by the name the donor gave it
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
                 len(self.tables) == 1 and node.name in self.names):
-            table = self._child(node)
             node.name = self.pre + node.name
-        else:
-            table = self._child(node)
         self.tables.append(table)
         self.pending.append(list(table.get_children()))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
