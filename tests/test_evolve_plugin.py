@@ -442,7 +442,8 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out = "".join(seen) + proc.stdout.read()
-    assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED  # 2, as README says
+    code = proc.wait(timeout=120)
+    assert code == pytest.ExitCode.INTERRUPTED, out  # 2, as README says
     assert "stopped: interrupted (Ctrl-C)" in out, out
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of the run (child session included) is left running
