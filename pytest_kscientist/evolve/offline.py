@@ -6,7 +6,9 @@ step along observed trends, and proposes unexplored single, paired and cross-ove
 base's kernel can run knob values per class of shapes (``TUNABLES_BY_SHAPE``), it also proposes
 the structural move of ``compose.py``: one kernel dispatching each class of shapes to the knob
 point fastest there. A base that is such a composed kernel gets its knob moves inside one class
-at a time (``class_moves.py``). Gains are speed-ups in percent: +100 means twice as fast.
+at a time (``class_moves.py``). Where a kernel of another family (other code) beat the base on
+some benchmarks, the second structural move grafts it onto the shapes around them
+(``graft.py``). Gains are speed-ups in percent: +100 means twice as fast.
 """
 
 from __future__ import annotations
