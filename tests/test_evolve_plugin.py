@@ -423,6 +423,9 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # a suite started in the background (nohup, `cmd &` without job control) passes SIGINT
+        # on ignored, and Python then keeps it ignored: the run would never see the Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     seen = []
