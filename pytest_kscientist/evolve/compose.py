@@ -71,16 +71,17 @@ class ShapeClass:
     point: Point
 
 
+def holds(when: Mapping[str, Bound], shape: Mapping[str, Any]) -> bool:
+    """Whether every bound of ``when`` holds for ``shape`` (low <= value < high, None for no
+    bound); KeyError when a bound names a key ``shape`` lacks."""
+    return all((low is None or low <= shape[key]) and (high is None or shape[key] < high)
+               for key, (low, high) in when.items())
+
+
 def first_rule(rules: Sequence[Rule], shape: Mapping[str, Any]) -> int | None:
-    """The index of the first rule whose every bound holds for ``shape`` (low <= value < high,
-    None for no bound), or None; KeyError when a bound names a key ``shape`` lacks."""
-    for i, rule in enumerate(rules):
-        if all(
-            (low is None or low <= shape[key]) and (high is None or shape[key] < high)
-            for key, (low, high) in rule["when"].items()
-        ):
-            return i
-    return None
+    """The index of the first rule (a ``{"when": ...}``: ``TUNABLES_BY_SHAPE``'s, a graft's)
+    whose bounds hold for ``shape``, or None; KeyError as ``holds``."""
+    return next((i for i, rule in enumerate(rules) if holds(rule["when"], shape)), None)
 
 
 def dispatch(

@@ -28,13 +28,14 @@ the base's source, so a link over the benchmarks the graft moved can be taken (`
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import symtable
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_kscientist.evolve.compose import MAX_CLASSES, describe, threshold
+from pytest_kscientist.evolve.compose import MAX_CLASSES, Bound, describe, holds, threshold
 from pytest_kscientist.evolve.knob_model import pct
 from pytest_kscientist.evolve.knobs import KnobError, _module_literal, skeleton_sha
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Graft, TaskBrief
@@ -46,7 +47,6 @@ OWN = "_own_custom_kernel"
 MARK = "# --- grafts, written by the offline scientist (pytest_kscientist/evolve/graft.py) ---"
 MIN_GAIN = 0.03  # as compose.MIN_CLASS_GAIN: medians timed in different sessions drift
 MAX_GRAFTS = MAX_CLASSES - 1
-Bound = tuple[float | None, float | None]
 
 
 class GraftError(KnobError):
@@ -63,8 +63,9 @@ def _module_defs(tree: ast.Module) -> set[str]:
                                                         ast.ClassDef))}
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
-           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (*_FUNCTIONS, ast.ClassDef, *_COMPREHENSIONS)
 
 
 def _scope_nodes(body: Sequence[ast.AST]) -> list[ast.AST]:
@@ -156,7 +157,7 @@ def _class_reads_its_own(tree: ast.Module, names: set[str]) -> set[str]:
 def _comprehension_targets(tree: ast.Module) -> set[str]:
     """Names the module's comprehensions (at module level) bind."""
     return {n.id for node in _scope_nodes(tree.body)
-            if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+            if isinstance(node, _COMPREHENSIONS)
             for gen in node.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
 
 
@@ -164,10 +165,8 @@ class _Renamer(ast.NodeTransformer):
     """Prefixes the names in ``names`` wherever they refer to the module's binding, scope by
     scope as ``symtable`` resolves them (a parameter or local of the same name is left)."""
 
-    FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-    COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
     # Python 3.12 inlines comprehensions: symtable gives them no scope of their own (PEP 709)
-    SCOPES = (*FUNCTIONS, ast.ClassDef) + (COMPREHENSIONS if sys.version_info < (3, 12) else ())
+    SCOPES = _SCOPES if sys.version_info < (3, 12) else (*_FUNCTIONS, ast.ClassDef)
     TABLE_NAMES = {ast.Lambda: "lambda", ast.ListComp: "listcomp", ast.SetComp: "setcomp",
                    ast.DictComp: "dictcomp", ast.GeneratorExp: "genexpr"}
 
@@ -211,7 +210,7 @@ class _Renamer(ast.NodeTransformer):
     def _enter(self, node: ast.AST) -> Any:
         """Visit what the enclosing scope evaluates of ``node`` (defaults, annotations,
         decorators, bases, a comprehension's first iterable), then its body in its own scope."""
-        if isinstance(node, self.FUNCTIONS):
+        if isinstance(node, _FUNCTIONS):
             args = node.args
             self._visit_all(args, ["defaults", "kw_defaults"])
             if not isinstance(node, ast.Lambda):
@@ -246,7 +245,7 @@ class _Renamer(ast.NodeTransformer):
     def visit(self, node: ast.AST) -> Any:
         if isinstance(node, self.SCOPES):
             return self._enter(node)
-        if isinstance(node, self.COMPREHENSIONS) and self.tables[-1].get_type() == "class":
+        if isinstance(node, _COMPREHENSIONS) and self.tables[-1].get_type() == "class":
             return self._class_comprehension(node)
         return super().visit(node)
 
@@ -337,9 +336,9 @@ def transplant(donor: str, kernel_id: str, base: str) -> str:
                 isinstance(node.value.value, str)):
             continue
         body.append(node)
+    doc = ast.get_docstring(tree) or ""
     renamer = _Renamer(table, names, pre)
     tree.body = [renamer.visit(node) for node in body]
-    doc = ast.get_docstring(parse(donor)) or ""
     head = "".join(f"# {line}".rstrip() + "\n" for line in doc.splitlines()[:3])
     return head + ast.unparse(tree) + "\n"
 
@@ -372,12 +371,6 @@ def own_source(source: str) -> str | None:
             lines[node.lineno - 1] = line.replace(f"def {OWN}(", "def custom_kernel(", 1)
             return "".join(lines)
     return None
-
-
-def holds(when: Mapping[str, Bound], shape: Mapping[str, Any]) -> bool:
-    """Whether ``shape`` lies in the box ``when`` (KeyError when it lacks one of its keys)."""
-    return all((lo is None or lo <= shape[k]) and (hi is None or shape[k] < hi)
-               for k, (lo, hi) in when.items())
 
 
 def graft_source(base: str, grafts: Sequence[Graft], entry: str = "custom_kernel") -> str:
@@ -436,29 +429,35 @@ def _when_text(when: Mapping[str, Bound]) -> str:
     return "{" + ", ".join(f"{k!r}: [{lo!r}, {hi!r}]" for k, (lo, hi) in when.items()) + "}"
 
 
-def _declarations(source: str) -> dict[str, str]:
-    tree = parse(source)
-    return {t.id: ast.unparse(n.value) for n in tree.body if isinstance(n, ast.Assign)
-            for t in n.targets if isinstance(t, ast.Name) and t.id.startswith("KS_")}
+@functools.lru_cache(maxsize=4096)
+def _donor_facts(source: str) -> tuple[str, bool, frozenset[tuple[str, str]]] | None:
+    """(skeleton, whether a graft, its ``KS_*`` declarations) of a source, read once: the
+    designer asks it of every member each generation; None when it does not read."""
+    try:
+        tree = parse(source)
+        family, grafted = skeleton_sha(source), MARK in source or read_grafts(source) is not None
+    except (KnobError, SyntaxError):
+        return None
+    declared = frozenset((t.id, ast.unparse(n.value)) for n in tree.body
+                         if isinstance(n, ast.Assign) for t in n.targets
+                         if isinstance(t, ast.Name) and t.id.startswith("KS_"))
+    return family, grafted, declared
 
 
 def donors(base: CandidateSummary, family: str,
            population: Sequence[CandidateSummary]) -> list[CandidateSummary]:
     """Rule 1's donors for ``base`` (of ``family``), in population order."""
+    facts = _donor_facts(base.source)
+    want = dict(facts[2]) if facts else {}
     out = []
-    want = _declarations(base.source)
     for c in population:
         if c.id == base.id or c.status != "passed" or not c.bench_median_us:
             continue
-        try:
-            if skeleton_sha(c.source) == family or MARK in c.source:
-                continue
-            mine = _declarations(c.source)
-            if read_grafts(c.source) is not None or any(want.get(k) != v for k, v in mine.items()):
-                continue
-        except (KnobError, SyntaxError):
+        found = _donor_facts(c.source)
+        if found is None or found[0] == family or found[1]:
             continue
-        out.append(c)
+        if all(want.get(k) == v for k, v in found[2]):
+            out.append(c)
     return out
 
 

@@ -23,9 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pytest_kscientist.evolve import graft
-from pytest_kscientist.evolve.compose import dispatch
-from pytest_kscientist.evolve.knobs import KnobError, skeleton_sha
+from pytest_kscientist.evolve.compose import dispatch, first_rule
 from pytest_kscientist.evolve.offline import tuned
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.stats import geomean
@@ -109,17 +107,11 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
     mine, theirs = tuned(child.summary()), tuned(parent.summary())
     if ev is None or ev.result is None or mine is None or theirs is None:
         return None
-    grafts: list[dict] = []  # the child's rules, where the parent runs its own kernel
-    shared: list[dict] = []  # rules both run (a knob move of a graft): the donor's, unchanged
-    try:
-        if mine.family != theirs.family:
-            own = graft.own_source(child.source)
-            if own is None or skeleton_sha(own) != theirs.family:
-                return None
-            grafts = graft.read_grafts(child.source) or []
-        else:
-            shared = graft.read_grafts(child.source) or []
-    except (KnobError, SyntaxError):
+    if mine.family == theirs.family:  # a knob move; of a graft, its rules run the donor in both
+        grafts, shared = [], mine.grafts
+    elif mine.own_family == theirs.family:  # a graft onto the parent: its rules run the donor
+        grafts, shared = mine.grafts, []
+    else:
         return None
     if set(mine.values) != set(theirs.values):
         return None
@@ -132,8 +124,8 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
         if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in bounds):
             return None
         try:
-            differs = any(graft.holds(g["when"], case.case) for g in grafts) or (
-                not any(graft.holds(g["when"], case.case) for g in shared)
+            differs = first_rule(grafts, case.case) is not None or (
+                first_rule(shared, case.case) is None
                 and dispatch(mine.values, mine.rules or [], case.case)
                 != dispatch(theirs.values, theirs.rules or [], case.case))
         except (KeyError, TypeError, ValueError):  # a rule bounds a key the case lacks

@@ -20,7 +20,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_kscientist.evolve import class_moves, compose, graft
 from pytest_kscientist.evolve.knob_model import KnobModel, Observation, effects_text, pct, title
@@ -63,7 +63,9 @@ class NothingToMove(KnobError):
 @dataclass(frozen=True)
 class Tuned:
     """A candidate whose knobs the offline roles can read; ``rules``: its TUNABLES_BY_SHAPE
-    (None when it declares none), ``shape_keys``: its SHAPE_KEYS."""
+    (None when it declares none), ``shape_keys``: its SHAPE_KEYS; ``grafts``: its GRAFTS rules
+    (``graft.py``; none: []) and ``own_family`` the family of the kernel it was grafted onto
+    ("" for no graft)."""
 
     summary: CandidateSummary
     values: dict[str, Knob]
@@ -71,6 +73,8 @@ class Tuned:
     family: str
     rules: list[Rule] | None = None
     shape_keys: tuple[str, ...] = ()
+    grafts: list[Rule] = field(default_factory=list)
+    own_family: str = ""
 
     def config(
         self, values: dict[str, Knob] | None = None, rules: list[Rule] | None = None
@@ -91,17 +95,19 @@ def tuned(candidate: CandidateSummary) -> Tuned | None:
     read = _read(candidate.source)
     if read is None:
         return None
-    values, space, family, rules, keys = copy.deepcopy(read)  # the cache's stay unchanged
-    return Tuned(candidate, values, space, family, rules, keys)
+    values, space, family, rules, keys, grafts, own = copy.deepcopy(read)  # the cache's stay
+    return Tuned(candidate, values, space, family, rules, keys, grafts, own)
 
 
 @functools.lru_cache(maxsize=4096)
 def _read(
     source: str,
-) -> tuple[dict[str, Knob], dict[str, list[Knob]], str, list[Rule] | None, tuple[str, ...]] | None:
+) -> tuple[dict[str, Knob], dict[str, list[Knob]], str, list[Rule] | None, tuple[str, ...],
+           list[Rule], str] | None:
     """What ``tuned`` reads of a source, parsed once: the selector reads every candidate once
     for each candidate whose moves it counts (cProfile here: 30 ms a read of the fp8 Triton
-    seed, 15 s a selection among 22 of its composed kernels without this cache, 0.2 s with)."""
+    seed, 15 s a selection among 22 of its composed kernels without this cache, 0.2 s with),
+    and every link reads its child's grafts."""
     try:
         values, space = read_tunables(source), read_space(source)
         family = skeleton_sha(source)
@@ -110,7 +116,12 @@ def _read(
         return None
     if not values or not any(k in values for k in space):
         return None
-    return values, space, family, rules, tuple(keys)
+    try:
+        grafts, own = graft.read_grafts(source) or [], graft.own_source(source)
+        own_family = skeleton_sha(own) if own is not None else ""
+    except (KnobError, SyntaxError):  # a GRAFTS that does not read: not taken for a graft
+        grafts, own_family = [], ""
+    return values, space, family, rules, tuple(keys), grafts, own_family
 
 
 def _family(base: Tuned, population: list[CandidateSummary], single: bool = False) -> list[Tuned]:
