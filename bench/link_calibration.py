@@ -2,8 +2,9 @@
 
     python3 bench/link_calibration.py POPULATION_DIR    # e.g. population/fp8_gemm
 
-A child that moves the knobs of some shapes only (``pytest_kscientist/evolve/links.py``) runs
-its parent's kernel on the benchmarks it left at the parent's knob point: there the same kernel
+A child that moves the knobs of some shapes only, or grafts another kernel onto some
+(``pytest_kscientist/evolve/links.py``), runs its parent's kernel on the benchmarks it left at
+the parent's knob point: there the same kernel
 was timed twice, beside itself, an A/A test inside every such link. Printed: how many of those
 benchmarks' 95% intervals exclude 1 (about 5% when they are calibrated); then, per child, the
 mean log ratio over them divided by its standard error, the error taken two ways: as the

@@ -13,7 +13,8 @@ the geomean of their ratios and of their bounds, raised to c / n (the geomean ov
 those six confirm it, where the whole-run interval (about +-2% on the H200) cannot. A graft
 onto the parent (``graft.py``) is taken the same way over the benchmarks its rules send to
 another kernel: on the others it runs the parent's code, behind one Python call that reads the
-shape (a few microseconds of host time, which the GPU's queue hides). On the
+shape (1.5 us of host time a call on a 2-core CPU, against the ~0.3 ms of GPU work the harness
+queues before its start event: notes/timing.md). On the
 H200, 16 of 276 per-benchmark intervals of benchmarks a class move left unchanged excluded 1
 (notes/fp8_gemm_h200.md): about the 5% a 95% interval allows.
 """
