@@ -35,6 +35,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_kscientist.declarations import assignments
 from pytest_kscientist.evolve.compose import MAX_CLASSES, Bound, describe, holds, threshold
 from pytest_kscientist.evolve.knob_model import pct
 from pytest_kscientist.evolve.knobs import KnobError, _module_literal, skeleton_sha
@@ -438,9 +439,8 @@ def _donor_facts(source: str) -> tuple[str, bool, frozenset[tuple[str, str]]] | 
         family, grafted = skeleton_sha(source), MARK in source or read_grafts(source) is not None
     except (KnobError, SyntaxError):
         return None
-    declared = frozenset((t.id, ast.unparse(n.value)) for n in tree.body
-                         if isinstance(n, ast.Assign) for t in n.targets
-                         if isinstance(t, ast.Name) and t.id.startswith("KS_"))
+    declared = frozenset((name, ast.unparse(value)) for name, value, _ in assignments(tree)
+                         if name.startswith("KS_"))
     return family, grafted, declared
 
 
