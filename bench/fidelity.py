@@ -154,8 +154,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.3)
     parser.add_argument("--out", type=Path, default=Path("fidelity.json"))
     args = parser.parse_args()
-    from pytest_kscientist.runner import _load_module
-    from pytest_kscientist.task import load_task
+    from pytest_kscientist.formats.task import load_task
+    from pytest_kscientist.worker.runner import _load_module
 
     cases = load_task(TASK).profile("full").benchmarks
     ref = _load_module(str(TASK / "reference.py"), "_fid_ref")

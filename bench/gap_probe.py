@@ -5,7 +5,7 @@
 Times the Triton seed and cuBLAS on K-major copies (prepare untimed) on a few fp8_gemm shapes,
 each in several modes, all in this one process:
 - ``plain``: the GPU MODE protocol back to back (sync, L2 flush, start, call, end, sync);
-- ``strict``: the harness's own timer (``pytest_kscientist.timing``; up to 2026-11-30 that was
+- ``strict``: the harness's own timer (``worker/timing.py``; up to 2026-11-30 that was
   flush, sync, start, call, sync, end), its empty-call cost subtracted;
 - ``events``: sync, flush, start, call, end, sync, then an ``after`` event: the kernel time
   between start and end, with the tail (end -> after) and the flush printed beside it;
@@ -29,8 +29,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.runner import _load_module  # noqa: E402
-from pytest_kscientist.timing import make_timer  # noqa: E402
+from pytest_kscientist.worker.runner import _load_module  # noqa: E402
+from pytest_kscientist.worker.timing import make_timer  # noqa: E402
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 SHAPES = [(1024, 7168, 256, 5364), (1024, 4096, 512, 17512), (1024, 3072, 1536, 6251),

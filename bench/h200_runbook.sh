@@ -109,7 +109,7 @@ if [ "${KS_SWEEP_BEST:-0}" = 1 ] && [ -f "$OUT/sweep.json" ]; then
     || note "(b2) sweep's best point not applied"
 import json, sys
 from pathlib import Path
-from pytest_kscientist.evolve.knobs import rewrite_tunables
+from pytest_kscientist.evolve.offline.knobs import rewrite_tunables
 best = json.loads(Path(sys.argv[1]).read_text()).get("_best")
 if best and best["changes"]:
     seed = Path(sys.argv[2])

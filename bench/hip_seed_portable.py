@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_kscientist import hip  # noqa: E402  (pure: ast and re only)
-from pytest_kscientist.evolve.knobs import rewrite_tunables  # noqa: E402
+from pytest_kscientist.evolve.offline.knobs import rewrite_tunables  # noqa: E402
+from pytest_kscientist.hip import source as hip  # noqa: E402  (pure: ast and re only)
 
 TASK = REPO / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "hip_mfma.py"

@@ -3,7 +3,7 @@
     python3 bench/link_calibration.py POPULATION_DIR    # e.g. population/fp8_gemm
 
 A child that moves the knobs of some shapes only, or grafts another kernel onto some
-(``pytest_kscientist/evolve/links.py``), runs its parent's kernel on the benchmarks it left at
+(``evolve/offline/links.py``), runs its parent's kernel on the benchmarks it left at
 the parent's knob point: there the same kernel
 was timed twice, beside itself, an A/A test inside every such link. Printed: how many of those
 benchmarks' 95% intervals exclude 1 (about 5% when they are calibrated); then, per child, the
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.evolve.links import split  # noqa: E402  (after the path)
+from pytest_kscientist.evolve.offline.links import split  # noqa: E402  (after the path)
 from pytest_kscientist.evolve.population import Member, Population  # noqa: E402
 
 Z95 = 1.96

@@ -6,7 +6,7 @@
 On the H200 (2026-11-29) the harness reported 200-220 us for Triton seed calls that take 62-73 us
 in a plain event-timed loop, and 199.6 us geomean for cuBLAS on K-major inputs against 49.0 us
 measured the plain way (notes/fp8_gemm_h200.md). This prints, per shape, the median of:
-- ``loop``: this process, the same timer object the worker uses (pytest_kscientist.timing), fresh
+- ``loop``: this process, the same timer object the worker uses (worker/timing.py), fresh
   inputs and a poisoned output per call, back to back;
 - ``loop+ctx``: the same while another process holds an idle CUDA context (as the pytest process
   does beside its workers);
@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.evaluate import load_reference  # noqa: E402
-from pytest_kscientist.runner import _load_module  # noqa: E402
-from pytest_kscientist.task import load_task  # noqa: E402
-from pytest_kscientist.timing import make_timer  # noqa: E402
-from pytest_kscientist.worker import Worker, sandbox_available  # noqa: E402
+from pytest_kscientist.formats.task import load_task  # noqa: E402
+from pytest_kscientist.harness.evaluate import load_reference  # noqa: E402
+from pytest_kscientist.harness.spawn import Worker, sandbox_available  # noqa: E402
+from pytest_kscientist.worker.runner import _load_module  # noqa: E402
+from pytest_kscientist.worker.timing import make_timer  # noqa: E402
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 IDLE_CONTEXT = (

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pytest_kscientist.evolve import findings
 from pytest_kscientist.evolve.population import Member, Population
-from pytest_kscientist.results import CandidateResult, RunResults
-from pytest_kscientist.stats import geomean
+from pytest_kscientist.harness.results import CandidateResult, RunResults
+from pytest_kscientist.harness.stats import geomean
 
 TASK = "fp8_gemm"
 ORDER = {"reference": 0, "baseline": 1, "candidate": 2}

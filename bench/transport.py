@@ -11,8 +11,8 @@ import statistics
 import time
 from pathlib import Path
 
-from pytest_kscientist.baselines import start_worker
-from pytest_kscientist.task import load_task
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness.baselines import start_worker
 
 AXPY = Path(__file__).resolve().parent.parent / "tests" / "data" / "axpy"
 

@@ -16,9 +16,9 @@ from typing import Literal
 import pytest
 
 from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.results import CaseResult
-from pytest_kscientist.session import KS_SESSION
-from pytest_kscientist.task import Case, Task, load_task
+from pytest_kscientist.formats.task import Case, Task, load_task
+from pytest_kscientist.harness.results import CaseResult
+from pytest_kscientist.harness.session import KS_SESSION
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
     def evaluate(
         task: Task, candidate: str | Path, kind: Literal["check", "bench"], case: Case
     ) -> CaseResult:
-        from pytest_kscientist.baselines import start_worker
+        from pytest_kscientist.harness.baselines import start_worker
 
         evaluator = ks.evaluator(task)
         worker = None

@@ -8,7 +8,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_kscientist.evolve.roles import Designer, Selector, TaskBrief, Writer
-    from pytest_kscientist.results import CandidateResult
+    from pytest_kscientist.harness.results import CandidateResult
 
 
 @pytest.hookspec(firstresult=True)
@@ -49,5 +49,5 @@ def pytest_kscientist_candidate_result(config: pytest.Config, result: CandidateR
     ``CandidateResult`` (cases, geomean, speedups, gates): the place to export results.
 
     :param config: the pytest config.
-    :param result: ``pytest_kscientist.results.CandidateResult``, fully scored.
+    :param result: ``pytest_kscientist.harness.results.CandidateResult``, fully scored.
     """

@@ -329,7 +329,7 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
             )
     if not raw_path:
         return None, (), max_regression
-    from pytest_kscientist.gates import read_saved
+    from pytest_kscientist.harness.gates import read_saved
 
     path = Path(raw_path).expanduser()
     return path, tuple(read_saved(path)), max_regression

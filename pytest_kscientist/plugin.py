@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_kscientist import hookspecs
+from pytest_kscientist.formats.task import SPEC_NAME, looks_like_task
 from pytest_kscientist.options import add_options, resolve
-from pytest_kscientist.task import SPEC_NAME, looks_like_task
 
 # The option registrations of --evolve and of its LLM scientist, beside options.py's.
 OPTION_MODULES = (
@@ -45,7 +45,7 @@ def _optional(module: str) -> Any:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_kscientist import fixtures
-    from pytest_kscientist.session import KS_SESSION, KsSession
+    from pytest_kscientist.harness.session import KS_SESSION, KsSession
 
     config.addinivalue_line("markers", "kscientist: a pytest-kscientist task case")
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device")
@@ -74,11 +74,11 @@ def _claims(file_path: Path) -> bool:
     if file_path.name == SPEC_NAME:
         return looks_like_task(file_path)
     if file_path.name == "task.yml":
-        from pytest_kscientist.gpumode import looks_like_problem
+        from pytest_kscientist.formats.gpumode import looks_like_problem
 
         return looks_like_problem(file_path)
     if file_path.suffix == ".py":
-        from pytest_kscientist.kernelbench import looks_like_problem
+        from pytest_kscientist.formats.kernelbench import looks_like_problem
 
         return looks_like_problem(file_path)
     return False
@@ -95,8 +95,8 @@ def _evolve_spec(path: Path) -> Path | None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     if _claims(file_path):
-        from pytest_kscientist.collect import TaskFile
-        from pytest_kscientist.session import KS_SESSION
+        from pytest_kscientist.harness.collect import TaskFile
+        from pytest_kscientist.harness.session import KS_SESSION
 
         if parent.config.stash[KS_SESSION].settings.evolve is not None:
             # --evolve is its own mode: child sessions run the task's items. The file is still
@@ -147,7 +147,7 @@ class KsHooks:
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_kscientist.results import CaseResult, GateResult
+        from pytest_kscientist.harness.results import CaseResult, GateResult
 
         if report.when != "call":
             return
@@ -182,7 +182,7 @@ class KsHooks:
             ks.write_json(ks.settings.json_path)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
-        from pytest_kscientist.report import selection_hints, write_summary
+        from pytest_kscientist.harness.report import selection_hints, write_summary
 
         write_summary(terminalreporter, self.ks)
         keyword = terminalreporter.config.option.keyword

@@ -12,9 +12,9 @@ import os
 import threading
 from pathlib import Path
 
-from pytest_kscientist.evolve.knobs import read_tunables, rewrite_tunables
+from pytest_kscientist.evolve.offline.knobs import read_tunables, rewrite_tunables
 from pytest_kscientist.evolve.roles import Design, Draft, ExperimentPlan, Selection, keep_three
-from pytest_kscientist.results import (
+from pytest_kscientist.harness.results import (
     CandidateResult,
     CaseResult,
     MachineInfo,

@@ -18,9 +18,9 @@ import torch
 from baseline_sources import with_baselines
 from helpers import run_pytest
 
-from pytest_kscientist.correctness import judge
 from pytest_kscientist.errors import TaskSpecError
-from pytest_kscientist.task import load_task
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness.correctness import judge
 
 SLIGHTLY_OFF = """
 import torch

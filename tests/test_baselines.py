@@ -13,11 +13,11 @@ import pytest
 from baseline_sources import BASELINES, with_baselines
 from helpers import AXPY, run_pytest
 
-from pytest_kscientist.baselines import bench_beside, describe, unmet_requirement
 from pytest_kscientist.errors import CandidateFailure, TaskSpecError
-from pytest_kscientist.results import CaseResult, RunResults
-from pytest_kscientist.stats import geomean, summarize
-from pytest_kscientist.task import BaselineSpec, load_task
+from pytest_kscientist.formats.task import BaselineSpec, load_task
+from pytest_kscientist.harness.baselines import bench_beside, describe, unmet_requirement
+from pytest_kscientist.harness.results import CaseResult, RunResults
+from pytest_kscientist.harness.stats import geomean, summarize
 
 # -- declarations ---------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import REPO, load_file
 
 from pytest_kscientist.evolve.population import EvaluationRecord, Population
-from pytest_kscientist.results import (
+from pytest_kscientist.harness.results import (
     BaselineInfo,
     CandidateResult,
     CaseResult,
@@ -16,7 +16,7 @@ from pytest_kscientist.results import (
     RunResults,
     TimingStats,
 )
-from pytest_kscientist.stats import geomean, summarize
+from pytest_kscientist.harness.stats import geomean, summarize
 
 CASES = {"m1024-n1536-k7168-s8135": 11.39, "m6144-n4096-k512-s45245": 13.02}
 MACHINE = MachineInfo(hostname="h", platform="p", python="3.12", torch="2.11",

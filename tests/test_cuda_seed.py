@@ -24,8 +24,8 @@ import torch
 import torch.utils.cpp_extension
 from helpers import REPO, run_pytest
 
-from pytest_kscientist.evolve.knobs import read_space, read_tunables, rewrite_tunables
-from pytest_kscientist.requires import declared
+from pytest_kscientist.evolve.offline.knobs import read_space, read_tunables, rewrite_tunables
+from pytest_kscientist.formats.requires import declared
 
 SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 NVCC = shutil.which("nvcc")

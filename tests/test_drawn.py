@@ -10,7 +10,7 @@ import pytest
 from helpers import AXPY, run_pytest
 
 from pytest_kscientist.errors import TaskSpecError
-from pytest_kscientist.task import load_task
+from pytest_kscientist.formats.task import load_task
 
 SPACE = """
 [profiles.cpu.space]

@@ -18,18 +18,22 @@ from test_evolve_compose import (
     shaped_us,
 )
 
-from pytest_kscientist.evolve.class_moves import rule_notes
-from pytest_kscientist.evolve.compose import dispatch, key_of
-from pytest_kscientist.evolve.knobs import (
+from pytest_kscientist.evolve.offline.class_moves import rule_notes
+from pytest_kscientist.evolve.offline.compose import dispatch, key_of
+from pytest_kscientist.evolve.offline.knobs import (
     read_by_shape,
     read_space,
     read_tunables,
     rewrite_tunables,
     skeleton_sha,
 )
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.offline.scientist import (
+    OfflineDesigner,
+    OfflineSelector,
+    OfflineWriter,
+)
 from pytest_kscientist.evolve.roles import CandidateSummary
-from pytest_kscientist.stats import geomean
+from pytest_kscientist.harness.stats import geomean
 
 REPO = Path(__file__).parent.parent
 

@@ -13,20 +13,24 @@ from helpers import run_pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_kscientist.evolve.compose import (
+from pytest_kscientist.evolve.offline.compose import (
     Point,
     compose,
     dispatch,
     shape_classes,
     threshold,
 )
-from pytest_kscientist.evolve.knobs import (
+from pytest_kscientist.evolve.offline.knobs import (
     read_by_shape,
     read_tunables,
     rewrite_tunables,
     skeleton_sha,
 )
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.offline.scientist import (
+    OfflineDesigner,
+    OfflineSelector,
+    OfflineWriter,
+)
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, ShapeRule, TaskBrief
 
 REPO = Path(__file__).parent.parent

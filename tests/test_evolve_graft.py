@@ -12,10 +12,11 @@ import torch
 from test_evolve_compose import BLOCKS_SEED, SHAPED, assert_checked_beside_base, evolve_blocks
 from test_evolve_links import CASES, member
 
-from pytest_kscientist.evolve import findings, graft
-from pytest_kscientist.evolve.knobs import read_tunables, rewrite_tunables, skeleton_sha
-from pytest_kscientist.evolve.links import link, split
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineWriter
+from pytest_kscientist.evolve import findings
+from pytest_kscientist.evolve.offline import graft
+from pytest_kscientist.evolve.offline.knobs import read_tunables, rewrite_tunables, skeleton_sha
+from pytest_kscientist.evolve.offline.links import link, split
+from pytest_kscientist.evolve.offline.scientist import OfflineDesigner, OfflineWriter
 from pytest_kscientist.evolve.roles import CandidateSummary, Graft, TaskBrief
 
 REPO = Path(__file__).parent.parent

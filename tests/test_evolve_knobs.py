@@ -1,4 +1,4 @@
-"""Reading and rewriting TUNABLES through the ast (``pytest_kscientist.evolve.knobs``)."""
+"""Reading and rewriting TUNABLES through the ast (``pytest_kscientist.evolve.offline.knobs``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_kscientist.evolve.knobs import (
+from pytest_kscientist.evolve.offline.knobs import (
     KnobError,
     moves,
     paired_moves,
@@ -159,7 +159,7 @@ SHAPED = (
 
 
 def test_per_shape_rules_read_and_rewrite_leaving_the_rest_intact() -> None:
-    from pytest_kscientist.evolve.knobs import read_by_shape, read_shape_keys
+    from pytest_kscientist.evolve.offline.knobs import read_by_shape, read_shape_keys
 
     assert read_by_shape(SEED.read_text()) is None  # declares none: cannot dispatch per shape
     assert read_shape_keys(SEED.read_text()) == []
@@ -195,7 +195,7 @@ def test_bad_per_shape_rules_are_refused_with_the_rule_named(rules: object, mess
 
 
 def test_per_shape_rules_need_a_kernel_that_declares_them() -> None:
-    from pytest_kscientist.evolve.knobs import read_by_shape
+    from pytest_kscientist.evolve.offline.knobs import read_by_shape
 
     with pytest.raises(KnobError, match="declares no module-level TUNABLES_BY_SHAPE list"):
         rewrite_tunables(SEED.read_text(), {}, [{"when": {}, "knobs": {"k_group": 2}}])

@@ -9,12 +9,12 @@ import pytest
 from test_evolve_compose import SHAPED
 
 from pytest_kscientist.evolve import findings, progress
-from pytest_kscientist.evolve.knobs import rewrite_tunables
-from pytest_kscientist.evolve.links import link, split
+from pytest_kscientist.evolve.offline.knobs import rewrite_tunables
+from pytest_kscientist.evolve.offline.links import link, split
 from pytest_kscientist.evolve.population import CandidateMeta, EvaluationRecord, Member
 from pytest_kscientist.evolve.roles import ExperimentPlan
-from pytest_kscientist.results import BaselineTiming, CandidateResult, CaseResult
-from pytest_kscientist.stats import geomean
+from pytest_kscientist.harness.results import BaselineTiming, CandidateResult, CaseResult
+from pytest_kscientist.harness.stats import geomean
 
 # n < 2048 is the small class: 2 of the 6 benchmarks.
 CASES = {f"n{n}-s{i}": {"n": n, "seed": i}

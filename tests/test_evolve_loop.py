@@ -20,7 +20,11 @@ from evolve_fakes import (
 from pytest_kscientist.evolve.assemble import Roles
 from pytest_kscientist.evolve.findings import best as best_member
 from pytest_kscientist.evolve.loop import Budget, Evolution
-from pytest_kscientist.evolve.offline import OfflineDesigner, OfflineSelector, OfflineWriter
+from pytest_kscientist.evolve.offline.scientist import (
+    OfflineDesigner,
+    OfflineSelector,
+    OfflineWriter,
+)
 from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
 from pytest_kscientist.evolve.progress import Terminal
 from pytest_kscientist.evolve.roles import TaskBrief
@@ -31,7 +35,7 @@ from pytest_kscientist.evolve.sessions import (
     _plugin_args,
     to_record,
 )
-from pytest_kscientist.results import CandidateResult, CaseResult, MachineInfo, RunResults
+from pytest_kscientist.harness.results import CandidateResult, CaseResult, MachineInfo, RunResults
 
 BRIEF = TaskBrief(name="toy", description="", reference_source="", hardware="", benchmark_ids=[])
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from evolve_fakes import PLAIN, SEED, synthetic_us
 
-from pytest_kscientist.evolve.knobs import KnobError, read_tunables, rewrite_tunables
-from pytest_kscientist.evolve.offline import (
+from pytest_kscientist.evolve.offline.knobs import KnobError, read_tunables, rewrite_tunables
+from pytest_kscientist.evolve.offline.scientist import (
     NothingToMove,
     OfflineDesigner,
     OfflineSelector,

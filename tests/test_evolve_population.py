@@ -17,7 +17,7 @@ from pytest_kscientist.evolve.population import (
     now,
     source_sha,
 )
-from pytest_kscientist.files import atomic_target
+from pytest_kscientist.harness.files import atomic_target
 
 SRC = "def custom_kernel(data):\n    return data\n"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import DATA, case_reasons, run_pytest
 
-from pytest_kscientist import forms, gpumode, kernelbench
-from pytest_kscientist.evaluate import check_message
+from pytest_kscientist.formats import forms, gpumode, kernelbench
+from pytest_kscientist.harness.evaluate import check_message
 
 FORMATS = DATA / "formats"
 SCALE = FORMATS / "gpumode" / "cpu" / "scale_py"

@@ -13,10 +13,10 @@ from fake_llm_server import FakeLLMServer
 from fake_scientist import ScientistResponder
 from helpers import DATA, case_reasons, run_pytest
 
-from pytest_kscientist.collect import load_any
 from pytest_kscientist.evolve.assemble import task_brief
 from pytest_kscientist.evolve.llm import draft
 from pytest_kscientist.evolve.seeding import DERIVED_DIR, rename, seeds_for
+from pytest_kscientist.harness.collect import load_any
 
 FORMATS = DATA / "formats"
 GPUMODE = FORMATS / "gpumode" / "cpu"

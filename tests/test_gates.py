@@ -11,15 +11,15 @@ import pytest
 from baseline_sources import with_baselines
 from helpers import AXPY, run_pytest
 
-from pytest_kscientist import gates
-from pytest_kscientist.results import (
+from pytest_kscientist.harness import gates
+from pytest_kscientist.harness.results import (
     BaselineTiming,
     CandidateResult,
     CaseResult,
     MachineInfo,
     RunResults,
 )
-from pytest_kscientist.stats import summarize
+from pytest_kscientist.harness.stats import summarize
 
 # -- options --------------------------------------------------------------------------------
 

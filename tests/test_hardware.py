@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_kscientist.hardware import describe
+from pytest_kscientist.evolve.hardware import describe
 
 
 def test_known_families_carry_arch_fp8_dtype_and_features() -> None:

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import DATA, REPO, run_pytest
 
-from pytest_kscientist import compile_gate, hip, hip_toolchain
+from pytest_kscientist.hip import compile_gate
+from pytest_kscientist.hip import source as hip
+from pytest_kscientist.hip import toolchain as hip_toolchain
 
 HIP = DATA / "hip"
 SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "hip_mfma.py"
@@ -177,7 +179,7 @@ def test_missing_toolchain_skips_with_the_install_command(
 
 
 def test_no_sandbox_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_kscientist import worker
+    from pytest_kscientist.harness import spawn as worker
 
     monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
     compile_gate._warn_unsandboxed.cache_clear()

@@ -18,9 +18,9 @@ import pytest
 import torch
 from helpers import DATA, REPO
 
-from pytest_kscientist import hip
-from pytest_kscientist.evolve.knobs import read_tunables, rewrite_tunables
-from pytest_kscientist.task import load_task
+from pytest_kscientist.evolve.offline.knobs import read_tunables, rewrite_tunables
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.hip import source as hip
 
 TASK = REPO / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "hip_mfma.py"
@@ -116,7 +116,7 @@ def test_portable_form_decodes_e4m3fnuz(tmp_path: Path) -> None:
 
 def test_knob_space_reads_back() -> None:
     """Every TUNABLES knob has a space, and the seed's values lie in it (offline scientist)."""
-    from pytest_kscientist.evolve.knobs import read_space
+    from pytest_kscientist.evolve.offline.knobs import read_space
 
     text = SEED.read_text()
     tunables, space = read_tunables(text), read_space(text)

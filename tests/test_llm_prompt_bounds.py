@@ -12,12 +12,12 @@ from fake_llm_server import FakeLLMServer
 from fake_scientist import ScientistResponder, fake_settings
 
 from pytest_kscientist.evolve import findings
-from pytest_kscientist.evolve.knobs import read_tunables, rewrite_tunables
 from pytest_kscientist.evolve.llm.factory import build_roles
 from pytest_kscientist.evolve.llm.ledger import TOKENS_PER_CHAR
+from pytest_kscientist.evolve.offline.knobs import read_tunables, rewrite_tunables
 from pytest_kscientist.evolve.population import CandidateMeta, EvaluationRecord, Member
 from pytest_kscientist.evolve.roles import ExperimentPlan, TaskBrief
-from pytest_kscientist.results import BaselineTiming, CandidateResult, CaseResult
+from pytest_kscientist.harness.results import BaselineTiming, CandidateResult, CaseResult
 
 TASK = Path(__file__).parent.parent / "tasks" / "fp8_gemm"
 BENCHES = [f"m{m}-n{n}-k{k}-s{s}" for m, n, k, s in (
@@ -54,7 +54,7 @@ TRACEBACK = "Traceback (most recent call last):\n" + "".join(
 
 
 def brief() -> TaskBrief:
-    from pytest_kscientist.task import load_task
+    from pytest_kscientist.formats.task import load_task
 
     return TaskBrief(name="fp8_gemm", description=load_task(TASK).spec.description,
                      reference_source=(TASK / "reference.py").read_text(),

@@ -1,4 +1,4 @@
-"""Every seed the project ships passes the static scan quietly (pytest_kscientist/scan.py).
+"""Every seed the project ships passes the static scan quietly (pytest_kscientist/harness/scan.py).
 
 The scan's findings are warnings for a reviewer; a seed that raised one would teach users to
 read past them, and the LLM writer copies its base's constructs into new candidates.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from pytest_kscientist.scan import scan_source
+from pytest_kscientist.harness.scan import scan_source
 
 SEEDS = sorted((REPO / "tasks").glob("*/seeds/*.py"))
 

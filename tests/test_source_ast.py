@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import threading
 
-from pytest_kscientist import source_ast
+from pytest_kscientist.formats import source_ast
 
 
 def test_parses_from_several_threads_never_overlap(monkeypatch) -> None:

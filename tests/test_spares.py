@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import REPO
 
-from pytest_kscientist.task import load_task
-from pytest_kscientist.worker import Spares, Worker
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness.spawn import Spares, Worker
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 
@@ -73,7 +73,7 @@ def test_without_ahead_nothing_waits() -> None:
 
 @pytest.mark.parametrize("device, ahead", [("cpu", False), ("cuda:0", True)])
 def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool) -> None:
-    from pytest_kscientist.session import KsSession
+    from pytest_kscientist.harness.session import KsSession
 
     session = KsSession.__new__(KsSession)
     session.__dict__["device"] = device

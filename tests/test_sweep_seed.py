@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import load_file
 
-from pytest_kscientist.evolve.compose import dispatch
-from pytest_kscientist.evolve.knobs import read_by_shape, read_tunables
+from pytest_kscientist.evolve.offline.compose import dispatch
+from pytest_kscientist.evolve.offline.knobs import read_by_shape, read_tunables
 
 ROOT = Path(__file__).parent.parent
 SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"

@@ -8,7 +8,7 @@ import pytest
 from helpers import AXPY
 
 from pytest_kscientist.errors import TaskSpecError
-from pytest_kscientist.task import load_task
+from pytest_kscientist.formats.task import load_task
 
 
 def _spec(dir_: Path, edit) -> Path:

@@ -15,11 +15,12 @@ import pytest
 import torch
 from helpers import AXPY, DATA, REPO, case_reasons, run_pytest
 
-from pytest_kscientist import evaluate, sampling
 from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.evaluate import Evaluator, _Kept, _TimedRun, precise
-from pytest_kscientist.stats import median_interval, ratio_interval, summarize
-from pytest_kscientist.task import load_task
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness import evaluate
+from pytest_kscientist.harness.evaluate import Evaluator, _Kept, _TimedRun, precise
+from pytest_kscientist.harness.stats import median_interval, ratio_interval, summarize
+from pytest_kscientist.protocol import sampling
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 

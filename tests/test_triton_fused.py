@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kscientist.evolve.knobs import read_space, read_tunables, rewrite_tunables
+from pytest_kscientist.evolve.offline.knobs import read_space, read_tunables, rewrite_tunables
 
 TASK = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "triton_fused.py"

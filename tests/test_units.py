@@ -11,11 +11,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_kscientist import channel
-from pytest_kscientist.correctness import compare
 from pytest_kscientist.errors import ChannelError
-from pytest_kscientist.evaluate import derive_seed
-from pytest_kscientist.stats import geomean, summarize
+from pytest_kscientist.harness.correctness import compare
+from pytest_kscientist.harness.evaluate import derive_seed
+from pytest_kscientist.harness.stats import geomean, summarize
+from pytest_kscientist.protocol import channel
 
 times = st.lists(st.floats(0.01, 1e6, allow_nan=False), min_size=1, max_size=200)
 
@@ -140,14 +140,38 @@ def test_tests_that_start_processes_are_marked_slow() -> None:
     assert not spawns(module.test_pure, module)
 
 
-def test_the_worker_side_loads_only_its_declared_modules() -> None:
-    import subprocess
-    import sys
+def test_a_real_worker_loads_only_the_worker_side_of_the_package() -> None:
+    """The process boundary, enforced: a worker started as the harness starts it reports the
+    package modules it had loaded before candidate code; they are the worker package, the
+    protocol, the formats' input drawing and the package's root only."""
+    from helpers import REPO
 
-    from pytest_kscientist.runner import WORKER_MODULES
+    from pytest_kscientist.formats.task import load_task
+    from pytest_kscientist.harness.spawn import Worker
 
-    probe = ("import sys, pytest_kscientist.runner; print(' '.join(sorted(m for m in sys.modules "
-             "if m.split('.')[0] == 'pytest_kscientist')))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert set(out) <= WORKER_MODULES, set(out) - WORKER_MODULES
+    task = load_task(REPO / "tasks" / "fp8_gemm")
+    worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=False)
+    try:
+        loaded = set(worker.worker_modules)
+    finally:
+        worker.close()
+    assert "pytest_kscientist.worker.timing" in loaded  # the report is the runner's own
+    allowed_packages = ("pytest_kscientist.worker.", "pytest_kscientist.protocol.")
+    allowed = {"pytest_kscientist", "pytest_kscientist.errors", "pytest_kscientist.worker",
+               "pytest_kscientist.protocol", "pytest_kscientist.formats",
+               "pytest_kscientist.formats.forms"}
+    outside = {m for m in loaded if m not in allowed and not m.startswith(allowed_packages)}
+    assert not outside, f"the worker loaded harness modules {sorted(outside)}"
+
+
+def test_the_runner_refuses_harness_modules_beside_it() -> None:
+    from pytest_kscientist.worker.runner import outside_worker_side
+
+    assert outside_worker_side([
+        "pytest_kscientist.worker.timing", "pytest_kscientist.protocol.channel",
+        "pytest_kscientist.formats.forms", "pytest_kscientist.errors", "torch"]) == []
+    assert outside_worker_side(["pytest_kscientist.harness.evaluate",
+                                "pytest_kscientist.formats.task",
+                                "pytest_kscientist.evolve"]) == [
+        "pytest_kscientist.evolve", "pytest_kscientist.formats.task",
+        "pytest_kscientist.harness.evaluate"]

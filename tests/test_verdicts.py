@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import AXPY, CANDIDATES, case_reasons, run_pytest
 
-from pytest_kscientist.results import RESULTS_SCHEMA_VERSION, RunResults
+from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION, RunResults
 
 EXPECTED = {
     "wrong": "wrong result: 33 of 33 elements outside",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the AMDGPU compile toolchain behind the compile[<arch>] items of HIP candidates
-# (pytest_kscientist/hip_toolchain.py finds it; issue 14).
+# (pytest_kscientist/hip/toolchain.py finds it; issue 14).
 #
 #   bash tools/install_hip_toolchain.sh [PREFIX]
 #

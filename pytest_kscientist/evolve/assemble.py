@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_kscientist.evolve.hardware import describe
 from pytest_kscientist.evolve.population import Member
 from pytest_kscientist.evolve.roles import (
     DEFAULT_CONTRACT,
@@ -23,8 +24,7 @@ from pytest_kscientist.evolve.roles import (
     TaskBrief,
     Writer,
 )
-from pytest_kscientist.hardware import describe
-from pytest_kscientist.task import Task
+from pytest_kscientist.formats.task import Task
 
 PROTOCOLS = {"selector": Selector, "designer": Designer, "writer": Writer}
 
@@ -136,7 +136,7 @@ def _llm_roles(config: pytest.Config, brief: TaskBrief, log_dir: Path) -> tuple[
 def _generations_left(config: pytest.Config, members: Sequence[Member]) -> tuple[int, int]:
     """(generations this run still has to make, candidates per generation): ``--evolve N``
     less the generations the population already holds."""
-    from pytest_kscientist.session import KS_SESSION
+    from pytest_kscientist.harness.session import KS_SESSION
 
     ks = config.stash.get(KS_SESSION, None)
     if ks is None or not ks.settings.evolve:
@@ -204,7 +204,7 @@ class BuiltinRoles:
         if task.name not in self._made:
             llm, notes = _llm_roles(config, task, self._log_dir)
             if llm is None:
-                from pytest_kscientist.evolve.offline import (
+                from pytest_kscientist.evolve.offline.scientist import (
                     OfflineDesigner,
                     OfflineSelector,
                     OfflineWriter,

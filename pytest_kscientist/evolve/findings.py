@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from pytest_kscientist.evolve.failure_text import trim
-from pytest_kscientist.evolve.links import Link, link
+from pytest_kscientist.evolve.offline.links import Link, link
 from pytest_kscientist.evolve.population import Member, failure_detail, status_counts
 
 NOTES_KEPT = 5  # generations of designer notes in the document (it goes into every prompt)

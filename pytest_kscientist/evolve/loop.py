@@ -20,7 +20,7 @@ import pytest
 from pytest_kscientist.evolve import findings as findings_doc
 from pytest_kscientist.evolve import progress
 from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted, is_outage
-from pytest_kscientist.evolve.offline import NothingToMove
+from pytest_kscientist.evolve.offline.scientist import NothingToMove
 from pytest_kscientist.evolve.population import Event, Member, Population
 from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 from pytest_kscientist.evolve.sessions import (
@@ -260,7 +260,7 @@ class Evolution(WriteStage):
                 by_id: dict[str, Any]) -> Selection:
         """The selector's choice; if it fails or names ids not in the population, the offline
         selector's for this generation (issue 13: one bad answer ended a long LLM run)."""
-        from pytest_kscientist.evolve.offline import OfflineSelector
+        from pytest_kscientist.evolve.offline.scientist import OfflineSelector
 
         try:
             selection = self._call("selector", selector.select, brief, summaries, notes)
@@ -284,7 +284,7 @@ class Evolution(WriteStage):
                 summaries: list[Any], notes: str) -> Any:
         """The designer's plans; if it fails (a rate limit outlasting the retries, answers that
         stay malformed), the offline designer's for this generation, when the base has knobs."""
-        from pytest_kscientist.evolve.offline import OfflineDesigner
+        from pytest_kscientist.evolve.offline.scientist import OfflineDesigner
 
         args = (brief, base, ref, summaries, notes, self.budget.candidates)
         try:
@@ -506,10 +506,10 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
     N counts the population's generations after the seeds (generation 0), so rerunning the same
     command after an interruption finishes the job, and a larger N continues a finished run.
     """
-    from pytest_kscientist.collect import load_any
     from pytest_kscientist.evolve.assemble import make_roles_factory
     from pytest_kscientist.evolve.seeding import seeds_for
-    from pytest_kscientist.session import KS_SESSION
+    from pytest_kscientist.harness.collect import load_any
+    from pytest_kscientist.harness.session import KS_SESSION
 
     ks = config.stash[KS_SESSION]
     settings = ks.settings.evolve_options  # resolved at configure time (plugin.py)

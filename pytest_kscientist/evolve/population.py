@@ -36,10 +36,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.errors import KsError
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Selection
-from pytest_kscientist.files import atomic_write
+from pytest_kscientist.formats.source_ast import parse
+from pytest_kscientist.harness.files import atomic_write
+from pytest_kscientist.harness.results import CandidateResult, MachineInfo
 from pytest_kscientist.kswarnings import KsWarning
-from pytest_kscientist.results import CandidateResult, MachineInfo
-from pytest_kscientist.source_ast import parse
 
 SCHEMA_VERSION = 1
 EVENTS = "events.jsonl"

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from pytest_kscientist.evolve.findings import best, evidence, label, lineage
-from pytest_kscientist.evolve.links import link
+from pytest_kscientist.evolve.offline.links import link
 from pytest_kscientist.evolve.population import Member, status_counts
-from pytest_kscientist.files import atomic_target
+from pytest_kscientist.harness.files import atomic_target
 
 PLOT = "progress.png"
 LINEAGE = "lineage.md"

@@ -16,8 +16,8 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_kscientist.files import atomic_write
-from pytest_kscientist.task import Task
+from pytest_kscientist.formats.task import Task
+from pytest_kscientist.harness.files import atomic_write
 
 DERIVED_DIR = "derived-seeds"
 

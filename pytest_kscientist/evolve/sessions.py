@@ -23,7 +23,7 @@ import pytest
 from pydantic import ValidationError
 
 from pytest_kscientist.evolve.population import EvaluationRecord, now
-from pytest_kscientist.results import CandidateResult, RunResults
+from pytest_kscientist.harness.results import CandidateResult, RunResults
 
 # Flags of the parent run that state facts about how to evaluate, passed on to each child.
 PASS_THROUGH = {

@@ -12,15 +12,16 @@ import pytest
 import torch
 from helpers import REPO
 
-from pytest_kscientist import evaluate, perturb
-from pytest_kscientist.correctness import compare
 from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.evaluate import Evaluator
-from pytest_kscientist.integrity import Tripwire
-from pytest_kscientist.results import CandidateResult
-from pytest_kscientist.scan import scan_file, scan_source
-from pytest_kscientist.task import load_task
-from pytest_kscientist.worker import protected_paths, sandbox_prefix
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness import evaluate
+from pytest_kscientist.harness.correctness import compare
+from pytest_kscientist.harness.evaluate import Evaluator
+from pytest_kscientist.harness.results import CandidateResult
+from pytest_kscientist.harness.scan import scan_file, scan_source
+from pytest_kscientist.harness.spawn import protected_paths, sandbox_prefix
+from pytest_kscientist.protocol import perturb
+from pytest_kscientist.worker.integrity import Tripwire
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 CASE = {"m": 64, "n": 64, "k": 128, "seed": 6635}
@@ -225,7 +226,7 @@ def test_sandbox_protects_the_project_but_never_home_or_tmp(tmp_path, monkeypatc
 
 
 def test_without_the_sandbox_one_warning_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_kscientist import worker
+    from pytest_kscientist.harness import spawn as worker
 
     reference = FP8 / "reference.py"
     monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")

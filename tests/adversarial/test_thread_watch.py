@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_kscientist.threads import ThreadWatch
-from pytest_kscientist.timing import CpuTimer
+from pytest_kscientist.worker.threads import ThreadWatch
+from pytest_kscientist.worker.timing import CpuTimer
 
 HEADER = """
 import _thread
@@ -322,8 +322,8 @@ def custom_kernel(x):
 COMPILED_RUNNER = """
 import importlib.util, json, sys, threading
 import torch
-from pytest_kscientist.threads import ThreadWatch
-from pytest_kscientist.timing import CpuTimer
+from pytest_kscientist.worker.threads import ThreadWatch
+from pytest_kscientist.worker.timing import CpuTimer
 
 path = sys.argv[1]
 spec = importlib.util.spec_from_file_location("_ks_candidate", path)

@@ -14,7 +14,7 @@ import re
 import threading
 
 from pytest_kscientist.evolve.llm.provider import truncated
-from pytest_kscientist.source_ast import compile_module, parse
+from pytest_kscientist.formats.source_ast import compile_module, parse
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)[ \t]*\n", re.IGNORECASE)
@@ -133,7 +133,7 @@ def check(source: str, known: KnownSources, entry: str = "custom_kernel") -> str
         return f"the file does not compile: {exc}"
     if not defines_entry(tree, entry):
         return f"the file does not define {entry_label(entry)} at module level"
-    from pytest_kscientist.compile_gate import draft_problem
+    from pytest_kscientist.hip.compile_gate import draft_problem
 
     hip_errors = draft_problem(source)  # a HIP draft is compiled for its targets (issue 14)
     if hip_errors:

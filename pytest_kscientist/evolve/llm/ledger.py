@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.settings import Prices
-from pytest_kscientist.files import atomic_write
+from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.kswarnings import KsWarning
 
 LEDGER_SCHEMA_VERSION = 2

@@ -81,7 +81,7 @@ def _raw(config: pytest.Config) -> dict[str, str | None]:
 def settings(config: pytest.Config) -> LLMSettings:
     """The resolved LLM settings of this run (the flag wins over its ini twin): those resolved
     at configure time when ``--evolve`` runs, else resolved now."""
-    from pytest_kscientist.session import KS_SESSION
+    from pytest_kscientist.harness.session import KS_SESSION
 
     ks = config.stash.get(KS_SESSION, None)
     if ks is not None and ks.settings.llm is not None:

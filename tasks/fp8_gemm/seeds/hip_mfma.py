@@ -2,7 +2,7 @@
 
 GPU MODE's template-hip.py form: load_inline compiles the HIP source below on ROCm torch. On
 other machines its run items skip (KS_REQUIRES) and its compile[gfx942] item compiles it with
-an AMDGPU toolchain (pytest_kscientist/compile_gate.py).
+an AMDGPU toolchain (pytest_kscientist/hip/compile_gate.py).
 
 A workgroup owns a BLOCK_M x BLOCK_N tile of C and walks K one 128-wide scale block at a time:
 it stages the block's A and B slabs in LDS in the task's column-major layout ([k][m], [k][n];

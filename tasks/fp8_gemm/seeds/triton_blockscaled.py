@@ -47,7 +47,7 @@ TUNABLE_SPACE = {
 # for a call whose shape values (SHAPE_KEYS, the task's case keys) all lie in low <= v < high
 # (None: no bound); the first rule that holds sets its knobs over TUNABLES. Empty here: the
 # offline scientist fills it from the knob points fastest on each class of benchmark shapes
-# (pytest_kscientist/evolve/compose.py).
+# (pytest_kscientist/evolve/offline/compose.py).
 SHAPE_KEYS = ["m", "n", "k"]
 TUNABLES_BY_SHAPE = []
 
@@ -156,7 +156,7 @@ def _fp8_block_scaled_gemm(
 
 def shape_of(data):
     """The call's shape as the task's case keys (SHAPE_KEYS), what a graft dispatches on
-    (pytest_kscientist/evolve/graft.py)."""
+    (pytest_kscientist/evolve/offline/graft.py)."""
     a, b = data[0], data[1]
     return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
 

@@ -242,7 +242,7 @@ def _tma_sources(a: torch.Tensor, b: torch.Tensor, cfg: dict):
 
 def shape_of(data):
     """The call's shape as the task's case keys (SHAPE_KEYS), what a graft dispatches on
-    (pytest_kscientist/evolve/graft.py)."""
+    (pytest_kscientist/evolve/offline/graft.py)."""
     a, b = data[0], data[1]
     return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
 

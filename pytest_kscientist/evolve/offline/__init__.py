@@ -1,0 +1,1 @@
+"""The offline scientist: knob moves, compositions and grafts, with no LLM."""

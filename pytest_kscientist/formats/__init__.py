@@ -1,0 +1,1 @@
+"""Task formats: task.toml, GPU MODE folders, KernelBench files, drawn cases, declarations."""

@@ -1,0 +1,1 @@
+"""The pytest process: collection, sessions, verdicts, timing statistics, reports, gates."""

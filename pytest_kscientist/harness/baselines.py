@@ -1,0 +1,222 @@
+"""Baselines: trusted implementations a task declares, timed interleaved with each candidate.
+
+A baseline runs in its own worker, never in a candidate's process, and is verified like a
+candidate (its sampled outputs are judged against the reference). A candidate's benchmark
+alternates rounds between the candidate's worker and each baseline's worker, in mirrored order
+(C B1 B2, then B2 B1 C, ...), and the speedup is the geometric mean over rounds of the
+baseline's median over the candidate's median in the same round: clock drift (boost, thermal)
+shifts both sides of each ratio alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Case, Task
+from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
+from pytest_kscientist.harness.results import BaselineTiming, CaseResult
+from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
+from pytest_kscientist.harness.stats import geomean, ratio_interval, summarize
+
+
+def describe(need: str) -> str:
+    """A requirement in words: ``sm_90`` -> an NVIDIA GPU of compute capability 9.0 or newer."""
+    match = REQUIREMENT.match(need)
+    if match and match.group(2):
+        return f"an NVIDIA GPU of compute capability {match.group(2)}.{match.group(3)} or newer"
+    return {"cuda": "a CUDA or ROCm GPU", "nvidia": "an NVIDIA GPU", "rocm": "a ROCm GPU"}[need]
+
+
+def unmet_requirement(spec: BaselineSpec, device: str) -> str:
+    """Why ``device`` cannot run the baseline ("" when it can)."""
+    missing = first_unmet(spec.requires, device)
+    if missing is None:
+        return ""
+    need, found = missing
+    return (f"baseline '{spec.name}' requires {need} ({describe(need)}), this run's device is "
+            f"{found}; run it on such a device, or leave it out with --ks-baselines")
+
+
+def first_unmet(needs: list[str], device: str) -> tuple[str, str] | None:
+    """The first of ``needs`` the device lacks and what the device is, or None."""
+    for need in needs:
+        found = _lacks(need, device)
+        if found:
+            return need, found
+    return None
+
+
+def _lacks(need: str, device: str) -> str:
+    """What the device is, when it lacks ``need``; "" when it has it."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    hip = torch.version.hip is not None
+    name = torch.cuda.get_device_name(device)
+    if need == "cuda" or (need == "rocm" and hip) or (need == "nvidia" and not hip):
+        return ""
+    if need in ("rocm", "nvidia"):
+        return name
+    match = REQUIREMENT.match(need)
+    assert match is not None  # validated by BaselineSpec
+    major, minor = torch.cuda.get_device_capability(device)
+    wanted = (int(match.group(2)), int(match.group(3)))
+    if hip or (major, minor) < wanted:
+        return f"{name} (ROCm)" if hip else f"{name} (sm_{major}{minor})"
+    return ""
+
+
+def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
+                 timeout_s: float, init_seed: int = 0, spares: Spares | None = None) -> Worker:
+    """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load.
+    ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's);
+    ``spares``: runner processes started ahead of need (the session's)."""
+    try:
+        worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
+                        protect=task.spec_path, spares=spares)
+        header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
+                                   prepare=prepare, init_seed=init_seed)
+    except WorkerDied as exc:
+        raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
+    if not header.get("ok"):
+        worker.close()
+        raise CandidateFailure(f"failed to load: {header.get('reason')}",
+                               str(header.get("detail", "")))
+    return worker
+
+
+@dataclass
+class Partner:
+    """A baseline's worker, kept by the session and shared by every candidate's benchmarks."""
+
+    task: Task
+    spec: BaselineSpec
+    device: str
+    timeout_s: float
+    worker: Worker | None = None
+    broken: str = ""  # sticky: it failed to load or hung, so it is not tried again
+    errors: dict[str, str] = field(default_factory=dict)  # case id -> why it failed there
+    init_seed: int = 0  # KernelBench: the weight seed, the Evaluator's (Evaluator.init_seed)
+    spares: Spares | None = None  # the session's runners started ahead of need
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def tolerate(self) -> bool:
+        """Whether a precision miss keeps its times as a yardstick (verify = "report")."""
+        return self.spec.verify == "report"
+
+    def live(self) -> Worker:
+        if self.broken:
+            raise CandidateFailure(self.broken)
+        if self.worker is None or not self.worker.alive():
+            entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
+            try:
+                self.worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
+                                           prepare, self.device, self.timeout_s, self.init_seed,
+                                           self.spares)
+            except CandidateFailure as exc:
+                self.broken = exc.reason
+                raise
+        return self.worker
+
+    def failed(self, case_id: str, exc: CandidateFailure) -> None:
+        self.errors[case_id] = exc.reason
+        if isinstance(exc, WorkerDied) and exc.hung:
+            self.broken = f"hung on {case_id} and was killed"
+        self.close()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners: list[Partner],
+                 case: Case, device_name: str, budget_s: float) -> CaseResult:
+    """Time the candidate in rounds alternating with each partner; pooled stats + speedups.
+
+    A candidate failure raises (it is the candidate's verdict); a partner failure only costs
+    that partner's speedup, with the reason kept.
+    """
+    spec = evaluator.task.spec.bench
+    rounds = spec.rounds
+    share = budget_s / rounds
+    # Rounds are pooled: each may stop on a precise median after its share of the calls
+    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
+    after = max(spec.min_runs, PRECISE_AFTER // rounds)
+    case_id = evaluator.task.case_id(case)
+    mine: list[CaseResult] = []
+    theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
+    failed: dict[str, str] = {}
+    for r in range(rounds):
+        order: list[Partner | None] = [None, *partners]
+        for who in order if r % 2 == 0 else order[::-1]:
+            if who is None:
+                mine.append(evaluator.bench(candidate(), case, device_name, share,
+                                            precise_after=after))
+            elif who.name not in failed:
+                try:
+                    # A baseline is trusted code: one verified output per round is enough to
+                    # report its precision (each verified output of a large shape costs a
+                    # transfer and a judge); the candidate keeps the task's full sample.
+                    theirs[who.name].append(evaluator.bench(
+                        who.live(), case, device_name, share, tolerate=who.tolerate, samples=1,
+                        precise_after=after))
+                except CandidateFailure as exc:
+                    who.failed(case_id, exc)
+                    failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
+    result = pool(mine)
+    for p in partners:
+        result.baselines[p.name] = (
+            BaselineTiming(reason=failed[p.name]) if p.name in failed
+            else paired(mine, [yardstick_only(p.name, r) for r in theirs[p.name]])
+        )
+    return result
+
+
+def pool(rounds: list[CaseResult]) -> CaseResult:
+    """One result whose stats cover every timed call of the rounds."""
+    first = rounds[0]
+    assert first.stats is not None
+    samples = [t for r in rounds if r.stats for t in r.stats.samples_us]
+    verified = sum(r.stats.verified_runs for r in rounds if r.stats)
+    counted = max((r.stats.counted_outside_us for r in rounds if r.stats), default=0.0)
+    stats = summarize(samples, verified_runs=verified, clock=first.stats.clock,
+                      counted_us=counted)
+    return first.model_copy(update={"stats": stats})
+
+
+def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
+    """The baseline's pooled stats and its per-round speedup ratio, geometric mean, with an
+    interval: the geometric means of each round's ratio interval (``ratio_interval``)."""
+    pairs = [
+        (b.stats, c.stats)
+        for c, b in zip(mine, theirs, strict=False)
+        if b.stats and c.stats and min(b.stats.median_us, c.stats.median_us) > 0
+    ]
+    if not pairs:
+        return BaselineTiming(reason="no round timed both the candidate and the baseline")
+    ratios = [b.median_us / c.median_us for b, c in pairs]
+    intervals = [ratio_interval(b, c) for b, c in pairs]
+    low = high = None
+    if all(i is not None for i in intervals):
+        low = geomean([i[0] for i in intervals if i is not None])
+        high = geomean([i[1] for i in intervals if i is not None])
+    missed = [r.reason for r in theirs if r.outcome == "xfailed"]
+    return BaselineTiming(stats=pool(theirs).stats, speedup=geomean(ratios), rounds=len(ratios),
+                          speedup_low=low, speedup_high=high,
+                          verified=not missed, mismatch=missed[0] if missed else "")
+
+
+def yardstick_only(name: str, result: CaseResult) -> CaseResult:
+    """A baseline's tolerated miss, worded for the summary: who missed, by how much, so what."""
+    if result.outcome != "xfailed":
+        return result
+    return result.model_copy(update={"reason": f"baseline {name} {result.reason} (yardstick only)"})

@@ -1,0 +1,488 @@
+"""Task folders -> pytest nodes: TaskFile (task.toml) -> CandidateNode -> CaseItem / GateItem.
+
+Test ids read ``tasks/fp8_gemm/task.toml::<candidate>::check[m64-n64-k128-s6635]`` (or
+``bench[...]``, ``gate[min-speedup-cublas_task_layout]``), so ``-k`` selects by candidate, kind
+or case. The task's reference and its declared baselines are nodes too, collected first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
+from pytest_kscientist.formats import requires
+from pytest_kscientist.formats.task import BaselineSpec, Case, Task, load_task
+from pytest_kscientist.harness import benchmark_bridge, gates
+from pytest_kscientist.harness.baselines import (
+    bench_beside,
+    describe,
+    first_unmet,
+    start_worker,
+    unmet_requirement,
+    yardstick_only,
+)
+from pytest_kscientist.harness.evaluate import file_sha256
+from pytest_kscientist.harness.results import BaselineInfo, CandidateResult, CaseResult
+from pytest_kscientist.harness.scan import KsSuspiciousCode, scan_file
+from pytest_kscientist.harness.scores import floor_fraction
+from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession
+from pytest_kscientist.harness.spawn import Worker, WorkerDied
+from pytest_kscientist.hip import source as hip
+from pytest_kscientist.hip.compile_gate import compile_items
+
+
+def load_any(path: Path, kernelbench_tol: float = 1e-2) -> Task:
+    """The task ``path`` was claimed for: task.toml, a GPU MODE task.yml or a KernelBench file
+    (checked with atol = rtol = ``kernelbench_tol``)."""
+    if path.name == "task.yml":
+        from pytest_kscientist.formats import gpumode
+
+        return gpumode.load_problem(path)
+    if path.suffix == ".py":
+        from pytest_kscientist.formats import kernelbench
+
+        return kernelbench.load_problem(path, kernelbench_tol)
+    return load_task(path.parent)
+
+
+def matched_solutions(folder: Path, task: Task) -> list[Path]:
+    """Candidates for ``task`` in a --ks-solutions folder: <task>.py and <task>/*.py."""
+    found = [folder / f"{task.name}.py"] if (folder / f"{task.name}.py").is_file() else []
+    sub = folder / task.name
+    if sub.is_dir():
+        found += sorted(p for p in sub.glob("*.py") if not p.name.startswith("_"))
+    return found
+
+
+def _draws_elsewhere(ks: KsSession, task: Task, case: Case) -> str:
+    """Why a GPU MODE problem cannot run on this run's device ("" if it can): most draw their
+    inputs on "cuda" whatever the device, which fails on a CPU-only machine."""
+    try:
+        ks.evaluator(task).inputs(case, 0)
+    except Exception as exc:  # noqa: BLE001 - the problem's own code; any failure says the same
+        return (f"task '{task.name}': its generate_input fails on {ks.device} "
+                f"({type(exc).__name__}: {str(exc)[:200]}); run it on a GPU")
+    return ""
+
+
+class TaskFile(pytest.File):
+    """A task's spec file; collects one node per candidate."""
+
+    def collect(self) -> Any:
+        from pytest_kscientist.formats.gpumode import Unsupported
+
+        ks = self.config.stash[KS_SESSION]
+        try:
+            task = load_any(self.path, ks.settings.kernelbench_tol)
+            profile = task.profile(ks.profile)
+        except Unsupported as exc:
+            pytest.skip(str(exc), allow_module_level=True)
+        except TaskSpecError as exc:
+            raise self.CollectError(str(exc)) from None
+        if task.form == "gpumode" and not ks.device.startswith("cuda"):
+            unmet = _draws_elsewhere(ks, task, profile.tests[0])
+            if unmet:
+                pytest.skip(unmet, allow_module_level=True)
+        beside = [p.stem for p in ks.settings.beside]
+        for path in ks.settings.beside:
+            if path.stem in {b.name for b in task.spec.baselines}:
+                raise self.CollectError(
+                    f"--ks-beside {path}: task '{task.name}' already has a baseline named "
+                    f"'{path.stem}'; rename the file")
+            task.spec.baselines.append(BaselineSpec(
+                name=path.stem, file=str(path), description="timed beside (--ks-beside)"))
+        ks.tasks[task.name] = task
+        if ks.settings.solutions is not None:
+            candidates = matched_solutions(ks.settings.solutions, task)
+            if not candidates:
+                pytest.skip(f"task '{task.name}': no candidate in {ks.settings.solutions} "
+                            f"(looked for {task.name}.py and {task.name}/*.py)",
+                            allow_module_level=True)
+        else:
+            candidates = list(ks.settings.kernels) or task.seeds()
+        if not candidates:
+            raise self.CollectError(
+                f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
+                "no --kernel was given; add a seed or pass --kernel PATH"
+            )
+        skip = self._baselines(ks, task, [p.stem for p in candidates])
+        if profile.benchmarks and not ks.settings.skip_reference:
+            yield CandidateNode.from_parent(
+                self, name=REFERENCE_NAME, task=task, source=task.reference,
+                entry=task.reference_entry,
+                tests=[], benchmarks=profile.benchmarks, role="reference",
+            )
+        for spec in task.spec.baselines:
+            if spec.name not in skip or spec.name in beside:
+                # Left out by --ks-baselines; or a --ks-beside kernel, only timed beside others.
+                continue
+            yield CandidateNode.from_parent(
+                self, name=spec.name, task=task, source=task.baseline_path(spec),
+                entry="run" if spec.prepare else "custom_kernel",
+                prepare="prepare" if spec.prepare else None, tests=profile.tests,
+                benchmarks=profile.benchmarks, role="baseline", skip_reason=skip[spec.name],
+                tolerate=spec.verify == "report",
+            )
+        for path in candidates:
+            unmet = self._unmet(path, ks.device)
+            if unmet:
+                ks.unmet.setdefault(task.name, {})[path.stem] = CandidateResult(
+                    name=path.stem, path=str(path), sha256=file_sha256(path), not_run=unmet)
+            yield CandidateNode.from_parent(
+                self, name=path.stem, task=task, source=path, entry=task.entry,
+                tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
+            )
+
+    def _unmet(self, path: Path, device: str) -> str:
+        """Why this run's device cannot run the candidate, from its KS_REQUIRES ("" if it can)."""
+        try:
+            missing = first_unmet(requires.declared(path), device)
+            if missing is None:
+                return hip.unmet_on(path, device)
+        except (requires.RequiresError, hip.HipDeclarationError) as exc:
+            raise self.CollectError(f"candidate {path}: {exc}") from None
+        need, found = missing
+        return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
+                f"{requires.NAME}), this run's device is {found}; run it on such a device")
+
+    def _baselines(self, ks: KsSession, task: Task, stems: list[str]) -> dict[str, str]:
+        """Baselines to collect -> why their items skip ("" to run them); errors for bad names."""
+        declared = [b.name for b in task.spec.baselines]
+        picked = ks.settings.baselines
+        if picked is not None:
+            picked = (*picked, *(p.stem for p in ks.settings.beside))
+        known = ", ".join(declared) or "none"
+        for name in picked or ():
+            if name not in declared:
+                raise self.CollectError(
+                    f"--ks-baselines names '{name}', which task '{task.name}' does not declare "
+                    f"(its baselines: {known}); fix the name, or use all or none"
+                )
+        for name, _ in ks.settings.min_speedup:
+            if name != REFERENCE_NAME and name not in declared:
+                raise self.CollectError(
+                    f"--ks-min-speedup names '{name}', which task '{task.name}' does not declare "
+                    f"(its baselines: {known}; or 'reference'); fix the name or declare it in "
+                    f"{task.root / 'task.toml'} [[baselines]]"
+                )
+            if picked is not None and name != REFERENCE_NAME and name not in picked:
+                raise self.CollectError(
+                    f"--ks-min-speedup names '{name}', which --ks-baselines leaves out; time it "
+                    "(add it to --ks-baselines) or drop the gate"
+                )
+        for stem in stems:
+            if stem in declared or stem == REFERENCE_NAME:
+                raise self.CollectError(
+                    f"candidate '{stem}' has the name of the task's {stem} node; test ids use "
+                    "the file stem, so rename the candidate file"
+                )
+        collected: dict[str, str] = {}
+        infos = []
+        for spec in task.spec.baselines:
+            if picked is not None and spec.name not in picked:
+                reason = f"baseline '{spec.name}' left out by --ks-baselines"
+            else:
+                reason = collected[spec.name] = unmet_requirement(spec, ks.device)
+            infos.append(BaselineInfo(
+                name=spec.name, path=str(task.baseline_path(spec)), prepare=spec.prepare,
+                requires=spec.requires, status="skipped" if reason else "active", reason=reason,
+                verify=spec.verify,
+            ))
+        ks.baselines[task.name] = infos
+        return collected
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, self.CollectError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class CandidateNode(pytest.Collector):
+    """One candidate file of one task (or its reference, or a baseline); owns its worker."""
+
+    def __init__(self, *, task: Task, source: Path, entry: str, tests: list[Case],
+                 benchmarks: list[Case], role: str = "candidate", prepare: str | None = None,
+                 skip_reason: str = "", tolerate: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.source = source
+        self.entry = entry
+        self.prepare = prepare
+        self.role = role
+        self.skip_reason = skip_reason
+        # A baseline declaring verify = "report": a precision miss is an xfail that keeps times.
+        self.tolerate = tolerate
+        self.tests = tests
+        self.benchmarks = benchmarks
+        self.sha256 = file_sha256(source)
+        self.worker: Worker | None = None
+        self.load_failure: CandidateFailure | None = None
+        self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
+
+    def collect(self) -> Any:
+        items: list[pytest.Item] = []
+        for case in self.tests:
+            items.append(CaseItem.from_parent(self, name=f"check[{self.task.case_id(case)}]",
+                                              kind="check", case=case))
+        space = self.task.profile(self.ks.profile).space
+        drawn = self.ks.settings.drawn if self.ks.settings.drawn is not None else (
+            space.examples if space is not None else 0)
+        if self.role == "candidate" and space is not None and drawn > 0:
+            items.append(DrawnItem.from_parent(self, name="check[drawn]", space=space,
+                                               examples=drawn))
+        for case in self.benchmarks:
+            items.append(CaseItem.from_parent(self, name=f"bench[{self.task.case_id(case)}]",
+                                              kind="bench", case=case))
+        if self.skip_reason:
+            for item in items:
+                item.add_marker(pytest.mark.skip(reason=self.skip_reason))
+        if self.role == "candidate":
+            # HIP sources are compiled for each declared target on any machine (issue 14).
+            items[:0] = compile_items(self, self.source)
+            for finding in scan_file(self.source):
+                self.warn(KsSuspiciousCode(f"{self.name}: {finding}"))
+            settings = self.ks.settings
+            for name, factor in settings.min_speedup:
+                items.append(GateItem.from_parent(self, name=f"gate[min-speedup-{name}]",
+                                                  check=("min_speedup", name, factor)))
+            if settings.max_regression is not None:
+                items.append(GateItem.from_parent(self, name="gate[max-regression]",
+                                                  check=("max_regression", "", 0.0)))
+        return items
+
+    @property
+    def ks(self) -> KsSession:
+        return self.config.stash[KS_SESSION]
+
+    def live_worker(self) -> Worker:
+        """The candidate's worker, spawned and loaded on first use or after a failure."""
+        if self.load_failure is not None:
+            # The detail (a traceback) was shown at the first item; once is enough.
+            where = (f"(details under the first failed item of {self.name})"
+                     if self.load_failure.detail else "")
+            raise CandidateFailure(self.load_failure.reason, where)
+        if self.worker is not None and self.worker.alive():
+            return self.worker
+        try:
+            self.worker = start_worker(self.task, self.source, self.entry, self.prepare,
+                                       self.ks.device, self.ks.settings.timeout_s,
+                                       self.ks.evaluator(self.task).init_seed, self.ks.spares)
+        except CandidateFailure as exc:
+            self.load_failure = exc
+            raise
+        return self.worker
+
+    def drop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def teardown(self) -> None:
+        self.drop_worker()
+
+
+class CandidateItem(pytest.Item):
+    """An item under a CandidateNode, marked ``kscientist``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.kscientist)
+
+    @property
+    def candidate(self) -> CandidateNode:
+        assert isinstance(self.parent, CandidateNode)
+        return self.parent
+
+    def _publish(self, **fields: Any) -> None:
+        """A case's result on the report (``ks_case``), for the session and xdist."""
+        cand = self.candidate
+        self.user_properties.append(("ks_case", {
+            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "role": cand.role, "result": fields,
+        }))
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.name}: "
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, CandidateFailure):
+            text = self.failure_head() + exc.reason
+            if exc.detail and exc.detail != exc.reason:
+                text += "\n\n" + exc.detail.rstrip()
+            return text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"
+
+
+class CaseItem(CandidateItem):
+    """A correctness check or a benchmark of one candidate on one case."""
+
+    def __init__(self, *, kind: str, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.case = case
+
+    def runtest(self) -> None:
+        cand = self.candidate
+        ks = cand.ks
+        evaluator = ks.evaluator(cand.task)
+        case_id = cand.task.case_id(self.case)
+        try:
+            if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
+                raise CandidateFailure(f"not timed: {cand.failed_check}")
+            worker = cand.live_worker()
+            if self.kind == "check":
+                result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
+            else:
+                result = self._bench(worker)
+        except CandidateFailure as exc:
+            if not exc.wrong_result:
+                # A worker that failed may hold a sticky device error or a candidate's patches:
+                # start afresh next time. One that only computed a wrong result is kept.
+                cand.drop_worker()
+            if isinstance(exc, WorkerDied) and exc.hung:
+                # Each further case would wait out the whole timeout again: fail them at once.
+                cand.load_failure = CandidateFailure(
+                    f"not run: the candidate hung on {self.kind} {case_id} and was killed")
+            if self.kind == "check" and not cand.failed_check:
+                # Timing a candidate that fails a check cannot give a passing benchmark: its
+                # benchmarks fail at once instead of spending their budget (issue 10).
+                cand.failed_check = f"check {case_id} failed earlier in this run"
+            self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
+                          reason=exc.reason, detail=exc.detail[-4000:])
+            raise
+        result = yardstick_only(cand.name, result)
+        self._publish(**result.model_dump())
+        if result.kind == "bench":
+            self._to_pytest_benchmark(result)
+        if result.outcome == "xfailed":
+            # Reported, not failed: the task declares this baseline a yardstick (verify =
+            # "report"), so its times still count, flagged unverified.
+            pytest.xfail(result.reason)
+
+    def _bench(self, worker: Worker) -> CaseResult:
+        """Time the case; a candidate alternates with the task's active baselines."""
+        cand, ks = self.candidate, self.candidate.ks
+        evaluator = ks.evaluator(cand.task)
+        budget = ks.bench_budget(cand.task)
+        partners = ks.partners_for(cand.task) if cand.role == "candidate" else []
+        if partners:
+            result = bench_beside(evaluator, cand.live_worker, partners, self.case,
+                                  ks.device_name, budget)
+        else:
+            result = evaluator.bench(worker, self.case, ks.device_name, budget,
+                                     tolerate=cand.tolerate)
+        result.floor_fraction = floor_fraction(result)
+        return result
+
+    def _to_pytest_benchmark(self, result: CaseResult) -> None:
+        bs = benchmark_bridge.benchmark_session(self.config)
+        if bs is None:
+            return
+        cand = self.candidate
+        extra = {"ks_task": cand.task.name, "ks_candidate": cand.name, "ks_role": cand.role,
+                 "ks_sha256": cand.sha256, "floor_us": result.floor_us,
+                 "clock": result.stats.clock if result.stats else "",
+                 "speedups": {k: v.speedup for k, v in result.baselines.items()}}
+        benchmark_bridge.record(bs, self.nodeid, f"{cand.name}::{self.name}",
+                                f"{cand.task.name} {result.case_id}", result, extra)
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
+
+
+class DrawnItem(CandidateItem):
+    """A candidate checked on Hypothesis-drawn cases of its task's space (drawn.py)."""
+
+    def __init__(self, *, space: Any, examples: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.space = space
+        self.examples = examples
+
+    def runtest(self) -> None:
+        from pytest_kscientist.formats import drawn
+
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        evaluator = ks.evaluator(task)
+
+        def check(case: Case) -> None:
+            try:
+                evaluator.check(cand.live_worker(), case)
+            except CandidateFailure as exc:
+                if not exc.wrong_result:
+                    cand.drop_worker()
+                raise
+
+        try:
+            cand.live_worker()  # a candidate that does not load fails here, as at every item
+        except CandidateFailure as exc:
+            self._publish(case={}, case_id="drawn", outcome="failed", reason=exc.reason,
+                          detail=exc.detail[-4000:])
+            raise
+        found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt, self.examples)
+        if found is None:
+            self._publish(case={}, case_id="drawn", outcome="passed",
+                          reason=f"{self.examples} drawn cases passed")
+            return
+        case, exc, again = found
+        where = drawn.describe(case)
+        note = "" if again else " (it did not fail again when replayed: flaky?)"
+        reason = (f"fails at {where}: {exc.reason} (the smallest failing case of "
+                  f"{self.examples} drawn{note}; reproduce with --ks-salt {ks.salt})")
+        if not cand.failed_check:
+            cand.failed_check = f"drawn check failed at {where} earlier in this run"
+        self._publish(case=case, case_id=f"drawn {where}", outcome="failed", reason=reason,
+                      detail=exc.detail[-4000:])
+        raise CandidateFailure(reason, exc.detail)
+
+    def _publish(self, **fields: Any) -> None:
+        super()._publish(kind="check", **fields)
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} drawn check: "
+
+
+class GateItem(CandidateItem):
+    """A performance gate on one candidate, judged from its benchmarks earlier in this run."""
+
+    def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self) -> None:
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        results = ks.results.get(task.name, {})
+        mine = results.get(cand.name)
+        kind, name, factor = self.check
+        if kind == "min_speedup":
+            verdict = gates.min_speedup(mine, name, factor, results,
+                                        ks.skipped_baselines(task.name))
+        else:
+            settings = ks.settings
+            assert settings.compare_path is not None and settings.max_regression is not None
+            verdict = gates.max_regression(mine, task.name, ks.profile, settings.max_regression,
+                                           settings.compare_path, settings.compare_runs)
+        self.user_properties.append(("ks_gate", {
+            "task": task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "gate": self.name[len("gate["):-1],
+            "outcome": verdict.outcome, "message": verdict.message,
+        }))
+        if verdict.outcome == "skipped":
+            # Reported at the task file, like the skip marks of the baseline items, rather than
+            # at this line of the plugin (the same flag pytest's own skip marks use).
+            raise pytest.skip.Exception(verdict.message, _use_item_location=True)
+        if verdict.outcome == "failed":
+            raise GateFailure(verdict.message)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, GateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)

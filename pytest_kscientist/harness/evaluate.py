@@ -1,0 +1,564 @@
+"""Verdicts in the pytest process: ask a worker to run a case, then judge what came back.
+
+The reference is computed here, from inputs regenerated with the same seed on the same device,
+so the reference output never exists in the candidate's process. Benchmarks are driven from
+here one call at a time: each request carries only its own seed, the outputs to verify are
+chosen here after the call, and this process's own clock is compared with the worker's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.formats import forms
+from pytest_kscientist.formats.task import REPORT_MAX_SHARE, Case, Task
+from pytest_kscientist.harness.correctness import Mismatch, judge
+from pytest_kscientist.harness.results import CaseResult
+from pytest_kscientist.harness.spawn import Worker, WorkerDied
+from pytest_kscientist.harness.stats import median_interval, summarize
+from pytest_kscientist.protocol import perturb, sampling
+
+# Secret choices (which outputs to verify, which requests are probes, which elements the re-run
+# changes) are made here, in the pytest process, never in the worker.
+_RNG = secrets.SystemRandom()
+_clock = time.perf_counter_ns  # the round-trip clock (tests substitute a scripted one)
+PROBE_SHARE = 0.25  # share of benchmark requests that time the harness's path without the kernel
+MIN_PROBES = 8
+CONFIRM_ROUNDS = 2  # extra rounds of probes and calls before a clock disagreement is a verdict
+# Unreported time per call tolerated before the clocks are said to disagree: noise of the
+# untimed path (input generation, pipe round trip) on a loaded 2-core CPU stays under this.
+HIDDEN_SLACK_US = 200.0
+HIDDEN_SLACK_SHARE = 0.25
+# The same for the worker's CPU time, which load does not inflate but thread-pool spinning after
+# a parallel kernel does (measured: under 0.5 ms per call with torch's 2 threads here).
+HIDDEN_CPU_SLACK_US = 1000.0
+# Device time outside the events (GPU) tolerated per call before it is counted (timing.py).
+OUTSIDE_SLACK_US = 2.0
+OUTSIDE_SLACK_SHARE = 0.02
+# A checked output above this many elements is verified on a sample of CHECK_SAMPLED elements
+# drawn after the call (a KernelBench level-1 output of 6.4 GB, at issue 10's ~6 ms per MB, a
+# model fitted to an H200 run, would take ~40 s, twice per check); a wrong share f escapes with
+# probability (1-f)^CHECK_SAMPLED.
+CHECK_SAMPLE_ABOVE = 1 << 24
+CHECK_SAMPLED = 1 << 22
+# A benchmark stops early once its median is known this precisely (95% interval half-width).
+PRECISION = 0.01
+PRECISE_AFTER = 20
+
+
+def derive_seed(seed: int, salt: int, index: int | str) -> int:
+    """Mix a public case seed with the session's secret salt and a call index."""
+    digest = hashlib.sha256(f"{seed}/{salt}/{index}".encode()).digest()
+    return int.from_bytes(digest[:7], "big")
+
+
+def load_reference(task: Task) -> Any:
+    if task.module is not None:
+        return task.module  # loaded with the task (GPU MODE: from its snapshot of the files)
+    spec = importlib.util.spec_from_file_location(f"_ks_reference_{task.name}", task.reference)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    needed = ("Model", "get_inputs", "get_init_inputs") if task.form == "kernelbench" else (
+        "generate_input", "ref_kernel")
+    for name in needed:
+        if not callable(getattr(module, name, None)):
+            raise CandidateFailure(
+                f"task '{task.name}': {task.reference} defines no {name}; "
+                f"its reference needs {', '.join(needed)}"
+            )
+    return module
+
+
+def check_message(found: Any) -> str:
+    """A GPU MODE ``check_implementation`` answer as a failure message ("" when it passed):
+    an error string, empty when correct, or a pair (passed, message) in newer problems."""
+    if isinstance(found, (tuple, list)) and len(found) == 2 and isinstance(found[0], bool):
+        return "" if found[0] else (str(found[1]) or "check_implementation said it failed")
+    if found is None or found == "":
+        return ""
+    return str(found)
+
+
+def _tensor_from(meta: dict[str, Any], payload: bytes) -> Any:
+    """The output a header and its bytes describe: a tensor, or a tuple or list of them."""
+    if "parts" in meta:
+        parts, offset = [], 0
+        for part in meta["parts"]:
+            size = int(part.get("nbytes", -1))
+            if size < 0 or offset + size > len(payload):
+                raise CandidateFailure(f"output parts add up to more than the payload's "
+                                       f"{len(payload)} bytes")
+            parts.append(_tensor_from(part, payload[offset:offset + size]))
+            offset += size
+        return parts if meta.get("container") == "list" else tuple(parts)
+    import torch
+
+    dtype = getattr(torch, str(meta.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype):
+        raise CandidateFailure(f"output has unknown dtype {meta.get('dtype')!r}")
+    shape = [int(s) for s in meta["shape"]]
+    if not payload:
+        return torch.empty(shape, dtype=dtype)
+    # A payload arrives as a bytearray (channel.read_frame): wrapped, not copied.
+    buffer = payload if isinstance(payload, bytearray) else bytearray(payload)
+    flat = torch.frombuffer(buffer, dtype=torch.uint8)
+    if flat.numel() % dtype.itemsize:
+        raise CandidateFailure(f"output payload of {flat.numel()} bytes does not fit {dtype}")
+    return flat.view(dtype).reshape(shape)
+
+
+class Evaluator:
+    """Judges one task's cases for any worker, with the session's salt and device."""
+
+    def __init__(self, task: Task, device: str, salt: int) -> None:
+        self.task = task
+        self.device = device
+        self.salt = salt
+        self._ref: Any = None
+        self._draw: Any = None
+        self._model: Any = None  # KernelBench: the problem's Model, built once
+        self._issued: dict[str, int] = {}
+        # KernelBench: the seed both sides build their models' weights with (secret until the
+        # worker is loaded, so no candidate ships weights tuned to it).
+        self.init_seed = derive_seed(0, salt, "weights")
+        # A problem whose own check judges outputs (GPU MODE's check_implementation) gets them
+        # whole: never sampled, never deferred.
+        self.own_check = task.form == "gpumode"
+        self.fetch_count = 0 if self.own_check else sampling.SAMPLED_ELEMENTS
+        self._lane = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+    @property
+    def reference(self) -> Any:
+        if self._ref is None:
+            self._ref = load_reference(self.task)
+        return self._ref
+
+    def inputs(self, case: Case, seed: int) -> Any:
+        """The case's inputs for ``seed``, drawn here exactly as the worker draws them."""
+        if self._draw is None:
+            self._draw = forms.input_maker(self.task.describe(), self.reference)
+        return self._draw(case, seed, self.device)
+
+    def reference_output(self, data: Any) -> Any:
+        """The reference's output for ``data``, on the run's device (judged there)."""
+        if self.task.form != "kernelbench":
+            return self.reference.ref_kernel(data)
+        import torch
+
+        if self._model is None:
+            self._model = forms.build_model(self.reference.Model,
+                                            self.reference.get_init_inputs, self.init_seed,
+                                            self.device)
+        with torch.no_grad():
+            return self._model(*data)
+
+    def expected(self, case: Case, seed: int) -> Any:
+        """The reference output for ``seed``, left on the run's device (judged there)."""
+        return self.reference_output(self.inputs(case, seed))
+
+    def floor_us(self, case: Case, device_name: str) -> float | None:
+        work = getattr(self.reference, "work", None)
+        floor = self.task.floor_for(device_name)
+        if work is None or floor is None:
+            return None
+        need = work(**case)
+        return 1e6 * max(
+            need.get("flops", 0.0) / (floor.peak_tflops * 1e12),
+            need.get("bytes", 0.0) / (floor.peak_tbps * 1e12),
+        )
+
+    def _own_check(self, data: Any, meta: dict[str, Any], payload: bytes) -> None:
+        """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE)."""
+        out = self._output(meta, payload, self.device)
+        try:
+            message = check_message(self.reference.check_implementation(data, out))
+        except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
+            parts = out if isinstance(out, (tuple, list)) else [out]
+            shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in parts)
+            message = (f"check_implementation raised {type(exc).__name__}: {exc} (on an output "
+                       f"of {shapes})")
+        if message:
+            first = message.strip().splitlines()[0][:300] if message.strip() else message
+            raise CandidateFailure(f"wrong result: {first}", message, wrong_result=True)
+
+    @staticmethod
+    def _output(meta: dict[str, Any], payload: bytes, device: Any) -> Any:
+        if len(payload) != int(meta.get("nbytes", -1)):
+            raise CandidateFailure(
+                f"output payload is {len(payload)} bytes, header says {meta.get('nbytes')}"
+            )
+        out = _tensor_from(meta, payload)
+        if device is not None and str(device) != "cpu":
+            # Judge where the reference was computed: on a 2-core host one 22M-element output
+            # took 1.5 s to judge (in float64), and a GPU benchmark judges three per side.
+            if isinstance(out, (tuple, list)):
+                return type(out)(t.to(device) for t in out)
+            out = out.to(device)
+        return out
+
+    def _compare(self, out: Any, expected: Any) -> Mismatch | None:
+        """``judge`` for one tensor, or part by part for several (the first part that
+        differs)."""
+        atol, rtol = self.task.spec.check.atol, self.task.spec.check.rtol
+        if not isinstance(expected, (tuple, list)):
+            if isinstance(out, (tuple, list)):
+                return Mismatch(f"output is {len(out)} tensors, expected one")
+            return judge(out, expected, atol, rtol)
+        if not isinstance(out, (tuple, list)) or len(out) != len(expected):
+            count = len(out) if isinstance(out, (tuple, list)) else 1
+            return Mismatch(f"output is {count} tensor(s), expected {len(expected)}")
+        for i, (o, e) in enumerate(zip(out, expected, strict=True)):
+            found = judge(o, e, atol, rtol)
+            if found is not None:
+                return Mismatch(f"output {i}: {found.message}", found.structural, found.count,
+                                found.numel)
+        return None
+
+    def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes,
+               misses: list[Mismatch] | None = None) -> None:
+        """Raise CandidateFailure unless the output matches; with ``misses``, a precision miss
+        (right shape, dtype and NaN/Inf positions, few elements) is appended there instead."""
+        first = expected[0] if isinstance(expected, (tuple, list)) and expected else expected
+        out = self._output(meta, payload, getattr(first, "device", None))
+        found = self._compare(out, expected)
+        if found is None:
+            return
+        reason = f"wrong result: {found.message.split('; first:')[0]}"
+        if misses is not None and not found.structural:
+            if found.share <= REPORT_MAX_SHARE:
+                misses.append(found)
+                return
+            reason += f" (over {REPORT_MAX_SHARE:.0%} of them: more than a precision miss)"
+        raise CandidateFailure(reason, found.message, wrong_result=True)
+
+    def check(self, worker: Worker, case: Case, tolerate: bool = False) -> CaseResult:
+        """Fresh inputs, then the same tensors again with a few elements changed.
+
+        With ``tolerate`` (a baseline declaring verify = "report"), precision misses give an
+        ``xfailed`` result saying by how much instead of raising.
+        """
+        seed = derive_seed(case["seed"], self.salt, 0)
+        above = None if self.own_check else CHECK_SAMPLE_ABOVE
+        got = self._checked(worker, _ask(worker, "check", case=case, seed=seed, sample_above=above))
+        data = self.inputs(case, seed)
+        misses: list[Mismatch] | None = [] if tolerate else None
+        self._verdict(data, got, misses)
+        changes = perturb.choose(data, self.task.spec.output_index, _RNG)
+        try:
+            got = self._checked(worker, _ask(worker, "recheck", changes=changes,
+                                             sample_above=above))
+            perturb.apply(data, changes)
+            self._verdict(data, got, misses)
+        except WorkerDied:
+            raise  # the worker's own verdict (hung, crashed): no context to add
+        except CandidateFailure as exc:
+            raise CandidateFailure(
+                f"re-run in the same input tensors with {len(changes)} elements changed: "
+                f"{exc.reason} (a result cached across calls?)", exc.detail,
+                exc.wrong_result) from None
+        result = CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
+                            outcome="passed")
+        if misses:
+            first = misses[0]
+            result.outcome = "xfailed"
+            result.reason = f"misses the check on {first.count} of {first.numel} elements"
+            result.detail = first.message
+        return result
+
+    @staticmethod
+    def _checked(worker: Worker, answer: tuple[dict[str, Any], bytes]) -> _Kept:
+        """A check's output as sent, or (answer ``deferred``) a sample fetched now."""
+        header, payload = answer
+        if not header.get("deferred"):
+            return _Kept(0, 0, header["output"], payload)
+        index_seed = _RNG.getrandbits(63)
+        header, payload = _ask(worker, "fetch", count=CHECK_SAMPLED, seed=index_seed)
+        return _Kept(0, 0, header["output"], payload, int(header.get("sampled", 0)), index_seed)
+
+    def _verdict(self, data: Any, got: _Kept, misses: list[Mismatch] | None = None) -> None:
+        """Judge a checked output for ``data``: by the problem's own check where it has one."""
+        if self.own_check:
+            self._own_check(data, got.meta, got.payload)
+        else:
+            expected, meta = self._sampled(self.reference_output(data), got)
+            self._judge(expected, meta, got.payload, misses)
+
+    def fresh_seed(self, case: Case) -> int:
+        """A seed that no earlier call of this session got for ``case``.
+
+        Benchmark calls, warm-up calls and probes all draw here, across rounds and candidates,
+        so a result cached under a fingerprint of every input element never meets its inputs
+        again (issue 10: rounds 2-4 used to replay round 1's inputs). The pytest-xdist worker
+        id keeps parallel sessions apart; the check of a case keeps its fixed index 0.
+        """
+        key = self.task.case_id(case)
+        count = self._issued.get(key, 0) + 1
+        self._issued[key] = count
+        return derive_seed(case["seed"], self.salt, f"{self._lane}/{count}")
+
+    def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
+              tolerate: bool = False, samples: int | None = None,
+              precise_after: int = PRECISE_AFTER) -> CaseResult:
+        """Warm-up, then one request per timed call; verify a secret sample; check the clocks.
+
+        With ``tolerate``, sampled outputs that miss only by precision give an ``xfailed``
+        result that keeps its times (see ``check``). ``samples``: how many timed outputs to
+        verify (default: the task's ``bench.verify_samples``). ``precise_after``: the fewest
+        calls after which a precise enough median stops the timing (a round of several).
+        """
+        spec = self.task.spec.bench
+        samples = spec.verify_samples if samples is None else samples
+        warm: list[float] = []
+        for i in range(spec.warmup):
+            try:
+                header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
+            except WorkerDied:
+                raise  # the worker's own verdict (hung, crashed): no context to add
+            except CandidateFailure as exc:
+                raise exc.prefixed(f"warm-up call {i}: ") from None
+            warm.append(float(header["raw_us"]) - float(worker.overhead_us))
+        run = _TimedRun(self, worker, case, statistics.median(warm) if warm else 0.0)
+        start = time.monotonic()
+        while len(run.times) < spec.max_runs:
+            if _RNG.random() < PROBE_SHARE:
+                run.probe()
+                continue
+            run.call(samples)
+            if len(run.times) >= spec.min_runs and (
+                time.monotonic() - start > budget_s or precise(run.times, precise_after)
+            ):
+                break
+        while len(run.probes) < MIN_PROBES:
+            run.probe()
+        hidden = run.hidden(run.outside_excess())
+        for _ in range(CONFIRM_ROUNDS):
+            if hidden is None:
+                break
+            # Load on the machine can inflate a handful of round trips: ask again before judging.
+            for _ in range(MIN_PROBES):
+                run.probe()
+                run.call(samples)
+            hidden = run.hidden(run.outside_excess())
+        missed = self._verify_sample(run, tolerate)
+        clock = "cuda-events" if self.device.startswith("cuda") else "perf_counter_ns"
+        counted = run.outside_excess()
+        times = [t + counted for t in run.times]
+        stats = summarize(times, verified_runs=len(run.kept), clock=clock, counted_us=counted)
+        floor = self.floor_us(case, device_name)
+        if floor is not None and stats.min_us < floor:
+            raise CandidateFailure(
+                f"impossible time: fastest call {stats.min_us:.3f} us is below the physical "
+                f"floor {floor:.3f} us for {device_name}; the timing was tampered with or the "
+                "work was not done"
+            )
+        if hidden is not None:
+            raise CandidateFailure(
+                f"timing disagrees with what the pytest process measures from outside: {hidden} "
+                f"than the reported median of {stats.median_us:.1f} us; work was done outside "
+                "the timed region or the worker's clock was tampered with"
+            )
+        result = CaseResult(kind="bench", case=case, case_id=self.task.case_id(case),
+                            outcome="passed", stats=stats, floor_us=floor)
+        if missed:
+            index, worst = max(missed, key=lambda x: x[1].count)
+            upto = "up to " if len(missed) > 1 else ""
+            result.outcome = "xfailed"
+            result.reason = (f"misses the check on {upto}{worst.count} of {worst.numel} elements "
+                             f"in {len(missed)} of {len(run.kept)} verified timed calls")
+            result.detail = f"timed call {index}: {worst.message}"
+        return result
+
+    def _verify_sample(self, run: _TimedRun, tolerate: bool) -> list[tuple[int, Mismatch]]:
+        """Judge the kept outputs in call order; the tolerated misses, by timed call index."""
+        missed: list[tuple[int, Mismatch]] = []
+        for kept in sorted(run.kept, key=lambda x: x.index):
+            misses: list[Mismatch] | None = [] if tolerate else None
+            try:
+                if self.own_check:
+                    self._own_check(self.inputs(run.case, kept.seed), kept.meta, kept.payload)
+                    continue
+                expected, meta = self._sampled(self.expected(run.case, kept.seed), kept)
+                self._judge(expected, meta, kept.payload, misses)
+            except CandidateFailure as exc:
+                raise exc.prefixed(f"timed call {kept.index}: ") from None
+            missed += [(kept.index, m) for m in misses or []]
+        return missed
+
+    @staticmethod
+    def _sampled(expected: Any, kept: _Kept) -> tuple[Any, dict[str, Any]]:
+        """The reference (and header) cut to the elements the worker sent for ``kept``."""
+        if not kept.sampled:
+            return expected, kept.meta
+        shape = [int(s) for s in kept.meta.get("shape", [])]
+        if shape != list(expected.shape):
+            raise CandidateFailure(
+                f"wrong result: output shape {tuple(shape)}, expected {tuple(expected.shape)}",
+                wrong_result=True)
+        index = sampling.flat_index(expected.numel(), kept.sampled, kept.index_seed)
+        return (expected.reshape(-1)[index.to(expected.device)],
+                dict(kept.meta, shape=[kept.sampled]))
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A timed call's output (or a secret sample of its elements) kept for verification."""
+
+    index: int
+    seed: int
+    meta: dict[str, Any]
+    payload: bytes
+    sampled: int = 0  # elements sent; 0 for the whole output
+    index_seed: int = 0
+
+
+class _TimedRun:
+    """The timed calls of one benchmark, as the worker reports them and as seen from outside."""
+
+    def __init__(self, evaluator: Evaluator, worker: Worker, case: Case,
+                 estimate_us: float = 0.0) -> None:
+        self.ev, self.worker, self.case = evaluator, worker, case
+        self.overhead_us = float(worker.overhead_us)
+        self.estimate_us = estimate_us  # the kernel's time before the first timed call
+        self.times: list[float] = []  # worker-reported, protocol cost subtracted
+        self.paths: list[float] = []  # round trip minus reported time: the untimed path
+        self.outside: list[float] = []  # device time in the flush span and the tail (GPU)
+        self.cpu: list[float | None] = []  # the worker's CPU time spent on each of those calls
+        self.probes: list[float] = []  # the untimed path of probes (a trusted busy kernel)
+        self.probe_outside: list[float] = []
+        self.probe_cpu: list[float | None] = []
+        self.kept: list[_Kept] = []
+
+    def _trip(self, **fields: Any) -> tuple[dict[str, Any], float, float, float | None]:
+        """(header, reported us, untimed path us, worker CPU us) of one request."""
+        cpu0 = self.worker.cpu_us()
+        t0 = _clock()
+        header, _ = _ask(self.worker, "call", case=self.case, **fields)
+        wall = (_clock() - t0) / 1000.0
+        cpu1 = self.worker.cpu_us()
+        reported = float(header["raw_us"]) - self.overhead_us
+        cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        return header, reported, wall - reported, cpu
+
+    def probe(self) -> None:
+        """The same path with a trusted busy kernel as long as the candidate's median call."""
+        busy = statistics.median(self.times) if self.times else self.estimate_us
+        header, _, path, cpu = self._trip(seed=self.ev.fresh_seed(self.case), probe=True,
+                                          busy_us=max(busy, 0.0))
+        self.probes.append(path)
+        self.probe_outside.append(float(header.get("outside_us", 0.0)))
+        self.probe_cpu.append(cpu)
+
+    def call(self, sample: int) -> None:
+        """One timed call; fetch its output if the reservoir (secret, kept here) takes it."""
+        index = len(self.times)
+        seed = self.ev.fresh_seed(self.case)
+        try:
+            header, reported, path, cpu = self._trip(seed=seed)
+            self.times.append(reported)
+            self.paths.append(path)
+            self.outside.append(float(header.get("outside_us", 0.0)))
+            self.cpu.append(cpu)
+            slot = index if index < sample else _RNG.randrange(index + 1)
+            if slot < sample:
+                index_seed = _RNG.getrandbits(63)
+                header, payload = _ask(self.worker, "fetch", count=self.ev.fetch_count,
+                                       seed=index_seed)
+                entry = _Kept(index, seed, header["output"], payload,
+                              int(header.get("sampled", 0)), index_seed)
+                if slot < len(self.kept):
+                    self.kept[slot] = entry
+                else:
+                    self.kept.append(entry)
+        except WorkerDied:
+            raise  # the worker's own verdict (hung, crashed): no context to add
+        except CandidateFailure as exc:
+            raise exc.prefixed(f"timed call {index}: ") from None
+
+    def hidden(self, counted: float = 0.0) -> str | None:
+        """What was measured from outside but not reported, when it is too much to be noise.
+
+        ``counted``: device time per call found outside the events (``outside_excess``), which
+        the result will count, so it is not hidden.
+
+        Per timed call, the round trip (or the worker's CPU time) minus what the reported time
+        allows is the cost of the untimed path; the cheapest one is compared with the cheapest
+        probe (the same path with a trusted kernel), so load on the machine, which only adds,
+        does not make honest kernels look guilty. A difference counts only above the reported
+        median (more than half the work hidden) and above a margin: a fixed slack for the
+        untimed path plus the spread of this run's own probes.
+        """
+        reported = statistics.median(self.times) + counted
+        fastest = min(self.probes)
+        wall = min(self.paths) - counted - fastest
+        slack = HIDDEN_SLACK_US + HIDDEN_SLACK_SHARE * fastest + _spread(self.probes)
+        if wall > max(slack, reported):
+            return f"the wall clock saw about {wall:.0f} us per call more"
+        if None in self.cpu or None in self.probe_cpu or not self.cpu:
+            return None
+        lanes = self.worker.cpus()  # an honest kernel may keep this many CPUs busy
+        spent = [c for c in self.cpu if c is not None]
+        probe_cpu = [c for c in self.probe_cpu if c is not None]
+        cheapest = min(probe_cpu)
+        cpu = min(c - lanes * max(k + counted, 0.0)
+                  for c, k in zip(spent, self.times, strict=True))
+        cpu -= cheapest
+        margin = HIDDEN_CPU_SLACK_US + HIDDEN_SLACK_SHARE * cheapest + _spread(probe_cpu)
+        if cpu > max(margin, reported):
+            return f"the worker used about {cpu:.0f} us of CPU per call more"
+        return None
+
+    def outside_excess(self) -> float:
+        """Device time per call outside the caller's stream events, beyond the probes' (GPU).
+
+        Work on a side stream that overlapped the flush or outlived the end event lengthens
+        the flush span or the tail; an honest kernel's are the probes'. Above a margin (2 us,
+        2% of the median, or twice the probes' spread) the median excess is counted: added to
+        every call, so such work is timed rather than rejected.
+        """
+        if not self.outside or not self.probe_outside:
+            return 0.0
+        excess = statistics.median(self.outside) - statistics.median(self.probe_outside)
+        margin = max(OUTSIDE_SLACK_US, OUTSIDE_SLACK_SHARE * statistics.median(self.times),
+                     2.0 * _spread(self.probe_outside))
+        return excess if excess > margin else 0.0
+
+
+def _spread(values: list[float]) -> float:
+    """Upper quartile minus the minimum: how far this run's untimed path strays upwards."""
+    ordered = sorted(values)
+    return ordered[(3 * (len(ordered) - 1)) // 4] - ordered[0] if ordered else 0.0
+
+
+def precise(times: list[float], after: int = PRECISE_AFTER) -> bool:
+    """Stop once the median's 95% interval is within PRECISION of it (at least ``after``
+    calls; under 6 calls the interval is their whole range)."""
+    if len(times) < after:
+        return False
+    low, high = median_interval(times)
+    middle = statistics.median(times)
+    return middle > 0 and (high - low) / 2 <= PRECISION * middle
+
+
+def _ask(worker: Worker, op: str, timeout: float | None = None,
+         **fields: Any) -> tuple[dict[str, Any], bytes]:
+    header, payload = worker.request(op, timeout=timeout, **fields)
+    if not header.get("ok"):
+        raise CandidateFailure(str(header.get("reason", "failed")), str(header.get("detail", "")))
+    return header, payload
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+__all__ = ["Evaluator", "WorkerDied", "derive_seed", "file_sha256"]

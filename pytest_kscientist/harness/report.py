@@ -1,0 +1,209 @@
+"""The terminal summary section: one row per candidate, then per-benchmark times."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pytest_kscientist.harness.gates import saved_change
+from pytest_kscientist.harness.results import CandidateResult, RunResults
+from pytest_kscientist.harness.scores import timed_benchmarks
+from pytest_kscientist.harness.stats import geomean
+from pytest_kscientist.hip.compile_gate import summary_lines
+
+ROLE_ORDER = {"reference": 0, "baseline": 1, "candidate": 2}
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _label(c: CandidateResult) -> str:
+    if c.role == "baseline" and c.xfailed:
+        return f"{c.name} (baseline, unverified)"
+    return c.name if c.role == "candidate" else f"{c.name} ({c.role})"
+
+
+def _vs(c: CandidateResult, name: str) -> str:
+    """A speedup cell; ``*`` when the baseline missed the check beside it (a yardstick only)."""
+    cell = _x(c.speedups.get(name))
+    interval = c.speedup_intervals.get(name)
+    if interval and c.speedups.get(name) is not None:
+        cell += f"({interval[0]:.2f}-{interval[1]:.2f})"
+    return cell + "*" if c.baseline_verified.get(name) is False else cell
+
+
+def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = None,
+                    saved: tuple[RunResults, ...] = (), task: str = "") -> list[str]:
+    """Rows: candidate, passed, failed, geomean, speedups (reference, each baseline), floor.
+
+    ``vs_<baseline>`` is timed interleaved with the candidate, with its 95% interval;
+    ``floor_frac`` is the geomean of floor_us / median_us; ``vs_saved`` the geomean time
+    change against ``--ks-compare``.
+    """
+    names = baselines or []
+    head = ["candidate", "passed", "failed", "geomean_us", "speedup_vs_ref",
+            *(f"vs_{n}" for n in names), "floor_frac"]
+    if saved:
+        head.append("vs_saved")
+    rows = [tuple(head)]
+    ranked = sorted(cands, key=lambda c: (c.geomean_us is None, c.geomean_us or 0.0))
+    for c in ranked:
+        row = [_label(c), str(c.passed), str(c.failed), _us(c.geomean_us),
+               _x(c.speedup_over_reference), *(_vs(c, n) for n in names),
+               "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
+        if saved:
+            change = saved_change(c, task, saved)
+            row.append("-" if change is None else f"{change:+.1%}")
+        rows.append(tuple(row))
+    return _align(rows)
+
+
+def bench_table(cands: list[CandidateResult]) -> list[str]:
+    """Rows: each benchmark case's median (us) per column (reference, baselines, candidates),
+    the physical floor, then a geomean row."""
+    cands = sorted(cands, key=lambda c: ROLE_ORDER.get(c.role, 2))
+    names = [c.name for c in cands]
+    cases: list[str] = []
+    cells: dict[tuple[str, str], str] = {}
+    floors: dict[str, float | None] = {}
+    for c in cands:
+        for case in c.cases:
+            if case.kind != "bench":
+                continue
+            if case.case_id not in cases:
+                cases.append(case.case_id)
+            if case.floor_us is not None or case.case_id not in floors:
+                floors[case.case_id] = case.floor_us
+            timed = case.stats is not None and case.outcome in ("passed", "xfailed")
+            cells[(case.case_id, c.name)] = (
+                _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
+                if timed and case.stats else "FAIL"
+            )
+    if not cases:
+        return []
+    rows = [("benchmark (median us)", *names, "floor_us")]
+    for case_id in cases:
+        rows.append((case_id, *(cells.get((case_id, n), "-") for n in names),
+                     _us(floors[case_id])))
+    known = [f for f in floors.values() if f is not None and f > 0]
+    geo = [_us(geomean([x.stats.median_us for x in b if x.stats]))
+           if (b := timed_benchmarks(c)) and len(b) == len(cases) else "-" for c in cands]
+    rows.append(("geomean", *geo, _us(geomean(known)) if len(known) == len(cases) else "-"))
+    return _align(rows)
+
+
+def _median(stats: Any) -> str:
+    """A median with the half-width of its 95% interval, in percent of it."""
+    cell = _us(stats.median_us)
+    if stats.ci_low_us is not None and stats.ci_high_us is not None and stats.median_us > 0:
+        cell += f"±{50 * (stats.ci_high_us - stats.ci_low_us) / stats.median_us:.1f}%"
+    return cell
+
+
+def _align(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def run_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> list[str]:
+    """What has no numbers and why: the reference left untimed, a declared baseline skipped in
+    this run or failed beside someone, a candidate whose KS_REQUIRES this device lacks."""
+    lines = [f"baseline {b.name} not timed: {b.reason}"
+             for b in session.baselines.get(task_name, []) if b.status == "skipped"]
+    if session.settings.skip_reference:
+        lines.insert(0, "reference not timed (--ks-skip-reference): no speedup_vs_ref")
+    lines += [f"not run: {r.not_run}" for r in session.unmet.get(task_name, {}).values()]
+    seen = set()
+    for c in cands:
+        for case in c.cases:
+            for name, timing in case.baselines.items():
+                if timing.reason and (name, timing.reason) not in seen:
+                    seen.add((name, timing.reason))
+                    lines.append(f"no speedup of {c.name} over {name}: {timing.reason}")
+    return lines + yardstick_notes(cands)
+
+
+def yardstick_notes(cands: list[CandidateResult]) -> list[str]:
+    """One line per baseline that missed the check but is kept as a yardstick (verify =
+    "report"): the first miss, and how many of its items and interleaved benchmarks missed."""
+    by_name = {c.name: c for c in cands}
+    names = {n for c in cands for case in c.cases for n, t in case.baselines.items()
+             if not t.verified} | {c.name for c in cands if c.role == "baseline" and c.xfailed}
+    lines = []
+    for name in sorted(names):
+        own = by_name[name].cases if name in by_name else []
+        beside = [t for c in cands for case in c.cases for n, t in case.baselines.items()
+                  if n == name and t.stats is not None]
+        first = next((c.reason for c in own if c.outcome == "xfailed"), "") or next(
+            t.mismatch for t in beside if not t.verified)
+        judged = [c for c in own if c.outcome in ("passed", "xfailed")]
+        lines.append(
+            f"{first}: {sum(c.outcome == 'xfailed' for c in judged)} of {len(judged)} of its "
+            f"items and {sum(not t.verified for t in beside)} of {len(beside)} benchmarks "
+            "beside candidates missed; its times and speedups over it are kept, marked *"
+        )
+    return lines
+
+
+def write_summary(tr: Any, session: Any) -> None:
+    """Write the kscientist section of the terminal summary."""
+    if not session.results:
+        return
+    tr.write_sep("=", "kscientist summary")
+    saved = session.settings.compare_runs
+    for task_name, per_task in session.results.items():
+        # a candidate not run here has no row: run_notes says why
+        cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]
+        active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
+        tr.write_line(f"task {task_name} | profile {session.profile} | device "
+                      f"{session.device} ({session.device_name})")
+        for line in candidate_table(cands, active, saved, task_name):
+            tr.write_line("  " + line)
+        lines = bench_table(cands)
+        if lines:
+            tr.write_line("")
+            for line in lines:
+                tr.write_line("  " + line)
+            tr.write_line("  ±: half-width of each median's 95% interval, in percent; (low-high) "
+                          "after a speedup: its 95% interval")
+        for line in run_notes(session, task_name, cands) + summary_lines(cands):
+            tr.write_line("  " + line)
+        for c in cands:
+            if c.review:
+                tr.write_line(f"  review {c.name}: {c.review}")
+    if session.settings.compare_path is not None:
+        tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
+                      "(--ks-compare); + is slower")
+    how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
+    tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")
+
+
+def selection_hints(session: Any, keyword: str) -> list[str]:
+    """Why ``-k KEYWORD`` selected nothing, when the words it names are case ids of another
+    profile of a task ("m6144" is in fp8_gemm's full profile, not the CPU one)."""
+    words = [w for w in re.findall(r"[\w\-]+", keyword) if w not in ("and", "or", "not")]
+    lines = []
+    for task in session.tasks.values():
+        here = session.profile
+        ids_here = {task.case_id(c) for p in [task.spec.profiles.get(here)] if p
+                    for c in [*p.tests, *p.benchmarks]}
+        for name, profile in task.spec.profiles.items():
+            if name == here:
+                continue
+            ids = {task.case_id(c) for c in [*profile.tests, *profile.benchmarks]}
+            hits = sorted(i for i in ids - ids_here if any(w in i for w in words))
+            if hits and not any(w in i for w in words for i in ids_here):
+                lines.append(
+                    f"hint: -k '{keyword}' names cases of task '{task.name}' in its profile "
+                    f"'{name}' ({len(hits)}, e.g. {hits[0]}), not in this run's profile '{here}'; "
+                    f"add --ks-profile {name}" + (" (on a GPU it is picked by default)"
+                                                  if name == "full" else ""))
+    return lines

@@ -1,0 +1,199 @@
+"""Versioned, machine-readable results of a run (``--ks-json``), shared with the population."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+# 2: outcome "xfailed" (a baseline with verify = "report" missing the tolerance), the
+# baseline_verified / verified / mismatch / verify fields.
+# 3: ci_low_us / ci_high_us / counted_outside_us on stats, speedup_low / speedup_high,
+# speedup_intervals.
+# 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
+RESULTS_SCHEMA_VERSION = 4
+# A candidate this many times faster than the reference needs a person's look before it is
+# trusted (the harness's checks are layers, not proofs; README, "Threat model").
+SUSPICIOUS_SPEEDUP = 10.0
+
+
+class TimingStats(BaseModel):
+    """Statistics of the timed calls of one candidate on one benchmark case, in microseconds."""
+
+    mean_us: float
+    median_us: float
+    min_us: float
+    max_us: float
+    std_us: float
+    stderr_us: float
+    runs: int
+    verified_runs: int = 0
+    clock: str = ""
+    # Distribution-free 95% interval of the median (order statistics of the timed calls).
+    ci_low_us: float | None = None
+    ci_high_us: float | None = None
+    # Device time per call that ran outside the caller's stream events (side streams, work
+    # after the end event), measured against probes and added to every call (GPU only).
+    counted_outside_us: float = 0.0
+    # The timed calls themselves, for pooling interleaved rounds and for pytest-benchmark;
+    # kept in memory only (never written: the summary fields above are the record).
+    samples_us: list[float] = Field(default_factory=list, exclude=True, repr=False)
+
+
+class BaselineTiming(BaseModel):
+    """A baseline timed interleaved with a candidate on one benchmark case."""
+
+    stats: TimingStats | None = None
+    speedup: float | None = None  # geomean over rounds of baseline median / candidate median
+    # Conservative 95% interval of ``speedup``: the medians' intervals divided crosswise.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    rounds: int = 0
+    reason: str = ""  # why there is no speedup: the baseline failed, or was not run
+    # False: the baseline's sampled outputs missed the tolerance in some round and it declares
+    # verify = "report", so its times were kept as a yardstick; ``mismatch`` says by how much.
+    verified: bool = True
+    mismatch: str = ""
+
+
+class CaseResult(BaseModel):
+    """The verdict of one candidate on one case (a correctness test or a benchmark)."""
+
+    kind: Literal["check", "bench"]
+    case: dict[str, int | float | bool | str]  # GPU MODE cases may carry any scalar
+    case_id: str
+    # "xfailed": a baseline declaring verify = "report" ran (and was timed) but its output
+    # missed the tolerance; ``reason`` says by how much. Candidates never get it.
+    outcome: Literal["passed", "failed", "skipped", "xfailed"]
+    reason: str = ""
+    detail: str = ""
+    stats: TimingStats | None = None
+    floor_us: float | None = None
+    floor_fraction: float | None = None  # floor_us / median_us: 1.0 is the physical limit
+    baselines: dict[str, BaselineTiming] = Field(default_factory=dict)
+
+
+class GateResult(BaseModel):
+    """The verdict of one performance gate on one candidate."""
+
+    gate: str
+    outcome: Literal["passed", "failed", "skipped"]
+    message: str
+
+
+class KernelResources(BaseModel):
+    """What the compiler reports for one GPU kernel (-Rpass-analysis=kernel-resource-usage)."""
+
+    name: str
+    vgprs: int
+    agprs: int = 0
+    sgprs: int
+    lds_bytes: int
+    scratch_bytes_per_lane: int = 0
+    occupancy_waves_per_simd: int
+    vgpr_spills: int = 0
+    sgpr_spills: int = 0
+
+
+class CompileResult(BaseModel):
+    """The verdict of one compile[<arch>] item: a HIP candidate compiled for one target."""
+
+    arch: str
+    outcome: Literal["passed", "failed", "skipped"]
+    reason: str = ""  # the compiler's first errors, or why the item skipped
+    detail: str = ""
+    seconds: float | None = None
+    compiler: str = ""  # the compiler's version line
+    toolchain: str = ""  # the headers and bitcode it used (tools/install_hip_toolchain.sh)
+    kernels: list[KernelResources] = Field(default_factory=list)
+    ignored_flags: list[str] = Field(default_factory=list)
+    sandboxed: bool = False  # the compiler ran in the workers' OS sandbox (worker.py)
+
+
+class CandidateResult(BaseModel):
+    """Everything one run learned about one candidate file."""
+
+    name: str
+    path: str
+    sha256: str
+    cases: list[CaseResult] = Field(default_factory=list)
+    role: Literal["candidate", "reference", "baseline"] = "candidate"
+    geomean_us: float | None = None
+    speedup_over_reference: float | None = None
+    # Over this candidate's benchmarks: geomean of the interleaved per-case speedups over each
+    # baseline, and geomean of floor_us / median_us.
+    speedups: dict[str, float] = Field(default_factory=dict)
+    # Per baseline of ``speedups``: [low, high], the geomeans of the per-case intervals.
+    speedup_intervals: dict[str, list[float]] = Field(default_factory=dict)
+    # Per baseline of ``speedups``: False when its outputs missed the tolerance beside this
+    # candidate (verify = "report"): that speedup is over a yardstick, not a verified result.
+    baseline_verified: dict[str, bool] = Field(default_factory=dict)
+    floor_fraction: float | None = None
+    gates: list[GateResult] = Field(default_factory=list)
+    # Constructs cheating kernels rely on, found in the source (pytest_kscientist/harness/scan.py).
+    suspicious: list[str] = Field(default_factory=list)
+    compiles: list[CompileResult] = Field(default_factory=list)
+    # Why its items were not run on this device (its KS_REQUIRES), "" when they were.
+    not_run: str = ""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def review(self) -> str:
+        """Why a person should read this candidate before trusting its speed ("" if no reason)."""
+        speedup = self.speedup_over_reference
+        if self.role == "candidate" and speedup is not None and speedup > SUSPICIOUS_SPEEDUP:
+            return (f"{speedup:.1f}x faster than the reference (over {SUSPICIOUS_SPEEDUP:g}x): "
+                    "read the source before trusting the speed")
+        return ""
+
+    @property
+    def passed(self) -> int:
+        return sum(c.outcome == "passed" for c in self.cases)
+
+    @property
+    def failed(self) -> int:
+        return sum(c.outcome == "failed" for c in self.cases)
+
+    @property
+    def xfailed(self) -> int:
+        return sum(c.outcome == "xfailed" for c in self.cases)
+
+
+class MachineInfo(BaseModel):
+    """Where the run happened."""
+
+    hostname: str
+    platform: str
+    python: str
+    torch: str
+    device: str
+    device_name: str
+
+
+class BaselineInfo(BaseModel):
+    """A baseline the task declares, and whether this run timed it."""
+
+    name: str
+    path: str
+    prepare: bool = False
+    requires: list[str] = Field(default_factory=list)
+    status: Literal["active", "skipped"] = "active"
+    reason: str = ""
+    verify: Literal["strict", "report"] = "strict"
+    # After the run: True if every item and interleaved round of it passed the check, False if
+    # one missed it (xfailed, with verify = "report") or failed, None if none ran.
+    verified: bool | None = None
+
+
+class RunResults(BaseModel):
+    """Top-level record written by ``--ks-json``."""
+
+    schema_version: int = RESULTS_SCHEMA_VERSION
+    task: str
+    task_path: str
+    profile: str
+    salt: int
+    started_at: str
+    machine: MachineInfo
+    candidates: list[CandidateResult] = Field(default_factory=list)
+    baselines: list[BaselineInfo] = Field(default_factory=list)

@@ -1,0 +1,204 @@
+"""Per-run state of the plugin, registered at configure time and reached via ``config.stash``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import socket
+import sys
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+
+from pytest_kscientist.formats.task import Task
+from pytest_kscientist.harness.baselines import Partner
+from pytest_kscientist.harness.evaluate import Evaluator
+from pytest_kscientist.harness.files import atomic_write
+from pytest_kscientist.harness.results import (
+    BaselineInfo,
+    CandidateResult,
+    CaseResult,
+    GateResult,
+    MachineInfo,
+    RunResults,
+)
+from pytest_kscientist.harness.scan import scan_file
+from pytest_kscientist.harness.scores import score_all
+from pytest_kscientist.harness.spawn import Spares
+from pytest_kscientist.options import Settings
+
+REFERENCE_NAME = "reference"
+
+
+class KsSession:
+    """What one pytest run knows: settings, device, evaluators and results."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.salt = settings.salt
+        self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self.evaluators: dict[Path, Evaluator] = {}
+        self.tasks: dict[str, Task] = {}
+        # task name -> candidate name -> result, filled from reports (so it works under xdist)
+        self.results: dict[str, dict[str, CandidateResult]] = {}
+        # task name -> the baselines it declares, with whether this run times them
+        self.baselines: dict[str, list[BaselineInfo]] = {}
+        # (task name, baseline name) -> the worker shared by every candidate's benchmarks
+        self.partners: dict[tuple[str, str], Partner] = {}
+        # task name -> candidate name -> its record, ``not_run`` saying why its items skip (its
+        # KS_REQUIRES, unmet here); the record stands when none of its items made one
+        self.unmet: dict[str, dict[str, CandidateResult]] = {}
+
+    @cached_property
+    def device(self) -> str:
+        wanted = self.settings.device
+        if wanted == "cpu":
+            return "cpu"
+        import torch
+
+        available = torch.cuda.is_available()
+        if wanted == "auto":
+            return "cuda:0" if available else "cpu"
+        if not available:
+            raise pytest.UsageError(
+                f"--ks-device {wanted}: no CUDA/ROCm device is visible to torch "
+                f"{torch.__version__}; use --ks-device cpu or auto"
+            )
+        return "cuda:0" if wanted == "cuda" else wanted
+
+    @cached_property
+    def device_name(self) -> str:
+        if self.device.startswith("cuda"):
+            import torch
+
+            return torch.cuda.get_device_name(self.device)
+        return platform.processor() or platform.machine() or "cpu"
+
+    @cached_property
+    def profile(self) -> str:
+        if self.settings.profile == "auto":
+            return "full" if self.device.startswith("cuda") else "cpu"
+        return self.settings.profile
+
+    def evaluator(self, task: Task) -> Evaluator:
+        # By spec file: the problems of a KernelBench level share one folder.
+        if task.spec_path not in self.evaluators:
+            self.evaluators[task.spec_path] = Evaluator(task, self.device, self.salt)
+        return self.evaluators[task.spec_path]
+
+    def bench_budget(self, task: Task) -> float:
+        return self.settings.bench_budget_s or task.spec.bench.budget_s
+
+    def skipped_baselines(self, task: str) -> dict[str, str]:
+        """Baselines of ``task`` this run does not time: name -> why."""
+        return {b.name: b.reason for b in self.baselines.get(task, []) if b.status == "skipped"}
+
+    def partners_for(self, task: Task) -> list[Partner]:
+        """Workers of the task's active baselines, started on first use and kept for the run."""
+        active = [b.name for b in self.baselines.get(task.name, []) if b.status == "active"]
+        out = []
+        for spec in task.spec.baselines:
+            if spec.name in active:
+                key = (task.name, spec.name)
+                if key not in self.partners:
+                    self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s,
+                                                 init_seed=self.evaluator(task).init_seed,
+                                                 spares=self.spares)
+                out.append(self.partners[key])
+        return out
+
+    @cached_property
+    def spares(self) -> Spares:
+        """Runner processes started ahead of need (GPU runs only: worker.Spares)."""
+        return Spares(ahead=self.device.startswith("cuda"))
+
+    def close_workers(self) -> None:
+        """End the baselines' workers and any runner started ahead of need."""
+        for partner in self.partners.values():
+            partner.close()
+        if "spares" in self.__dict__:
+            self.spares.close()
+
+    # -- results ----------------------------------------------------------------------------
+
+    def record(self, task: str, candidate: str, path: str, sha: str, case: CaseResult,
+               role: str = "candidate") -> None:
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            per_task[candidate] = CandidateResult.model_validate(
+                {"name": candidate, "path": path, "sha256": sha, "role": role,
+                 "suspicious": scan_file(Path(path)) if role == "candidate" else []})
+        per_task[candidate].cases.append(case)
+
+    def record_gate(self, task: str, candidate: str, path: str, sha: str,
+                    gate: GateResult) -> None:
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha)
+        per_task[candidate].gates.append(gate)
+
+    def record_compile(self, task: str, candidate: str, path: str, sha: str,
+                       result: dict) -> None:
+        """Keep a compile[<arch>] item's verdict (``compile_gate.CompileItem``)."""
+        from pytest_kscientist.harness.results import CompileResult
+
+        per_task = self.results.setdefault(task, {})
+        if candidate not in per_task:
+            # Compile items come first: the record gets its source scan here, as in record().
+            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha,
+                                                  suspicious=scan_file(Path(path)))
+        per_task[candidate].compiles.append(CompileResult.model_validate(result))
+
+    def finalize(self) -> None:
+        """Fill geomeans and speedups (only candidates whose every benchmark passed), and
+        whether each baseline's judged outputs all passed the check."""
+        for task in dict.fromkeys([*self.results, *self.unmet]):
+            per_task = self.results.setdefault(task, {})
+            for name, record in self.unmet.get(task, {}).items():
+                per_task.setdefault(name, record).not_run = record.not_run
+            score_all(per_task, REFERENCE_NAME)
+            for info in self.baselines.get(task, []):
+                info.verified = baseline_verified(info.name, per_task)
+
+    def machine(self) -> MachineInfo:
+        import torch
+
+        return MachineInfo(
+            hostname=socket.gethostname(), platform=platform.platform(),
+            python=sys.version.split()[0], torch=torch.__version__, device=self.device,
+            device_name=self.device_name,
+        )
+
+    def write_json(self, path: Path) -> None:
+        """Write one RunResults per task (a list when several tasks ran), atomically."""
+        runs = [
+            RunResults(
+                task=name, task_path=str(self.tasks[name].root), profile=self.profile,
+                salt=self.salt, started_at=self.started_at, machine=self.machine(),
+                candidates=list(per_task.values()), baselines=self.baselines.get(name, []),
+            ).model_dump(mode="json")
+            for name, per_task in self.results.items()
+        ]
+        body = runs[0] if len(runs) == 1 else runs
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(body, indent=2))
+
+
+def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool | None:
+    """True if every item and interleaved round of baseline ``name`` in this run passed the
+    check, False if one missed it (xfailed) or failed, None if none ran."""
+    own = per_task.get(name)
+    verdicts = [c.outcome == "passed" for c in own.cases if c.outcome != "skipped"
+                ] if own is not None and own.role == "baseline" else []
+    for cand in per_task.values():
+        for case in cand.cases:
+            timing = case.baselines.get(name)
+            if timing is not None:
+                verdicts.append(timing.verified and not timing.reason)
+    return all(verdicts) if verdicts else None
+
+
+KS_SESSION = pytest.StashKey[KsSession]()

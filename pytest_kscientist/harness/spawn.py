@@ -1,0 +1,391 @@
+"""The pytest side of a candidate worker: spawn, talk, watch, kill, replace.
+
+Each candidate runs in a fresh ``python -m pytest_kscientist.worker.runner`` process in its own
+session (process group), pinned to one device, in a temporary working directory, with secrets
+removed from its environment, its stdout/stderr going to a log file that is never parsed.
+Results come back over a dedicated pipe as HMAC-authenticated frames (``protocol/channel.py``).
+
+Where ``unshare`` can create user namespaces, the worker also runs sandboxed: no network, its own
+PID namespace (it cannot see the pytest process, and nothing it starts outlives it) and the
+project folder and the pytest working directory mounted read-only, with every capability dropped
+before the runner starts. Without it, one warning says so and the worker runs unsandboxed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_kscientist.errors import CandidateFailure, ChannelError
+from pytest_kscientist.kswarnings import KsWarning
+from pytest_kscientist.protocol import channel
+
+SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|"
+    r"^(GEMINI|GOOGLE|OPENAI|ANTHROPIC|AWS|AZURE|HF|HUGGING|GITHUB|GH|CI_JOB)_|^PYTEST_|^KS_",
+    re.IGNORECASE,
+)
+
+
+CPU_THREADS = 1
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
+
+
+class KsSandboxUnavailable(KsWarning):
+    """Candidate workers run without the OS sandbox (no user namespaces or no ``unshare``)."""
+
+
+class WorkerDied(CandidateFailure):
+    """The worker did not answer: it exited, crashed, hung or sent something not authentic.
+
+    A candidate failure like any other (its ``detail`` is the worker's log tail), so callers
+    handle one type; ``hung`` says the watchdog killed it.
+    """
+
+    def __init__(self, reason: str, log_tail: str = "", hung: bool = False) -> None:
+        super().__init__(reason, log_tail)
+        self.hung = hung
+
+    @property
+    def log_tail(self) -> str:
+        return self.detail
+
+
+def clean_environment(device: str) -> dict[str, str]:
+    """The parent's environment without secrets, pinned to ``device``."""
+    env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device.startswith("cuda"):
+        index = device.partition(":")[2] or "0"
+        env["CUDA_VISIBLE_DEVICES"] = index
+        env["HIP_VISIBLE_DEVICES"] = index
+    else:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        # One compute thread per CPU worker, so a worker's timing does not fight the pytest
+        # process, other workers or its own idle thread pool for the cores (NOTES.md: a
+        # call's slowest stayed within 1.1-1.7x of its median with one thread, 7.5x without).
+        for name in THREAD_VARIABLES:
+            env[name] = str(CPU_THREADS)
+    return env
+
+
+def protected_paths(reference: Path) -> list[Path]:
+    """Folders a candidate must not write to: the task's project and the pytest working folder.
+
+    A folder that holds the temporary directory, the home directory or a cache that compilers
+    write to (Triton, torch extensions) is left writable, or legitimate kernels would break.
+    """
+    task_dir = reference.resolve().parent
+    root = next((d for d in (task_dir, *task_dir.parents)
+                 if any((d / m).exists() for m in PROJECT_MARKERS)), task_dir)
+    needed = [Path(tempfile.gettempdir()), Path.home()]
+    needed += [Path(os.environ[v]) for v in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
+               "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
+    needed = [p.resolve() for p in needed]
+    chosen: list[Path] = []
+    for path in (root, Path.cwd().resolve()):
+        if not path.is_dir() or path == Path(path.anchor):
+            continue
+        if any(n == path or path in n.parents for n in needed):
+            continue
+        if any(c == path or c in path.parents for c in chosen):
+            continue
+        chosen = [c for c in chosen if path not in c.parents] + [path]
+    return chosen
+
+
+def sandbox_prefix(protect: Sequence[Path]) -> list[str]:
+    """The command prefix that sandboxes what follows it (see the module docstring)."""
+    mounts = "".join(
+        f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && "
+        for q in (shlex.quote(str(p)) for p in protect)
+    )
+    script = (f"{mounts}exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
+              '--no-new-privs -- "$@"')
+    return ["unshare", "--map-current-user", "--keep-caps", "--mount", "--net", "--pid",
+            "--kill-child", "--mount-proc", "--", "sh", "-c", script, "ks-sandbox"]
+
+
+@functools.cache
+def sandbox_available(protect: tuple[Path, ...] = ()) -> str | None:
+    """None when the sandbox works here with ``protect`` read-only, else why it does not."""
+    missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
+    if missing:
+        return f"{', '.join(missing)} not found"
+    try:
+        proc = subprocess.run([*sandbox_prefix(protect), "true"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return lines[-1] if lines else f"exit code {proc.returncode}"
+    return None
+
+
+def _spawn_prefix(reference: Path, sandbox: bool | None) -> list[str]:
+    if sandbox is False:
+        return []
+    protect = tuple(protected_paths(reference))
+    why = sandbox_available(protect)
+    if why is None:
+        return sandbox_prefix(protect)
+    if sandbox:
+        raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
+    _warn_unsandboxed(why)
+    return []
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_unsandboxed(why: str) -> None:
+    warnings.warn(KsSandboxUnavailable(
+        f"candidate workers run without the OS sandbox (unshare: {why}): they can reach the "
+        "network and write to the project; install util-linux and allow unprivileged user "
+        "namespaces to enable it"), stacklevel=3)
+
+
+class RunnerProcess:
+    """A started ``pytest_kscientist.worker.runner`` that has not been told its candidate yet.
+
+    Until its hello it only imports torch (~5 s of a worker's start on the H200, 95% of it) and
+    waits on its request pipe; it touches no device before the hello.
+    """
+
+    def __init__(self, prefix: Sequence[str], env: dict[str, str]) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
+        self.log_path = Path(self.tmp.name) / "candidate.log"
+        req_r, self.req_w = os.pipe()
+        self.res_r, res_w = os.pipe()
+        channel.widen(res_w)  # outputs travel this way
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "pytest_kscientist.worker.runner", str(req_r),
+                 str(res_w)],
+                pass_fds=(req_r, res_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmp.name,
+                env=env,
+                start_new_session=True,
+            )
+        os.close(req_r)
+        os.close(res_w)
+
+    def kill(self) -> int:
+        """Kill its whole process group and close its pipes; return its exit code."""
+        # The whole group, even after the leader exited: a candidate may leave children behind.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = self.proc.wait()
+        for fd in (self.req_w, self.res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.req_w = self.res_r = -1
+        return code
+
+    def discard(self) -> None:
+        """Kill it and remove its folder."""
+        self.kill()
+        self.tmp.cleanup()
+
+
+class Spares:
+    """Runner processes started ahead of need: taking one starts the next.
+
+    A new worker (every candidate, and again after a failed item) then skips the runner's
+    ``import torch``. Used on GPUs only: there the spare's start runs on other host cores while
+    device time is measured; on a CPU it would take a core from the worker being timed.
+    State of one pytest session (``KsSession.spares``); ``close`` at its end.
+    """
+
+    def __init__(self, ahead: bool) -> None:
+        self.ahead = ahead
+        self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
+
+    def take(self, prefix: Sequence[str], env: dict[str, str]) -> RunnerProcess:
+        key = (tuple(prefix), tuple(sorted(env.items())))
+        process = self._ready.pop(key, None)
+        if process is not None and process.proc.poll() is not None:
+            process.discard()  # died while waiting (killed from outside): start another
+            process = None
+        if process is None:
+            process = RunnerProcess(prefix, env)
+        if self.ahead:
+            self._ready[key] = RunnerProcess(prefix, env)
+        return process
+
+    def close(self) -> None:
+        for process in self._ready.values():
+            process.discard()
+        self._ready.clear()
+
+
+class Worker:
+    """One live candidate process. Any failure to answer kills it; make a new one to go on.
+
+    ``sandbox``: None uses the OS sandbox when it works here, True requires it, False skips it.
+    ``spares``: where to take the process from (started ahead of time), else one is started.
+    """
+
+    def __init__(self, problem: dict[str, Any], device: str, output_index: int | None,
+                 timeout: float, sandbox: bool | None = None, protect: Path | None = None,
+                 spares: Spares | None = None):
+        # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
+        # of the task whose project the sandbox keeps read-only (default: the problem's path).
+        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox)
+        process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device))
+        self.sandboxed = bool(prefix)
+        self.timeout = timeout
+        self.key = secrets.token_bytes(32)
+        self.seq_out = 0
+        self.seq_in = 0
+        self._pid: int | None = None
+        self._thread_ns: dict[str, int] = {}
+        self.process = process
+        worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
+        hello = {
+            "key": self.key.hex(),
+            "device": worker_device,
+            "problem": problem,
+            "output_index": output_index,
+        }
+        self._send(hello, key=b"")
+        answer = self._receive("hello", timeout * 2)[0]
+        self.overhead_us = answer.get("overhead_us", 0.0)
+        # The package modules the worker had loaded before any candidate code ran (the runner
+        # refuses others; tests/test_units.py holds this list to the worker side).
+        self.worker_modules: list[str] = answer.get("modules", [])
+
+    def _send(self, header: dict[str, Any], key: bytes = b"") -> None:
+        try:
+            channel.send(self.process.req_w, key, self.seq_out, header)
+        except OSError as exc:
+            self.kill()
+            raise WorkerDied(f"worker closed its request pipe ({exc.strerror})",
+                             self.log_tail()) from None
+        self.seq_out += 1
+
+    def _receive(self, op: str, timeout: float) -> tuple[dict[str, Any], bytes]:
+        deadline = time.monotonic() + timeout
+        try:
+            header, payload = channel.read_frame(self.process.res_r, self.key, self.seq_in,
+                                                 deadline)
+        except TimeoutError:
+            self.kill()
+            raise WorkerDied(
+                f"no answer to '{op}' within {timeout:.0f} s (hang?); worker killed; "
+                "raise --ks-timeout if the kernel is legitimately slow",
+                self.log_tail(),
+                hung=True,
+            ) from None
+        except EOFError:
+            code = self.kill()
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            raise WorkerDied(f"worker {how} before answering '{op}'", self.log_tail()) from None
+        except ChannelError as exc:
+            self.kill()
+            raise WorkerDied(f"{exc}; worker killed", self.log_tail()) from None
+        self.seq_in += 1
+        if header.get("op") != op:
+            self.kill()
+            raise WorkerDied(f"worker answered '{header.get('op')}' to '{op}'", self.log_tail())
+        return header, payload
+
+    def request(
+        self, op: str, timeout: float | None = None, **fields: Any
+    ) -> tuple[dict[str, Any], bytes]:
+        """Send one request and wait for its authenticated answer."""
+        self._send({"op": op, **fields})
+        return self._receive(op, self.timeout if timeout is None else timeout)
+
+    def cpu_us(self) -> float | None:
+        """CPU time the runner process has used so far, all its threads, read from /proc.
+
+        The kernel's scheduler accounting cannot be patched from inside the worker. A thread
+        that has exited keeps the last value read for it. None where /proc lacks it.
+        """
+        pid = self._runner_pid()
+        if pid is None:
+            return None
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return None
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    self._thread_ns[tid] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return sum(self._thread_ns.values()) / 1000.0 if self._thread_ns else None
+
+    def _runner_pid(self) -> int | None:
+        """The runner's pid as seen from here (inside the sandbox it is unshare's child)."""
+        if self._pid is None and not self.sandboxed:
+            self._pid = self.proc.pid
+        elif self._pid is None:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                    children = f.read().split()
+                self._pid = int(children[0]) if children else None
+            except (OSError, ValueError):
+                return None
+        return self._pid
+
+    def cpus(self) -> int:
+        """How many CPUs the runner may run on at once."""
+        pid = self._runner_pid()
+        try:
+            return len(os.sched_getaffinity(pid or self.proc.pid))
+        except OSError:
+            return os.cpu_count() or 1
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            data = self.process.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace")
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.process.proc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> int:
+        """Kill the worker's whole process group; return its exit code."""
+        return self.process.kill()
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        if self.proc.poll() is None:
+            try:
+                channel.send(self.process.req_w, b"", self.seq_out, {"op": "exit"})
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.process.discard()

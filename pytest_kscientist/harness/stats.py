@@ -1,0 +1,69 @@
+"""Summary statistics of timed calls, intervals of medians and of ratios, geometric means."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from pytest_kscientist.harness.results import TimingStats
+
+Z95 = 1.96
+
+
+def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = "",
+              counted_us: float = 0.0) -> TimingStats:
+    """Mean, median (with its 95% interval), min, max, std and standard error of ``times_us``."""
+    n = len(times_us)
+    if n == 0:
+        raise ValueError("summarize() needs at least one timed call, got none")
+    std = statistics.stdev(times_us) if n > 1 else 0.0
+    low, high = median_interval(times_us)
+    return TimingStats(
+        mean_us=statistics.fmean(times_us),
+        median_us=statistics.median(times_us),
+        min_us=min(times_us),
+        max_us=max(times_us),
+        std_us=std,
+        stderr_us=std / math.sqrt(n),
+        runs=n,
+        verified_runs=verified_runs,
+        clock=clock,
+        ci_low_us=low,
+        ci_high_us=high,
+        counted_outside_us=counted_us,
+        samples_us=list(times_us),
+    )
+
+
+def median_interval(times: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free ~95% interval of the median: order statistics n/2 -+ 0.98 sqrt(n).
+
+    Assumes only independent calls from one distribution; below 6 calls it is the whole range.
+    """
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_interval() needs at least one value, got none")
+    if n < 6:
+        return ordered[0], ordered[-1]
+    half = Z95 * math.sqrt(n) / 2
+    low = max(math.floor(n / 2 - half), 0)
+    high = min(math.ceil(n / 2 + half), n - 1)
+    return ordered[low], ordered[high]
+
+
+def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
+    """A conservative interval of num.median / den.median from both medians' intervals."""
+    bounds = (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us)
+    if any(b is None or b <= 0 for b in bounds):
+        return None
+    num_low, num_high, den_low, den_high = bounds
+    return num_low / den_high, num_high / den_low  # type: ignore[operator]
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values."""
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"geomean() needs positive values, got {list(values)!r}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))

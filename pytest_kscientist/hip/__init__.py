@@ -1,0 +1,1 @@
+"""HIP candidates: their sources read without importing them, the toolchain, the compile gate."""

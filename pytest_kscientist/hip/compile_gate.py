@@ -1,0 +1,322 @@
+"""``compile[<arch>]`` items: every HIP candidate compiled for each declared target, anywhere.
+
+No AMD GPU is needed: the candidate's device source (``hip.read_source``) is compiled with a
+real AMDGPU toolchain (``hip_toolchain.find``) in a sandboxed subprocess with a timeout, the way
+``load_inline`` compiles it on ROCm torch (its prelude and flags, hipcc's ``-O3``), device code
+only. The item fails with the compiler's first errors, at the candidate's own lines, and passes
+with each kernel's resources (VGPRs, AGPRs, SGPRs, LDS, occupancy, spills) from
+``-Rpass-analysis=kernel-resource-usage``; they travel to the summary and ``--ks-json``. Without
+a toolchain the item skips with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kscientist.errors import KsError
+from pytest_kscientist.harness.results import CompileResult, KernelResources
+from pytest_kscientist.hip import source as hip
+from pytest_kscientist.hip import toolchain as hip_toolchain
+
+ERROR = re.compile(r"^(?P<where>.+?:\d+:\d+): (?:fatal )?error: ")
+DIAGNOSTIC = re.compile(r"^(.+?:\d+(:\d+)?: (error|fatal error|warning|note|remark): |In file "
+                        r"included from |\d+ errors? generated)")
+REMARK = re.compile(r"^(?P<where>.+?):\d+:\d+: remark: +(?P<key>[^:]+): (?P<value>.*?)"
+                    r" \[-Rpass-analysis=kernel-resource-usage\]$")
+FIELDS = {"TotalSGPRs": "sgprs", "SGPRs": "sgprs", "VGPRs": "vgprs", "AGPRs": "agprs",
+          "ScratchSize [bytes/lane]": "scratch_bytes_per_lane",
+          "Occupancy [waves/SIMD]": "occupancy_waves_per_simd", "SGPRs Spill": "sgpr_spills",
+          "VGPRs Spill": "vgpr_spills", "LDS Size [bytes/block]": "lds_bytes"}
+# load_inline's flags for HIP sources on ROCm torch (torch 2.13's cpp_extension: -DWITH_HIP,
+# COMMON_HIP_FLAGS, COMMON_HIPCC_FLAGS, -std=c++20 before the candidate's own flags); hipcc
+# adds -O3 when no -O is given.
+LOAD_INLINE_FLAGS = ("-DWITH_HIP", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
+                     "-fPIC", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
+                     "-D__HIP_NO_HALF_CONVERSIONS__=1", "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
+                     "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++20", "-O3")
+MAX_ERRORS = 3
+
+
+class CompileFailure(KsError):
+    """A compile[<arch>] item's verdict: the source does not compile for the target."""
+
+
+def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit: Path,
+            obj: Path) -> list[str]:
+    """The compiler's command line for one target (device code only, with resource remarks)."""
+    cmd = [str(tc.clang), "-x", "hip", f"--offload-arch={arch}", f"--hip-path={tc.hip_path}"]
+    if tc.device_libs is not None:
+        cmd.append(f"--rocm-device-lib-path={tc.device_libs}")
+    for folder in (*tc.includes, *tc.torch_includes):
+        cmd += ["-isystem", str(folder)]
+    if tc.define_wavefront:
+        # gfx9 (CDNA, GCN) runs 64-wide waves by default, gfx10+ (RDNA) 32-wide.
+        cmd.append(f"-D__AMDGCN_WAVEFRONT_SIZE={64 if arch[3] == '9' else 32}")
+    cmd += [*LOAD_INLINE_FLAGS, f"-DTORCH_EXTENSION_NAME={source.module_name}", *source.flags,
+            "--cuda-device-only", "-c", "-o", str(obj), "-fno-color-diagnostics",
+            "-Rpass-analysis=kernel-resource-usage", str(unit)]
+    return cmd
+
+
+@functools.cache
+def compiler_version(clang: Path) -> str:
+    """The compiler's first ``--version`` line."""
+    try:
+        out = subprocess.run([str(clang), "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return out.splitlines()[0].strip() if out else "unknown"
+
+
+def _sandbox(candidate: Path) -> list[str]:
+    """The worker's OS sandbox (no network, read-only project) where it works here, else []
+    with one warning."""
+    from pytest_kscientist.harness.spawn import protected_paths, sandbox_available, sandbox_prefix
+
+    protect = tuple(protected_paths(candidate))
+    why = sandbox_available(protect)
+    if why is None:
+        return sandbox_prefix(protect)
+    _warn_unsandboxed(why)
+    return []
+
+
+@functools.cache
+def _warn_unsandboxed(why: str) -> None:
+    from pytest_kscientist.harness.spawn import KsSandboxUnavailable
+
+    warnings.warn(KsSandboxUnavailable(
+        f"compile items run the compiler without the OS sandbox (unshare: {why}): a candidate's "
+        "source can then include files of this machine into the compiler's messages; allow "
+        "unprivileged user namespaces to sandbox it"), stacklevel=2)
+
+
+def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; (exit code or None on timeout, output)."""
+    from pytest_kscientist.harness.spawn import clean_environment
+
+    env = clean_environment("cpu")
+    env["HIP_PLATFORM"] = "amd"  # nvcc on the PATH would otherwise pick the NVIDIA platform
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+    return proc.returncode, out
+
+
+def shorten(text: str, unit_dir: Path, tc: hip_toolchain.Toolchain) -> str:
+    """Diagnostics with the temporary folder and the header trees' long paths cut down."""
+    text = text.replace(f"{unit_dir}/", "")
+    for folder in tc.torch_includes[:1]:
+        text = text.replace(str(folder), "<torch>/include")
+    return text.replace(str(tc.hip_path), "<hip>")
+
+
+def without_remarks(output: str) -> str:
+    """The compiler's output without the resource remarks and the notes and snippets that
+    follow them (a failing compile still prints them for the kernels it got through)."""
+    kept: list[str] = []
+    skipping = False
+    for line in output.splitlines():
+        if REMARK.match(line) or "could not determine the original source location" in line:
+            skipping = True
+            continue
+        if skipping and not DIAGNOSTIC.match(line):
+            continue
+        skipping = False
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def first_errors(output: str, limit: int = MAX_ERRORS) -> str:
+    """The first ``limit`` errors, each with its source line and caret, trimmed."""
+    lines = output.splitlines()
+    picked: list[str] = []
+    count = 0
+    for i, line in enumerate(lines):
+        if not ERROR.match(line):
+            continue
+        count += 1
+        if count > limit:
+            continue
+        picked.append(line[:300])
+        for follow in lines[i + 1:i + 3]:
+            if DIAGNOSTIC.match(follow):
+                break
+            picked.append(follow[:300])
+    if count > limit:
+        picked.append(f"... and {count - limit} more error(s)")
+    return "\n".join(picked)
+
+
+def parse_resources(output: str) -> list[KernelResources]:
+    """Each kernel's resources from the ``kernel-resource-usage`` remarks, in output order."""
+    kernels: list[dict[str, Any]] = []
+    for line in output.splitlines():
+        match = REMARK.match(line)
+        if match is None:
+            continue
+        key, value = match["key"].strip(), match["value"].strip()
+        if key == "Function Name":
+            kernels.append({"name": value})
+        elif kernels and key in FIELDS:
+            kernels[-1][FIELDS[key]] = int(value)
+    names = _demangled([k["name"] for k in kernels])
+    return [KernelResources.model_validate({**k, "name": n}) for k, n in zip(kernels, names,
+                                                                              strict=True)
+            if {"vgprs", "sgprs", "lds_bytes", "occupancy_waves_per_simd"} <= k.keys()]
+
+
+def _demangled(names: list[str]) -> list[str]:
+    """Kernel names without their C++ mangling and parameters (c++filt when installed)."""
+    tool = shutil.which("c++filt") or shutil.which("llvm-cxxfilt")
+    if not names or tool is None:
+        return names
+    try:
+        out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True,
+                             timeout=30).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return names
+    if len(out) != len(names):
+        return names
+    return [n.split("(")[0].removeprefix("void ") for n in out]
+
+
+def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
+    """Compile the candidate's device source for ``arch``: passed, failed or skipped."""
+    tc = hip_toolchain.find()
+    if isinstance(tc, str):
+        return CompileResult(arch=arch, outcome="skipped", reason=(
+            f"no AMDGPU toolchain to compile for {arch} ({tc}); install it with: "
+            f"{hip_toolchain.install_command()}"))
+    try:
+        source = hip.read_source(path)
+    except hip.HipSourceError as exc:
+        return CompileResult(arch=arch, outcome="failed", reason=str(exc))
+    with tempfile.TemporaryDirectory(prefix="ks-hip-") as tmp:
+        folder = Path(tmp)
+        unit = folder / f"{path.stem}.hip"
+        unit.write_text(hip.translation_unit(source, path.name), encoding="utf-8")
+        cmd = command(tc, arch, source, unit, folder / f"{path.stem}.o")
+        sandbox = _sandbox(path)
+        start = time.perf_counter()
+        code, output = _run([*sandbox, *cmd], folder, timeout_s)
+        seconds = time.perf_counter() - start
+        output = shorten(output, folder, tc)
+    result = CompileResult(arch=arch, outcome="passed", seconds=seconds,
+                           compiler=compiler_version(tc.clang), toolchain=tc.versions,
+                           ignored_flags=source.ignored_flags, sandboxed=bool(sandbox),
+                           detail=without_remarks(output)[-4000:])
+    if code is None:
+        result.outcome = "failed"
+        result.reason = (f"the compiler did not finish within {timeout_s:g} s (--ks-timeout) and "
+                         "was killed; simplify the source or raise --ks-timeout")
+    elif code != 0:
+        result.outcome = "failed"
+        result.reason = first_errors(output) or (
+            f"the compiler exited with code {code} without an error line")
+        if sum(bool(ERROR.match(line)) for line in output.splitlines()) <= MAX_ERRORS:
+            result.detail = ""  # the reason holds every error already
+    else:
+        result.kernels = parse_resources(output)
+        result.detail = ""
+    return result
+
+
+def resource_line(result: CompileResult) -> str:
+    """One line per compile item: the kernels' resources, or why it failed or skipped."""
+    head = f"compile[{result.arch}]"
+    if result.outcome != "passed":
+        first = result.reason.splitlines()[0] if result.reason else ""
+        return f"{head} {result.outcome}: {first}"
+    kernels = "; ".join(
+        f"{k.name}: {k.vgprs} VGPRs, {k.agprs} AGPRs, {k.sgprs} SGPRs, {k.lds_bytes} B LDS, "
+        f"occupancy {k.occupancy_waves_per_simd} waves/SIMD, spills {k.vgpr_spills} VGPR "
+        f"{k.sgpr_spills} SGPR, scratch {k.scratch_bytes_per_lane} B/lane"
+        for k in result.kernels) or "no kernels"
+    return f"{head} {kernels} ({result.seconds or 0:.1f} s)"
+
+
+class CompileItem(pytest.Item):
+    """compile[<arch>]: the candidate's HIP source compiled for one target."""
+
+    def __init__(self, *, arch: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.arch = arch
+        self.add_marker(pytest.mark.kscientist)
+
+    def runtest(self) -> None:
+        cand: Any = self.parent
+        result = compile_candidate(cand.source, self.arch, cand.ks.settings.timeout_s)
+        self.user_properties.append(("ks_compile", {
+            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "role": cand.role, "result": result.model_dump(),
+        }))
+        if result.outcome == "skipped":
+            raise pytest.skip.Exception(result.reason, _use_item_location=True)
+        if result.outcome == "failed":
+            raise CompileFailure(result.reason, result.detail)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, CompileFailure):
+            reason, detail = exc.args
+            text = f"{self.parent.name} does not compile for {self.arch}:\n{reason}"
+            return text + (f"\n\ncompiler output:\n{detail.rstrip()}" if detail else "")
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.parent.name}::{self.name}"
+
+
+def compile_items(parent: pytest.Collector, source: Path) -> list[pytest.Item]:
+    """One compile[<arch>] item per target the candidate declares in KS_HIP_ARCH."""
+    try:
+        archs = hip.declared_archs(source)
+    except hip.HipDeclarationError as exc:
+        raise parent.CollectError(f"candidate {source}: {exc}") from None
+    return [CompileItem.from_parent(parent, name=f"compile[{arch}]", arch=arch) for arch in archs]
+
+
+def summary_lines(cands: list[Any]) -> list[str]:
+    """The summary's lines for every compile item: candidate, target, resources or errors."""
+    return [f"{c.name} {resource_line(r)}" for c in cands for r in c.compiles]
+
+
+DRAFT_TIMEOUT_S = 120.0
+
+
+def draft_problem(source: str) -> str:
+    """Why a written draft that declares KS_HIP_ARCH does not compile for one of its targets
+    (the compiler's first errors), or "" when it compiles, declares none, or no toolchain is
+    installed here (its compile items then report it). For the LLM writer's draft check."""
+    with tempfile.TemporaryDirectory(prefix="ks-draft-") as tmp:
+        path = Path(tmp) / "draft.py"
+        path.write_text(source, encoding="utf-8")
+        try:
+            archs = hip.declared_archs(path)
+        except hip.HipDeclarationError as exc:
+            return str(exc)
+        for arch in archs:
+            result = compile_candidate(path, arch, DRAFT_TIMEOUT_S)
+            if result.outcome == "failed":
+                return f"the HIP source does not compile for {arch}:\n{result.reason}"
+    return ""

@@ -1,0 +1,1 @@
+"""What both processes speak: framed messages, the sampled elements, the input perturbations."""

@@ -1,0 +1,1 @@
+"""The candidate worker process: the only package code that runs beside candidate code."""
