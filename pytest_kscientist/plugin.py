@@ -146,6 +146,12 @@ class KsHooks:
             raise pytest.UsageError(f"--evolve {args[0]}: {exc}") from None
         return True
 
+    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        from pytest_kscientist.harness.collect import plan_rounds
+
+        items[:] = plan_rounds(items, self.ks.lineup)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult
 

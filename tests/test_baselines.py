@@ -15,8 +15,9 @@ from helpers import AXPY, run_pytest
 
 from pytest_kscientist.errors import CandidateFailure, TaskSpecError
 from pytest_kscientist.formats.task import BaselineSpec, load_task
-from pytest_kscientist.harness.baselines import bench_beside, describe, unmet_requirement
+from pytest_kscientist.harness.baselines import describe, unmet_requirement
 from pytest_kscientist.harness.results import CaseResult, RunResults
+from pytest_kscientist.harness.rounds import Member, bench_together
 from pytest_kscientist.harness.stats import geomean, summarize
 
 # -- declarations ---------------------------------------------------------------------------
@@ -93,6 +94,15 @@ class _FakeEvaluator:
                           stats=summarize([value, value, value], verified_runs=1), floor_us=0.5)
 
 
+def bench_beside(ev: Any, name: str, partners: list[Any], case: Any, device: str,
+                 budget_s: float) -> CaseResult:
+    """One member's result from rounds beside ``partners``."""
+    outcome = bench_together(ev, [Member(name, lambda: name)], partners, case, device,  # type: ignore[arg-type, return-value]
+                             budget_s)[name]
+    assert outcome.result is not None
+    return outcome.result
+
+
 class _FakePartner:
     def __init__(self, name: str, tolerate: bool = False) -> None:
         self.name = name
@@ -110,7 +120,7 @@ def test_rounds_alternate_in_mirrored_order_and_pair_ratios() -> None:
     ev = _FakeEvaluator({"cand": [1.0, 2.0, 1.0, 2.0], "b1": [3.0, 4.0, 3.0, 4.0],
                          "b2": [1.0, 1.0, 1.0, 1.0]}, rounds=4)
     partners = [_FakePartner("b1"), _FakePartner("b2")]
-    result = bench_beside(ev, lambda: "cand", partners, {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type]
+    result = bench_beside(ev, "cand", partners, {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type]
                           budget_s=1.0)
     assert ev.log == ["cand", "b1", "b2", "b2", "b1", "cand"] * 2
     # trusted baselines verify one output per round; the candidate the task's sample
@@ -126,7 +136,7 @@ def test_rounds_alternate_in_mirrored_order_and_pair_ratios() -> None:
 def test_failing_baseline_costs_only_its_speedup() -> None:
     ev = _FakeEvaluator({"cand": [1.0, 1.0]}, rounds=2)
     broken = _FakePartner("broken")
-    result = bench_beside(ev, lambda: "cand", [broken], {"n": 1, "seed": 1}, "cpu",  # type: ignore[list-item]
+    result = bench_beside(ev, "cand", [broken], {"n": 1, "seed": 1}, "cpu",  # type: ignore[list-item]
                           budget_s=1.0)
     assert ev.log == ["cand", "broken", "cand"]  # not asked again after failing
     timing = result.baselines["broken"]
@@ -137,7 +147,7 @@ def test_failing_baseline_costs_only_its_speedup() -> None:
 
 def test_tolerated_miss_keeps_the_speedup_flagged() -> None:
     ev = _FakeEvaluator({"cand": [1.0, 1.0], "yardstick": [3.0, 3.0]}, rounds=2)
-    result = bench_beside(ev, lambda: "cand", [_FakePartner("yardstick", tolerate=True)],  # type: ignore[list-item]
+    result = bench_beside(ev, "cand", [_FakePartner("yardstick", tolerate=True)],  # type: ignore[list-item]
                           {"n": 1, "seed": 1}, "cpu", budget_s=1.0)
     timing = result.baselines["yardstick"]
     assert timing.speedup == pytest.approx(3.0) and timing.rounds == 2 and not timing.reason

@@ -146,8 +146,11 @@ def test_max_regression_verdicts(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     v = gates.max_regression(now, "t", "cpu", 0.05, path, then)
     assert v.outcome == "failed"
-    assert v.message.startswith(f"k: 10.0% slower than in {path} (geomean over 2 common "
-                                "benchmark(s)), more than the allowed --ks-max-regression 5%")
+    assert v.message.startswith(
+        f"k: 10.0% slower than in {path}, 95% interval +10.0% to +10.0% (geomean over 2 common "
+        "benchmark(s), from raw medians "
+        "(the reference was not timed in both runs: machine drift between the sessions is not "
+        "cancelled)), more than the allowed --ks-max-regression 5%")
     assert gates.max_regression(now, "t", "cpu", 0.2, path, then).outcome == "passed"
     assert gates.max_regression(now, "other", "cpu", 0.2, path, then).message == (
         f"--ks-compare {path} holds no results for task 'other' (it has: t); pass the --ks-json "
@@ -156,7 +159,52 @@ def test_max_regression_verdicts(tmp_path: Path) -> None:
     assert v.outcome == "skipped" and "'new' has no result in" in v.message
     v = gates.max_regression(_cand("k", _bench("z", 1.0)), "t", "full", 0.2, path, then)
     assert v.outcome == "failed" and "no benchmark in common" in v.message
-    assert gates.saved_change(now, "t", then) == pytest.approx(0.1)
+    found = gates.saved_change(now, "t", then)
+    assert found is not None and found.change == pytest.approx(0.1) and not found.through
+
+
+def _timed(case_id: str, median: float, spread: float, **fellows: tuple[float, float]
+           ) -> CaseResult:
+    """A benchmark whose median has a 95% interval of +-``spread`` (a fraction), with speedups
+    over fellows as (speedup, half-width fraction) from shared rounds."""
+    stats = summarize([median]).model_copy(update={
+        "ci_low_us": median * (1 - spread), "ci_high_us": median * (1 + spread)})
+    return CaseResult(kind="bench", case={"n": 1}, case_id=case_id, outcome="passed",
+                      stats=stats, fellows={k: BaselineTiming(speedup=v, speedup_low=v * (1 - h),
+                                                              speedup_high=v * (1 + h))
+                                            for k, (v, h) in fellows.items()})
+
+
+def test_the_regression_gate_reads_through_the_reference_so_drift_cancels(tmp_path: Path) -> None:
+    """Issue 31: the machine 10% slower in the second session, the kernel unchanged: the raw
+    medians read +10%, the reference timed in both runs moved alike, so the gate passes."""
+    path = tmp_path / "r.json"
+    then = (_saved("t", _cand("k", _bench("a", 1.0), _bench("b", 2.0)),
+                   _cand("reference", _bench("a", 10.0), _bench("b", 20.0))),)
+    now = _cand("k", _bench("a", 1.1), _bench("b", 2.2))
+    ref_now = _cand("reference", _bench("a", 11.0), _bench("b", 22.0))
+    v = gates.max_regression(now, "t", "cpu", 0.05, path, then, ref_now)
+    assert v.outcome == "passed", v.message
+    assert "0.0% faster" in v.message and "through the reference timed in both runs" in v.message
+    # the same kernel 10% slower on the same drifting machine is caught
+    slower = _cand("k", _bench("a", 1.21), _bench("b", 2.42))
+    v = gates.max_regression(slower, "t", "cpu", 0.05, path, then, ref_now)
+    assert v.outcome == "failed" and "10.0% slower" in v.message
+
+
+def test_the_regression_gate_fails_only_beyond_the_noise(tmp_path: Path) -> None:
+    """A change past the limit whose interval holds no change passes, saying so; the same
+    change measured tightly fails. Speedups over the reference from shared rounds are used."""
+    path = tmp_path / "r.json"
+    then = (_saved("t", _cand("k", _timed("a", 1.0, 0.01, reference=(10.0, 0.01)))),)
+    noisy = _cand("k", _timed("a", 1.08, 0.1, reference=(10.0 / 1.08, 0.12)))
+    v = gates.max_regression(noisy, "t", "cpu", 0.05, path, then)
+    assert v.outcome == "passed", v.message
+    assert "8.0% slower" in v.message and "within the noise measured" in v.message
+    tight = _cand("k", _timed("a", 1.08, 0.01, reference=(10.0 / 1.08, 0.01)))
+    v = gates.max_regression(tight, "t", "cpu", 0.05, path, then)
+    assert v.outcome == "failed", v.message
+    assert "95% interval +6.5% to +9.5%" in v.message
 
 
 # -- end to end: compare against a saved run -------------------------------------------------
@@ -167,8 +215,13 @@ def _scale(cand: dict[str, Any], factor: float, name: str) -> dict[str, Any]:
     out["name"] = name
     for case in out["cases"]:
         if case["stats"]:
-            for key in ("mean_us", "median_us", "min_us", "max_us"):
-                case["stats"][key] *= factor
+            for key in ("mean_us", "median_us", "min_us", "max_us", "ci_low_us", "ci_high_us"):
+                if case["stats"].get(key) is not None:
+                    case["stats"][key] *= factor
+        for timing in case.get("fellows", {}).values():  # its speedups over the reference
+            for key in ("speedup", "speedup_low", "speedup_high"):
+                if timing.get(key) is not None:
+                    timing[key] /= factor
     return out
 
 
@@ -193,8 +246,9 @@ def test_regression_gate_against_a_saved_run(tmp_path: Path) -> None:
     assert "::slow::gate[max-regression] PASSED" in output
     assert "::new::gate[max-regression] SKIPPED" in output
     assert "'new' has no result in saved.json; nothing to compare with" in output
-    assert "fast: " in output and "slower than in saved.json (geomean over 1 common " \
-        "benchmark(s)), more than the allowed --ks-max-regression 5%; worst: n4096-s3" in output
+    assert "fast: " in output and "slower than in saved.json" in output
+    assert "(geomean over 1 common benchmark(s), through the reference timed in both runs), " \
+        "more than the allowed --ks-max-regression 5%; worst: n4096-s3" in output
     head = next(line for line in output.splitlines() if line.strip().startswith("candidate "))
     assert head.split()[-1] == "vs_saved"
     gate = {c["name"]: c["gates"] for c in data["candidates"]}

@@ -1,22 +1,20 @@
 """Baselines: trusted implementations a task declares, timed interleaved with each candidate.
 
 A baseline runs in its own worker, never in a candidate's process, and is verified like a
-candidate (its sampled outputs are judged against the reference). A candidate's benchmark
-alternates rounds between the candidate's worker and each baseline's worker, in mirrored order
-(C B1 B2, then B2 B1 C, ...), and the speedup is the geometric mean over rounds of the
-baseline's median over the candidate's median in the same round: clock drift (boost, thermal)
-shifts both sides of each ratio alike.
+candidate (its sampled outputs are judged against the reference). A case's benchmark
+alternates rounds between the candidates' workers and each baseline's worker, in mirrored
+order (C B1 B2, then B2 B1 C, ...: ``rounds.py``), and the speedup is the geometric mean over
+rounds of the baseline's median over the candidate's median in the same round: clock drift
+(boost, thermal) shifts both sides of each ratio alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Case, Task
-from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
+from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
 from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
 from pytest_kscientist.harness.stats import geomean, ratio_interval, summarize
@@ -136,49 +134,6 @@ class Partner:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
-
-
-def bench_beside(evaluator: Evaluator, candidate: Callable[[], Worker], partners: list[Partner],
-                 case: Case, device_name: str, budget_s: float) -> CaseResult:
-    """Time the candidate in rounds alternating with each partner; pooled stats + speedups.
-
-    A candidate failure raises (it is the candidate's verdict); a partner failure only costs
-    that partner's speedup, with the reason kept.
-    """
-    spec = evaluator.task.spec.bench
-    rounds = spec.rounds
-    share = budget_s / rounds
-    # Rounds are pooled: each may stop on a precise median after its share of the calls
-    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
-    after = max(spec.min_runs, PRECISE_AFTER // rounds)
-    case_id = evaluator.task.case_id(case)
-    mine: list[CaseResult] = []
-    theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
-    failed: dict[str, str] = {}
-    for r in range(rounds):
-        order: list[Partner | None] = [None, *partners]
-        for who in order if r % 2 == 0 else order[::-1]:
-            if who is None:
-                mine.append(evaluator.bench(candidate(), case, device_name, share,
-                                            precise_after=after))
-            elif who.name not in failed:
-                try:
-                    # A baseline is trusted code: one verified output per round is enough to
-                    # report its precision (each verified output of a large shape costs a
-                    # transfer and a judge); the candidate keeps the task's full sample.
-                    theirs[who.name].append(evaluator.bench(
-                        who.live(), case, device_name, share, tolerate=who.tolerate, samples=1,
-                        precise_after=after))
-                except CandidateFailure as exc:
-                    who.failed(case_id, exc)
-                    failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
-    result = pool(mine)
-    for p in partners:
-        result.baselines[p.name] = (
-            BaselineTiming(reason=failed[p.name]) if p.name in failed
-            else paired(mine, [yardstick_only(p.name, r) for r in theirs[p.name]])
-        )
-    return result
 
 
 def pool(rounds: list[CaseResult]) -> CaseResult:

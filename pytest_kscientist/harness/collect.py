@@ -17,7 +17,6 @@ from pytest_kscientist.formats import requires
 from pytest_kscientist.formats.task import BaselineSpec, Case, Task, load_task
 from pytest_kscientist.harness import benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import (
-    bench_beside,
     describe,
     first_unmet,
     start_worker,
@@ -26,6 +25,7 @@ from pytest_kscientist.harness.baselines import (
 )
 from pytest_kscientist.harness.evaluate import file_sha256
 from pytest_kscientist.harness.results import BaselineInfo, CandidateResult, CaseResult
+from pytest_kscientist.harness.rounds import Lineup, Member, bench_together, order_items
 from pytest_kscientist.harness.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession
@@ -68,11 +68,17 @@ def _draws_elsewhere(ks: KsSession, task: Task, case: Case) -> str:
     return ""
 
 
+def _has_reference_kernel(task: Task) -> bool:
+    """Whether the task's reference can be timed: GPU MODE's evals never call ref_kernel, so a
+    problem may lack one (it is then judged by its check_implementation alone)."""
+    return task.form != "gpumode" or callable(getattr(task.module, task.reference_entry, None))
+
+
 class TaskFile(pytest.File):
     """A task's spec file; collects one node per candidate."""
 
     def collect(self) -> Any:
-        from pytest_kscientist.formats.gpumode import Unsupported
+        from pytest_kscientist.formats.gpumode import ProblemTask, Unsupported
 
         ks = self.config.stash[KS_SESSION]
         try:
@@ -104,12 +110,15 @@ class TaskFile(pytest.File):
         else:
             candidates = list(ks.settings.kernels) or task.seeds()
         if not candidates:
+            if isinstance(task, ProblemTask):
+                # One folder of many (pytest .ext/problems): a skip, not an error for the run.
+                pytest.skip(task.no_candidates(), allow_module_level=True)
             raise self.CollectError(
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
         skip = self._baselines(ks, task, [p.stem for p in candidates])
-        if profile.benchmarks and not ks.settings.skip_reference:
+        if profile.benchmarks and not ks.settings.skip_reference and _has_reference_kernel(task):
             yield CandidateNode.from_parent(
                 self, name=REFERENCE_NAME, task=task, source=task.reference,
                 entry=task.reference_entry,
@@ -275,6 +284,18 @@ class CandidateNode(pytest.Collector):
             raise
         return self.worker
 
+    def timeable(self) -> bool:
+        """Whether its benchmarks can be timed now: not skipped, loaded, no failed check."""
+        return not (self.skip_reason or self.load_failure or self.failed_check)
+
+    def as_member(self) -> Member:
+        """This node as a member of a case's shared rounds (rounds.py)."""
+        def failed(exc: CandidateFailure) -> None:
+            if not exc.wrong_result:
+                self.drop_worker()
+
+        return Member(self.name, self.live_worker, tolerate=self.tolerate, on_failure=failed)
+
     def drop_worker(self) -> None:
         if self.worker is not None:
             self.worker.close()
@@ -367,19 +388,43 @@ class CaseItem(CandidateItem):
             pytest.xfail(result.reason)
 
     def _bench(self, worker: Worker) -> CaseResult:
-        """Time the case; a candidate alternates with the task's active baselines."""
+        """Time the case: a candidate or the reference in the rounds its case shares with the
+        other candidates and the task's active baselines; a baseline's own item alone."""
         cand, ks = self.candidate, self.candidate.ks
-        evaluator = ks.evaluator(cand.task)
-        budget = ks.bench_budget(cand.task)
-        partners = ks.partners_for(cand.task) if cand.role == "candidate" else []
-        if partners:
-            result = bench_beside(evaluator, cand.live_worker, partners, self.case,
-                                  ks.device_name, budget)
+        if cand.role in ROUND_ROLES:
+            result = self._in_rounds(worker)
         else:
-            result = evaluator.bench(worker, self.case, ks.device_name, budget,
-                                     tolerate=cand.tolerate)
+            result = ks.evaluator(cand.task).bench(worker, self.case, ks.device_name,
+                                                   ks.bench_budget(cand.task),
+                                                   tolerate=cand.tolerate)
         result.floor_fraction = floor_fraction(result)
         return result
+
+    def round_key(self) -> tuple[str, str]:
+        return str(self.candidate.task.spec_path), self.candidate.task.case_id(self.case)
+
+    def _in_rounds(self, worker: Worker) -> CaseResult:
+        """This item's result from the rounds every selected bench item of its case shares:
+        timed now when it is the first of them, else taken from what the first one timed."""
+        cand, ks = self.candidate, self.candidate.ks
+        evaluator, budget = ks.evaluator(cand.task), ks.bench_budget(cand.task)
+        key = self.round_key()
+        outcome = ks.lineup.take(key, cand.name)
+        if outcome is None:
+            nodes = _fellows(self, ks.lineup.planned.get(key, []))
+            partners = (ks.partners_for(cand.task)
+                        if any(n.role == "candidate" for n in nodes) else [])
+            if len(nodes) == 1 and not partners:
+                return evaluator.bench(worker, self.case, ks.device_name, budget,
+                                       tolerate=cand.tolerate)
+            done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
+                                  self.case, ks.device_name, budget)
+            outcome = done.pop(cand.name)
+            ks.lineup.done[key] = done
+        if outcome.failure is not None:
+            raise outcome.failure
+        assert outcome.result is not None
+        return outcome.result
 
     def _to_pytest_benchmark(self, result: CaseResult) -> None:
         bs = benchmark_bridge.benchmark_session(self.config)
@@ -395,6 +440,34 @@ class CaseItem(CandidateItem):
 
     def failure_head(self) -> str:
         return f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
+
+
+# Who is timed in the shared rounds of a case (baselines are partners there, beside them).
+ROUND_ROLES = ("candidate", "reference")
+
+
+def _fellows(item: CaseItem, planned: list[CandidateNode]) -> list[CandidateNode]:
+    """The item's candidate first, then every other node planned for the case that can still
+    be timed (not skipped, loaded, no failed check), in item order."""
+    own = item.candidate
+    return [own, *(n for n in planned if n is not own and n.timeable())]
+
+
+def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
+    """Items in the order the shared rounds need (rounds.order_items), each selected bench
+    item of a round role planned into ``lineup`` under its case."""
+    def bench_key(item: Any) -> tuple[str, str] | None:
+        if isinstance(item, CaseItem) and item.kind == "bench":
+            return item.round_key()
+        return None
+
+    ordered = order_items(items, bench_key, lambda item: isinstance(item, GateItem))
+    for item in ordered:
+        key = bench_key(item)
+        node = item.candidate if key is not None else None
+        if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
+            lineup.plan(key, node)
+    return ordered
 
 
 class DrawnItem(CandidateItem):
@@ -469,7 +542,8 @@ class GateItem(CandidateItem):
             settings = ks.settings
             assert settings.compare_path is not None and settings.max_regression is not None
             verdict = gates.max_regression(mine, task.name, ks.profile, settings.max_regression,
-                                           settings.compare_path, settings.compare_runs)
+                                           settings.compare_path, settings.compare_runs,
+                                           results.get(REFERENCE_NAME))
         self.user_properties.append(("ks_gate", {
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],

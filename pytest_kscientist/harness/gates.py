@@ -13,6 +13,7 @@ run (its benchmarks deselected, a baseline this device cannot run, no earlier re
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,7 @@ import pytest
 from pydantic import ValidationError
 
 from pytest_kscientist.harness.results import CandidateResult, CaseResult, RunResults
-from pytest_kscientist.harness.stats import geomean
+from pytest_kscientist.harness.stats import geomean, ratio_interval
 
 REFERENCE = "reference"
 
@@ -110,50 +111,136 @@ def min_speedup(cand: CandidateResult | None, name: str, factor: float,
     return Verdict("passed", f"{text} (required {factor:g}x)")
 
 
-def ratios_to_saved(bench: list[CaseResult], then: CandidateResult) -> dict[str, float]:
-    """case id -> median now / median then, over the passed benchmarks both runs timed."""
-    old = {c.case_id: c.stats.median_us for c in then.cases
-           if c.kind == "bench" and c.outcome == "passed" and c.stats and c.stats.median_us > 0}
-    return {c.case_id: c.stats.median_us / old[c.case_id] for c in bench
-            if c.case_id in old and c.outcome == "passed" and c.stats and c.stats.median_us > 0}
-
-
-def saved_change(cand: CandidateResult, task: str,
-                 saved: tuple[RunResults, ...]) -> float | None:
-    """Geomean time change against the same candidate in ``saved`` (+0.05: 5% slower)."""
-    then_run = next((r for r in saved if r.task == task), None)
-    then = next((c for c in then_run.candidates if c.name == cand.name), None) if then_run else None
+def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...],
+                 reference: CandidateResult | None = None) -> Change | None:
+    """The change against the same candidate in ``saved`` (``change_against``), or None."""
+    _, then, then_ref = _saved_pair(task, cand.name, saved)
     if then is None:
         return None
-    ratios = ratios_to_saved([c for c in cand.cases if c.kind == "bench"], then)
-    return geomean(list(ratios.values())) - 1.0 if ratios else None
+    return change_against(cand, reference, then, then_ref)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A candidate's geomean time change against a saved run (+0.05: 5% slower), with its
+    95% interval, and what it was measured through."""
+
+    change: float
+    low: float | None
+    high: float | None
+    cases: dict[str, float]  # case id -> time ratio now / then
+    through: str  # "the reference" or "" (raw medians: machine drift not cancelled)
+
+
+def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
+                  ) -> tuple[float, float | None, float | None] | None:
+    """The case's speedup over the reference (ref median / its median) with an interval:
+    from the rounds both were timed in when they were (rounds.py), else from two medians."""
+    paired_ = case.fellows.get(REFERENCE)
+    if paired_ is not None and paired_.speedup:
+        return paired_.speedup, paired_.speedup_low, paired_.speedup_high
+    other = ref.get(case.case_id)
+    if other is None or other.outcome != "passed" or not other.stats or not case.stats:
+        return None
+    if other.stats.median_us <= 0 or case.stats.median_us <= 0:
+        return None
+    bounds = ratio_interval(other.stats, case.stats)
+    return (other.stats.median_us / case.stats.median_us, *(bounds or (None, None)))
+
+
+def _passed_bench(cand: CandidateResult | None) -> dict[str, CaseResult]:
+    return {c.case_id: c for c in cand.cases if c.kind == "bench" and c.outcome == "passed"
+            and c.stats and c.stats.median_us > 0} if cand else {}
+
+
+def change_against(now: CandidateResult, now_ref: CandidateResult | None,
+                   then: CandidateResult, then_ref: CandidateResult | None) -> Change | None:
+    """``now`` against ``then`` over their common passed benchmarks, through the reference
+    where both runs timed it (its time cancels the machine's drift between the sessions),
+    else through the raw medians. The interval is conservative: per case, the two runs'
+    log half-widths added in quadrature; over cases, their mean (as the speedup intervals)."""
+    mine, old = _passed_bench(now), _passed_bench(then)
+    refs_now, refs_then = _passed_bench(now_ref), _passed_bench(then_ref)
+    common = [k for k in mine if k in old]
+    if not common:
+        return None
+    ratios: dict[str, float] = {}
+    widths: list[float | None] = []
+    through = "the reference"
+    pairs = {k: (_vs_reference(mine[k], refs_now), _vs_reference(old[k], refs_then))
+             for k in common}
+    if not all(a and b for a, b in pairs.values()):
+        through = ""
+    for k in common:
+        a, b = pairs[k]
+        if through and a and b:
+            ratios[k] = b[0] / a[0]  # speedup then / now: > 1 when it got slower
+            halves = [math.log(hi / lo) / 2 for _, lo, hi in (a, b) if lo and hi and lo > 0]
+            widths.append(math.hypot(*halves) if len(halves) == 2 else None)
+        else:
+            x, y = mine[k].stats, old[k].stats
+            assert x is not None and y is not None
+            ratios[k] = x.median_us / y.median_us
+            bounds = ratio_interval(x, y)
+            widths.append(math.log(bounds[1] / bounds[0]) / 2 if bounds else None)
+    centre = math.log(geomean(list(ratios.values())))
+    low = high = None
+    if all(w is not None for w in widths):
+        half = sum(w for w in widths if w is not None) / len(widths)
+        low, high = math.exp(centre - half) - 1.0, math.exp(centre + half) - 1.0
+    return Change(math.exp(centre) - 1.0, low, high, ratios, through)
+
+
+def _saved_pair(task: str, name: str, saved: tuple[RunResults, ...]
+                ) -> tuple[RunResults | None, CandidateResult | None, CandidateResult | None]:
+    run = next((r for r in saved if r.task == task), None)
+    if run is None:
+        return None, None, None
+    by_name = {c.name: c for c in run.candidates}
+    return run, by_name.get(name), by_name.get(REFERENCE)
 
 
 def max_regression(cand: CandidateResult | None, task: str, profile: str, limit: float,
-                   path: Path, saved: tuple[RunResults, ...]) -> Verdict:
-    """Is ``cand`` at most ``limit`` (a fraction) slower than its result in ``saved``?"""
+                   path: Path, saved: tuple[RunResults, ...],
+                   reference: CandidateResult | None = None) -> Verdict:
+    """Is ``cand`` at most ``limit`` (a fraction) slower than its result in ``saved``?
+
+    Measured through the reference timed in both sessions (``change_against``); the gate fails
+    only when the change is beyond the limit and its 95% interval excludes no change, so an
+    unchanged kernel on a noisy machine passes (issue 31: pytest-benchmark's median:5% check
+    failed an unchanged kernel on the 2-core CPU at +7.4%).
+    """
     who = cand.name if cand else "the candidate"
     bench, verdict = _timed(cand, who)
     if verdict:
         return verdict
+    assert cand is not None
     flag = f"--ks-max-regression {limit * 100:.4g}%"
-    then_run = next((r for r in saved if r.task == task), None)
+    then_run, then_cand, then_ref = _saved_pair(task, who, saved)
     if then_run is None:
         held = ", ".join(sorted({r.task for r in saved})) or "none"
         return Verdict("failed", f"--ks-compare {path} holds no results for task '{task}' "
                                  f"(it has: {held}); pass the --ks-json file of a run of this task")
-    then_cand = next((c for c in then_run.candidates if c.name == who), None)
     if then_cand is None:
         return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
-    ratios = ratios_to_saved(bench, then_cand)
-    if not ratios:
+    found = change_against(cand, reference, then_cand, then_ref)
+    if found is None:
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
-    change = geomean(list(ratios.values())) - 1.0
-    worst = max(ratios, key=lambda k: ratios[k])
-    text = (f"{who}: {abs(change):.1%} {'slower' if change > 0 else 'faster'} than in {path} "
-            f"(geomean over {len(ratios)} common benchmark(s))")
-    if change > limit:
+    worst = max(found.cases, key=lambda k: found.cases[k])
+    span = ("" if found.low is None or found.high is None
+            else f", 95% interval {found.low:+.1%} to {found.high:+.1%}")
+    how = ("through the reference timed in both runs" if found.through
+           else "from raw medians (the reference was not timed in both runs: machine drift "
+                "between the sessions is not cancelled)")
+    text = (f"{who}: {abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'} than "
+            f"in {path}{span} (geomean over {len(found.cases)} common benchmark(s), {how})")
+    beyond = found.change > limit and (found.low is None or found.low > 0)
+    if beyond:
         return Verdict("failed", f"{text}, more than the allowed {flag}; worst: {worst} "
-                                 f"{ratios[worst] - 1:+.1%}")
+                                 f"{found.cases[worst] - 1:+.1%}")
+    if found.change > limit:
+        return Verdict("passed", f"{text}; beyond {flag} but within the noise measured (the "
+                                 "interval holds no change); time more calls (--ks-bench-budget) "
+                                 "to decide")
     return Verdict("passed", f"{text}; allowed {flag}")

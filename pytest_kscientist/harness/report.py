@@ -50,6 +50,7 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
             *(f"vs_{n}" for n in names), "floor_frac"]
     if saved:
         head.append("vs_saved")
+    reference = next((c for c in cands if c.role == "reference"), None)
     rows = [tuple(head)]
     ranked = sorted(cands, key=lambda c: (c.geomean_us is None, c.geomean_us or 0.0))
     for c in ranked:
@@ -57,10 +58,41 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
                _x(c.speedup_over_reference), *(_vs(c, n) for n in names),
                "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
         if saved:
-            change = saved_change(c, task, saved)
-            row.append("-" if change is None else f"{change:+.1%}")
+            found = saved_change(c, task, saved, reference)
+            row.append("-" if found is None else f"{found.change:+.1%}" + (
+                "" if found.low is None or found.high is None
+                else f"({found.low:+.1%}..{found.high:+.1%})"))
         rows.append(tuple(row))
     return _align(rows)
+
+
+def pairwise_lines(cands: list[CandidateResult]) -> list[str]:
+    """Each candidate against the fastest, from the rounds both were timed in (rounds.py):
+    the geomean of the per-case ratios with its 95% interval, and whether it tells them apart.
+    """
+    ranked = sorted((c for c in cands if c.role == "candidate" and c.geomean_us is not None),
+                    key=lambda c: c.geomean_us or 0.0)
+    if len(ranked) < 2:
+        return []
+    best = ranked[0]
+    lines = [f"side by side, timed in the same rounds (the ratio of medians per benchmark, "
+             f"geomean, 95% interval), against the fastest, {best.name}:"]
+    for other in ranked[1:]:
+        ratio = best.fellow_speedups.get(other.name)
+        if ratio is None:
+            lines.append(f"  {other.name}: not timed in the same rounds as {best.name} on every "
+                         "benchmark (select both candidates' bench items)")
+            continue
+        low, high = best.fellow_intervals.get(other.name, [None, None])
+        if low is None or high is None:
+            verdict, span = "", ""
+        else:
+            span = f" ({low:.3f}-{high:.3f})"
+            verdict = ("; the interval holds 1: no difference measured" if low <= 1.0 <= high
+                       else f"; {best.name} is faster" if low > 1.0
+                       else f"; {other.name} is faster on the paired rounds")
+        lines.append(f"  {best.name} vs {other.name}: {ratio:.3f}x{span}{verdict}")
+    return lines
 
 
 def bench_table(cands: list[CandidateResult]) -> list[str]:
@@ -174,6 +206,8 @@ def write_summary(tr: Any, session: Any) -> None:
                 tr.write_line("  " + line)
             tr.write_line("  ±: half-width of each median's 95% interval, in percent; (low-high) "
                           "after a speedup: its 95% interval")
+        for line in pairwise_lines(cands):
+            tr.write_line("  " + line)
         for line in run_notes(session, task_name, cands) + summary_lines(cands):
             tr.write_line("  " + line)
         for c in cands:
@@ -181,7 +215,8 @@ def write_summary(tr: Any, session: Any) -> None:
                 tr.write_line(f"  review {c.name}: {c.review}")
     if session.settings.compare_path is not None:
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
-                      "(--ks-compare); + is slower")
+                      "(--ks-compare), through the reference timed in both runs, with its 95% "
+                      "interval; + is slower")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
     tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")
 

@@ -60,7 +60,8 @@ class CaseResult(BaseModel):
     """The verdict of one candidate on one case (a correctness test or a benchmark)."""
 
     kind: Literal["check", "bench"]
-    case: dict[str, int | float | bool | str]  # GPU MODE cases may carry any scalar
+    # GPU MODE cases may carry any scalar, and lists of ints (nvfp4_group_gemm)
+    case: dict[str, int | float | bool | str | list[int]]
     case_id: str
     # "xfailed": a baseline declaring verify = "report" ran (and was timed) but its output
     # missed the tolerance; ``reason`` says by how much. Candidates never get it.
@@ -71,6 +72,9 @@ class CaseResult(BaseModel):
     floor_us: float | None = None
     floor_fraction: float | None = None  # floor_us / median_us: 1.0 is the physical limit
     baselines: dict[str, BaselineTiming] = Field(default_factory=dict)
+    # The speedup over each other candidate (and the reference) of the session, from the
+    # rounds both were timed in (harness/rounds.py): ``speedup`` is theirs over this median.
+    fellows: dict[str, BaselineTiming] = Field(default_factory=dict)
 
 
 class GateResult(BaseModel):
@@ -128,6 +132,10 @@ class CandidateResult(BaseModel):
     # Per baseline of ``speedups``: False when its outputs missed the tolerance beside this
     # candidate (verify = "report"): that speedup is over a yardstick, not a verified result.
     baseline_verified: dict[str, bool] = Field(default_factory=dict)
+    # Over this candidate's benchmarks, the same for each other candidate (and the reference)
+    # timed in the same rounds: the pairwise comparison, fair against the machine's drift.
+    fellow_speedups: dict[str, float] = Field(default_factory=dict)
+    fellow_intervals: dict[str, list[float]] = Field(default_factory=dict)
     floor_fraction: float | None = None
     gates: list[GateResult] = Field(default_factory=list)
     # Constructs cheating kernels rely on, found in the source (pytest_kscientist/harness/scan.py).

@@ -36,24 +36,46 @@ def score(cand: CandidateResult) -> None:
     cand.speedups = {}
     cand.speedup_intervals = {}
     cand.baseline_verified = {}
+    cand.fellow_speedups, cand.fellow_intervals = {}, {}
     cand.floor_fraction = None
     if bench is None:
         return
     cand.geomean_us = geomean([c.stats.median_us for c in bench if c.stats])
-    names = {name for c in bench for name in c.baselines}
-    for name in sorted(names):
-        ratios = [c.baselines[name].speedup for c in bench if name in c.baselines]
-        if len(ratios) == len(bench) and all(r is not None and r > 0 for r in ratios):
-            cand.speedups[name] = geomean([r for r in ratios if r is not None])
-            cand.baseline_verified[name] = all(c.baselines[name].verified for c in bench)
-            lows = [c.baselines[name].speedup_low for c in bench]
-            highs = [c.baselines[name].speedup_high for c in bench]
-            if all(x is not None and x > 0 for x in lows + highs):
-                cand.speedup_intervals[name] = [geomean([x for x in lows if x is not None]),
-                                                geomean([x for x in highs if x is not None])]
+    for name, (ratio, interval, verified) in _pooled(bench, "baselines").items():
+        cand.speedups[name] = ratio
+        cand.baseline_verified[name] = verified
+        if interval:
+            cand.speedup_intervals[name] = interval
+    for name, (ratio, interval, _) in _pooled(bench, "fellows").items():
+        cand.fellow_speedups[name] = ratio
+        if interval:
+            cand.fellow_intervals[name] = interval
     fractions = [floor_fraction(c) for c in bench]
     if all(f is not None and f > 0 for f in fractions):
         cand.floor_fraction = geomean([f for f in fractions if f is not None])
+
+
+def _pooled(bench: list[CaseResult], field: str
+            ) -> dict[str, tuple[float, list[float], bool]]:
+    """Per name of ``case.<field>`` (baselines or fellows) timed on every benchmark: the
+    geomean speedup, its interval (the geomeans of the per-case bounds; [] when one lacks
+    them) and whether every output beside it was verified."""
+    out = {}
+    names = {name for c in bench for name in getattr(c, field)}
+    for name in sorted(names):
+        timings = [getattr(c, field).get(name) for c in bench]
+        ratios = [t.speedup for t in timings if t is not None]
+        if len(ratios) != len(bench) or not all(r is not None and r > 0 for r in ratios):
+            continue
+        lows = [t.speedup_low for t in timings if t is not None]
+        highs = [t.speedup_high for t in timings if t is not None]
+        interval: list[float] = []
+        if len(lows) == len(bench) and all(x is not None and x > 0 for x in lows + highs):
+            interval = [geomean([x for x in lows if x is not None]),
+                        geomean([x for x in highs if x is not None])]
+        out[name] = (geomean([r for r in ratios if r is not None]), interval,
+                     all(t.verified for t in timings if t is not None))
+    return out
 
 
 def score_all(per_task: dict[str, CandidateResult], reference_name: str) -> None:

@@ -24,6 +24,7 @@ from pytest_kscientist.harness.results import (
     MachineInfo,
     RunResults,
 )
+from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
 from pytest_kscientist.harness.spawn import Spares
@@ -51,6 +52,8 @@ class KsSession:
         # task name -> candidate name -> its record, ``not_run`` saying why its items skip (its
         # KS_REQUIRES, unmet here); the record stands when none of its items made one
         self.unmet: dict[str, dict[str, CandidateResult]] = {}
+        # The bench items of each case and what their shared rounds gave (harness/rounds.py)
+        self.lineup = Lineup()
 
     @cached_property
     def device(self) -> str:

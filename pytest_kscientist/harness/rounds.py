@@ -1,0 +1,155 @@
+"""Every candidate of a session timed in the same rounds per case (issue 31).
+
+Timed one after another, two copies of one kernel read 0.85x-1.25x of each other on a 2-core
+CPU and one shape 19.17 vs 17.50 us on the H200: the machine drifts between their turns. So the
+bench items of one case run back to back (``order_items``), and the first of them times every
+candidate of the case (and the reference) in rounds, in mirrored order (A B C P1 P2, then
+P2 P1 C B A, ...), beside the task's baselines (the partners of ``baselines.py``); the others
+take their result from that measurement. Every candidate keeps its own budget and its full
+verification sample, so the cost is the same as timing them in turn; the baselines are timed
+once per case for all of them.
+
+Each result carries ``fellows``: the speedup over every other member, from the rounds both
+were timed in, with its interval; ``score`` pools them into pairwise geomeans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.formats.task import Case
+from pytest_kscientist.harness.baselines import Partner, paired, pool, yardstick_only
+from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
+from pytest_kscientist.harness.results import BaselineTiming, CaseResult
+from pytest_kscientist.harness.spawn import Worker
+
+
+@dataclass
+class Member:
+    """One candidate (or the reference) timed in the rounds: its name and its live worker."""
+
+    name: str
+    live: Callable[[], Worker]
+    tolerate: bool = False
+    # Called when the member fails in the rounds (its worker may hold a sticky error).
+    on_failure: Callable[[CandidateFailure], None] = lambda exc: None
+
+
+@dataclass
+class Outcome:
+    """What the rounds gave one member: a result, or the failure that is its verdict."""
+
+    result: CaseResult | None = None
+    failure: CandidateFailure | None = None
+
+
+@dataclass
+class Lineup:
+    """The bench items of a session, by case, and what their shared rounds gave.
+
+    ``planned``: (task spec, case id) -> the nodes (collect.CandidateNode) whose bench item on
+    that case is selected, in item order; ``done``: the same key -> name -> Outcome, filled by
+    the first item.
+    """
+
+    planned: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    done: dict[tuple[str, str], dict[str, Outcome]] = field(default_factory=dict)
+
+    def plan(self, key: tuple[str, str], node: Any) -> None:
+        nodes = self.planned.setdefault(key, [])
+        if node not in nodes:
+            nodes.append(node)
+
+    def take(self, key: tuple[str, str], name: str) -> Outcome | None:
+        """The member's outcome from rounds already timed, handed out once."""
+        return self.done.get(key, {}).pop(name, None)
+
+
+def bench_together(evaluator: Evaluator, members: list[Member], partners: list[Partner],
+                   case: Case, device_name: str, budget_s: float) -> dict[str, Outcome]:
+    """Time every member and partner in mirrored rounds; each member's pooled result, its
+    speedups over the partners (``baselines``) and over the other members (``fellows``).
+
+    A member's failure is its own verdict and ends its part in the rounds; a partner's costs
+    only the speedups over it, with the reason kept.
+    """
+    spec = evaluator.task.spec.bench
+    rounds = spec.rounds
+    share = budget_s / rounds
+    # Rounds are pooled: each may stop on a precise median after its share of the calls
+    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
+    after = max(spec.min_runs, PRECISE_AFTER // rounds)
+    case_id = evaluator.task.case_id(case)
+    mine: dict[str, list[CaseResult]] = {m.name: [] for m in members}
+    theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
+    out: dict[str, Outcome] = {}
+    failed: dict[str, str] = {}
+    order: list[Member | Partner] = [*members, *partners]
+    for r in range(rounds):
+        for who in order if r % 2 == 0 else order[::-1]:
+            if who.name in failed or who.name in out:
+                continue
+            if isinstance(who, Member):
+                try:
+                    mine[who.name].append(evaluator.bench(
+                        who.live(), case, device_name, share, tolerate=who.tolerate,
+                        precise_after=after))
+                except CandidateFailure as exc:
+                    who.on_failure(exc)
+                    out[who.name] = Outcome(failure=exc)
+                continue
+            try:
+                # A baseline is trusted code: one verified output per round is enough to
+                # report its precision (each verified output of a large shape costs a
+                # transfer and a judge); candidates keep the task's full sample.
+                theirs[who.name].append(evaluator.bench(
+                    who.live(), case, device_name, share, tolerate=who.tolerate, samples=1,
+                    precise_after=after))
+            except CandidateFailure as exc:
+                who.failed(case_id, exc)
+                failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
+    timed = [m for m in members if m.name not in out]
+    for m in timed:
+        result = pool(mine[m.name])
+        for p in partners:
+            result.baselines[p.name] = (
+                BaselineTiming(reason=failed[p.name]) if p.name in failed
+                else paired(mine[m.name], [yardstick_only(p.name, r) for r in theirs[p.name]]))
+        for other in members:
+            if other.name == m.name:
+                continue
+            result.fellows[other.name] = (
+                paired(mine[m.name], mine[other.name]) if other in timed
+                else BaselineTiming(reason=f"'{other.name}' failed on {case_id}: "
+                                           f"{_reason(out[other.name])}"))
+        out[m.name] = Outcome(result=result)
+    return out
+
+
+def _reason(outcome: Outcome) -> str:
+    return outcome.failure.reason if outcome.failure else "no result"
+
+
+def order_items(items: list[Any], is_bench: Callable[[Any], Any],
+                is_after: Callable[[Any], bool]) -> list[Any]:
+    """Items reordered so that the bench items of one case run back to back, after every
+    check (so a candidate that failed one is left out of the rounds), and the items that read
+    benchmark results (gates) after them; otherwise the collection order is kept.
+
+    ``is_bench(item)``: the item's case key when it is a bench item, else None.
+    """
+    first: list[Any] = []
+    by_case: dict[Any, list[Any]] = {}
+    last: list[Any] = []
+    for item in items:
+        key = is_bench(item)
+        if key is not None:
+            by_case.setdefault(key, []).append(item)
+        elif is_after(item):
+            last.append(item)
+        else:
+            first.append(item)
+    return [*first, *(i for group in by_case.values() for i in group), *last]

@@ -1,0 +1,89 @@
+"""Every candidate of a session timed in the same rounds per case (harness/rounds.py)."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+from helpers import AXPY, DATA, run_pytest
+from test_baselines import _FakeEvaluator, _FakePartner
+
+from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.harness.rounds import Member, bench_together, order_items
+from pytest_kscientist.harness.stats import geomean
+
+
+def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
+    ev = _FakeEvaluator({"a": [1.0, 2.0], "b": [2.0, 2.0], "p": [4.0, 4.0]}, rounds=2)
+    dropped: list[str] = []
+    members = [Member("a", lambda: "a"), Member("b", lambda: "b", on_failure=dropped.append)]
+    done = bench_together(ev, members, [_FakePartner("p")], {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type, list-item]
+                          budget_s=1.0)
+    assert ev.log == ["a", "b", "p", "p", "b", "a"]
+    a, b = done["a"].result, done["b"].result
+    assert a is not None and b is not None and not dropped
+    # per round b/a = 2/1 then 2/2: a's speedup over b is their geomean; b's over a the inverse
+    assert a.fellows["b"].speedup == pytest.approx(geomean([2.0, 1.0]))
+    assert b.fellows["a"].speedup == pytest.approx(1 / geomean([2.0, 1.0]))
+    assert a.baselines["p"].speedup == pytest.approx(geomean([4.0, 2.0]))
+    assert b.baselines["p"].speedup == pytest.approx(2.0)
+    assert ev.samples["a"] == {None} and ev.samples["p"] == {1}  # members keep the full sample
+
+
+def test_a_member_that_fails_is_its_own_verdict_and_leaves_the_rounds() -> None:
+    ev = _FakeEvaluator({"a": [1.0, 1.0]}, rounds=2)
+    dropped: list[CandidateFailure] = []
+    members = [Member("a", lambda: "a"), Member("broken", lambda: "broken",
+                                                on_failure=dropped.append)]
+    done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
+    assert ev.log == ["a", "broken", "a"]  # not asked again
+    failure = done["broken"].failure
+    assert failure is not None and failure.reason == "timed call 0: wrong result"
+    assert dropped == [failure]
+    a = done["a"].result
+    assert a is not None and a.stats is not None and a.fellows["broken"].speedup is None
+    assert a.fellows["broken"].reason == "'broken' failed on n1-s1: timed call 0: wrong result"
+
+
+def test_bench_items_of_a_case_run_back_to_back_after_the_checks() -> None:
+    items = ["a.check1", "a.bench1", "a.bench2", "a.gate", "b.check1", "b.bench1", "b.bench2",
+             "b.gate"]
+    ordered = order_items(items, lambda i: i.split(".")[1] if "bench" in i else None,
+                          lambda i: i.endswith("gate"))
+    assert ordered == ["a.check1", "b.check1", "a.bench1", "b.bench1", "a.bench2", "b.bench2",
+                       "a.gate", "b.gate"]
+
+
+@pytest.fixture(scope="module")
+def two_copies(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
+    """One run of two copies of one kernel and a wrong one, as a user compares them."""
+    root = tmp_path_factory.mktemp("rounds")
+    shutil.copytree(AXPY, root / "axpy")
+    for name in ("a", "b"):
+        shutil.copy(AXPY / "seeds" / "good.py", root / f"{name}.py")
+    shutil.copy(DATA / "candidates" / "wrong.py", root / "wrong.py")
+    return run_pytest(["axpy", "-v", "--ks-baselines", "none", "--kernel", "a.py",
+                       "--kernel", "b.py", "--kernel", "wrong.py"], cwd=root, timeout=300)
+
+
+def test_two_kernels_are_timed_in_the_same_rounds_and_compared(two_copies) -> None:
+    code, output, data = two_copies
+    assert code == 1 and data is not None, output  # wrong.py fails
+    order = [line.split("::")[1:3] for line in output.splitlines()
+             if "::" in line and ("PASSED" in line or "FAILED" in line) and "bench[" in line]
+    # the bench items of the case run back to back, after every check
+    assert [o[0] for o in order[:4]] == ["reference", "a", "b", "wrong"], order
+    by_name = {c["name"]: c for c in data["candidates"]}
+    a_case = next(c for c in by_name["a"]["cases"] if c["kind"] == "bench")
+    assert set(a_case["fellows"]) == {"reference", "b"}  # wrong.py failed its checks: not timed
+    pair = a_case["fellows"]["b"]
+    assert pair["speedup"] > 0 and pair["speedup_low"] <= pair["speedup"] <= pair["speedup_high"]
+    assert pair["rounds"] >= 2
+    assert by_name["b"]["fellow_speedups"]["a"] == pytest.approx(
+        1 / by_name["a"]["fellow_speedups"]["b"])
+    assert "side by side, timed in the same rounds" in output
+    faster, slower = sorted(("a", "b"), key=lambda n: by_name[n]["geomean_us"])
+    assert f"{faster} vs {slower}: " in output
+    wrong_bench = next(c for c in by_name["wrong"]["cases"] if c["kind"] == "bench")
+    assert wrong_bench["reason"].startswith("not timed: check")
