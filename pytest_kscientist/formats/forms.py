@@ -49,10 +49,20 @@ def rebuild(data: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def exec_source(name: str, source: str, filename: str) -> types.ModuleType:
-    """A module made from ``source`` without a file or an entry in ``sys.modules``."""
+    """A module made from ``source`` without a file, and in ``sys.modules`` only while it runs:
+    ``@dataclass`` looks its class's module up there (amd/mla-decode's reference failed with
+    "'NoneType' object has no attribute '__dict__'" without it)."""
     module = types.ModuleType(name)
     module.__file__ = filename
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - the task's own file
+    before = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - the task's file
+    finally:
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
     return module
 
 
@@ -76,10 +86,28 @@ def _gpumode_inputs(generate: Callable[..., Any]) -> Callable[..., Any]:
         # GPU MODE problems draw on "cuda", the current device; make it the run's device.
         if device.startswith("cuda"):
             with torch.cuda.device(device):
-                return generate(**dict(case, seed=seed))
-        return generate(**dict(case, seed=seed))
+                return _gpumode_draw(generate, case, seed)
+        return _gpumode_draw(generate, case, seed)
 
     return draw
+
+
+def _gpumode_draw(generate: Callable[..., Any], case: dict[str, Any], seed: int) -> Any:
+    """``generate(**case)`` as GPU MODE's eval.py calls it, the case's seed replaced by ``seed``:
+    lists become tuples (their parsers give nvfp4_group_gemm's ``m: [96, 128]`` as a tuple). A
+    case without a seed draws from the global generators, seeded here with ``seed`` so that
+    both processes draw the same inputs and each call new ones."""
+    args = {k: tuple(v) if _isinstance(v, list) else v for k, v in case.items()}
+    if "seed" in args:
+        args["seed"] = seed
+    else:
+        import random
+
+        import torch
+
+        torch.manual_seed(seed)
+        random.seed(seed)
+    return generate(**args)
 
 
 def _kernelbench_inputs(get_inputs: Callable[[], Any]) -> Callable[..., Any]:

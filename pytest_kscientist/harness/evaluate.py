@@ -247,7 +247,8 @@ class Evaluator:
         With ``tolerate`` (a baseline declaring verify = "report"), precision misses give an
         ``xfailed`` result saying by how much instead of raising.
         """
-        seed = derive_seed(case["seed"], self.salt, 0)
+        # A GPU MODE case may have no seed: forms seeds its draw with the derived one.
+        seed = derive_seed(case.get("seed", 0), self.salt, 0)
         above = None if self.own_check else CHECK_SAMPLE_ABOVE
         got = self._checked(worker, _ask(worker, "check", case=case, seed=seed, sample_above=above))
         data = self.inputs(case, seed)
@@ -304,7 +305,7 @@ class Evaluator:
         key = self.task.case_id(case)
         count = self._issued.get(key, 0) + 1
         self._issued[key] = count
-        return derive_seed(case["seed"], self.salt, f"{self._lane}/{count}")
+        return derive_seed(case.get("seed", 0), self.salt, f"{self._lane}/{count}")
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
