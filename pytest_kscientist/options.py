@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,24 @@ class Option:
     ini_default: Any = ""
     ini_type: str | None = None  # pytest's addini type: None (a string) or "args" (a list)
     action: str = "store"  # or "append", "store_true"
+    group: str = "evaluation"  # a key of GROUPS: the section of `pytest --help` it is shown in
+
 
     @property
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
+
+
+# The sections of `pytest --help`, by concern, in the order shown (issue 29: 34 options in one
+# group hid which ones a task needs). Key -> (pytest's group name, its title).
+GROUPS = {
+    "evaluation": ("kscientist", "kscientist: evaluating kernels (candidates, cases, timing, "
+                   "results)"),
+    "gates": ("kscientist-gates", "kscientist: performance gates for CI (gate[...] items)"),
+    "evolve": ("kscientist-evolve", "kscientist: evolving kernels (--evolve)"),
+    "llm": ("kscientist-llm", "kscientist: the LLM scientist of --evolve"),
+    "devices": ("kscientist-devices", "kscientist: devices"),
+}
 
 
 CORE_OPTIONS = (
@@ -84,14 +99,15 @@ CORE_OPTIONS = (
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
            "profile the task defines", "NAME", ini="ks_profile", ini_default="auto"),
     Option("--ks-device", "device the candidates run on: auto, cpu, cuda or cuda:N", "DEV",
-           ini="ks_device", ini_default="auto"),
+           ini="ks_device", ini_default="auto", group="devices"),
     Option("--ks-timeout", "a worker that does not answer within SECONDS is killed and its "
            "test fails (default 120)", "SECONDS", ini="ks_timeout", ini_default="120"),
     Option("--ks-bench-budget", "time spent timing each benchmark case (default: the task's "
            "bench.budget_s)", "SECONDS", ini="ks_bench_budget"),
     Option("--evolve", "evolve the task folder given with the Kernel Scientist (selector, "
            "designer, writer) until its population has N generations after the seeds, each "
-           "evaluated as a child pytest run; rerun to resume after an interruption", "N"),
+           "evaluated as a child pytest run; rerun to resume after an interruption", "N",
+           group="evolve"),
     Option("--ks-baselines", "baselines timed beside each candidate: all (default), none, or "
            "comma-separated names from the task's [[baselines]]", "NAMES", ini="ks_baselines",
            ini_default="all"),
@@ -103,19 +119,22 @@ CORE_OPTIONS = (
     Option("--ks-min-speedup", "gate: fail a candidate whose geomean speedup over baseline NAME "
            "(or 'reference') is below FACTOR, e.g. cublas_task_layout=1.5; repeatable (the ini "
            "twin takes several, space-separated)", "NAME=FACTOR", ini="ks_min_speedup",
-           ini_default=[], ini_type="args", action="append"),
+           ini_default=[], ini_type="args", action="append", group="gates"),
     Option("--ks-compare", "compare each candidate with its result in PATH, a --ks-json file of "
-           "an earlier run", "PATH", ini="ks_compare"),
-    Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower (geomean over "
-           "common benchmarks) than in --ks-compare, e.g. 5%%", "PERCENT",
-           ini="ks_max_regression"),
+           "an earlier run", "PATH", ini="ks_compare", group="gates"),
+    Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower than in "
+           "--ks-compare (geomean over common benchmarks, read through the reference timed in "
+           "both runs); it fails only when the change's 95%% interval excludes no change, e.g. "
+           "5%%", "PERCENT",
+           ini="ks_max_regression", group="gates"),
 )
 
 
-def register(parser: pytest.Parser, group: pytest.OptionGroup,
-             options: tuple[Option, ...]) -> None:
-    """Add each option of a table to pytest: the flag on ``group``, its ini twin on ``parser``."""
+def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
+    """Add each option of a table to pytest: the flag in its ``GROUPS`` section of the help,
+    its ini twin on ``parser``."""
     for option in options:
+        group = _group(parser, option.group)
         help_text = option.help + (f" (ini: {option.ini})" if option.ini else "")
         if option.action == "store_true":
             group.addoption(option.flag, dest=option.dest, action="store_true", default=False,
@@ -146,11 +165,16 @@ def _value(config: pytest.Config, dest: str) -> Any:
     return raw_value(config, _BY_DEST[dest])[0]
 
 
-def add_options(parser: pytest.Parser) -> pytest.OptionGroup:
-    """Register the core options; returns the group the --evolve and LLM tables join."""
-    group = parser.getgroup("kscientist", "pytest-kscientist: GPU kernel tasks")
-    register(parser, group, CORE_OPTIONS)
-    return group
+def _group(parser: pytest.Parser, key: str) -> pytest.OptionGroup:
+    """The help section ``key`` of ``GROUPS`` (pytest returns the group once created)."""
+    return parser.getgroup(*GROUPS[key])
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the core options (the --evolve and LLM tables register theirs beside them)."""
+    for key in GROUPS:  # created in this order; a section left empty is not shown
+        _group(parser, key)
+    register(parser, CORE_OPTIONS)
 
 
 def _positive(flag: str, raw: str, kind: type = float) -> float:
@@ -333,3 +357,42 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
 
     path = Path(raw_path).expanduser()
     return path, tuple(read_saved(path)), max_regression
+
+
+MARKDOWN_HEAD = """# Options
+
+Every flag, by its section of `pytest --help`. A flag's ini twin fixes it in the project's ini
+file (`[tool.pytest.ini_options]` in `pyproject.toml`, or `pytest.ini`); the flag wins. A bad
+value is a usage error naming the option, what was expected and the fix. Generated from the
+option tables (`options.py`, `evolve/run_options.py`, `evolve/llm/llm_options.py`) by
+`python -m pytest_kscientist.options --markdown > docs/options.md`; `tests/test_docs.py`
+fails when this page and the tables disagree.
+"""
+
+
+def markdown() -> str:
+    """The options reference (docs/options.md): every option table, one section per group."""
+    from pytest_kscientist.evolve.llm.llm_options import LLM_OPTIONS
+    from pytest_kscientist.evolve.run_options import EVOLVE_OPTIONS
+
+    options = (*CORE_OPTIONS, *EVOLVE_OPTIONS, *LLM_OPTIONS)
+    lines = [MARKDOWN_HEAD]
+    for key, (_, title) in GROUPS.items():
+        heading = title.removeprefix("kscientist: ")
+        lines += [f"## {heading[0].upper()}{heading[1:]}", "",
+                  "| flag | ini | meaning |", "|---|---|---|"]
+        for option in (o for o in options if o.group == key):
+            flag = option.flag + (f" {option.metavar}" if option.metavar else "")
+            flag = f"`{flag}`" + (" (repeatable)" if option.action == "append" else "")
+            ini = f"`{option.ini}`" if option.ini else ""
+            # Escaped so that `<task>` and `a|b` show as written, not as HTML or a new cell.
+            meaning = option.help.replace("%%", "%").replace("<", "\\<").replace("|", "\\|")
+            lines.append(f"| {flag} | {ini} | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m pytest_kscientist.options --markdown > docs/options.md")
+    sys.stdout.write(markdown())

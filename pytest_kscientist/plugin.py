@@ -24,11 +24,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = add_options(parser)
+    add_options(parser)
     for module in OPTION_MODULES:
         extension = _optional(module)
         if extension is not None:
-            extension.add_options(parser, group)
+            extension.add_options(parser)
 
 
 def _optional(module: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,35 @@ def test_help_lists_the_options_without_importing_torch(pytester: pytest.Pyteste
     )
     out = pytester.run(__import__("sys").executable, str(Path(probe)))
     assert out.stdout.lines[-1] == "False"
+
+
+def test_help_shows_the_options_in_sections_by_concern(pytester: pytest.Pytester) -> None:
+    """Issue 29: 31 options in one group of `pytest --help` hid which a task needs. Each option
+    is listed once, in the section of its table row's concern, the sections in their order."""
+    from pytest_kscientist.evolve.llm.llm_options import LLM_OPTIONS
+    from pytest_kscientist.evolve.run_options import EVOLVE_OPTIONS
+    from pytest_kscientist.options import CORE_OPTIONS, GROUPS
+
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
+    section, found, order = "", {}, []
+    for line in result.stdout.lines:
+        if line and not line.startswith(" ") and line.endswith(":"):
+            section = line[:-1]
+            order.append(section)
+        elif flag := re.match(r"^  (--[\w-]+)", line):
+            found.setdefault(flag.group(1), []).append(section)
+    titles = [title for _, title in GROUPS.values()]
+    assert [s for s in order if s in titles] == titles
+    for option in (*CORE_OPTIONS, *EVOLVE_OPTIONS, *LLM_OPTIONS):
+        assert found.get(option.flag) == [GROUPS[option.group][1]], option.flag
+    assert {o.group for o in EVOLVE_OPTIONS if o.flag != "--ks-devices"} == {"evolve"}
+    assert {o.group for o in LLM_OPTIONS} == {"llm"}
+
+
+def test_the_budget_help_says_it_caps_the_population(pytester: pytest.Pytester) -> None:
+    """The ledger is one per population (evolve/llm/ledger.py): the help says so, as the
+    README does."""
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
+    text = " ".join(" ".join(result.stdout.lines).split())
+    assert ("--ks-llm-budget-usd=USD hard cap in US dollars on the LLM spending of the task's "
+            "population, all its runs together") in text

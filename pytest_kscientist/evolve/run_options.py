@@ -1,6 +1,6 @@
 """Options of ``--evolve`` runs (flags with ini twins), resolved once into ``EvolveSettings``.
 
-``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
+``plugin.py`` calls ``add_options(parser)`` from ``pytest_addoption`` and
 ``resolve(config)`` from ``pytest_configure`` when ``--evolve`` is given (kept in the frozen
 ``Settings`` as ``evolve_options``). The flag wins over its ini twin.
 """
@@ -32,23 +32,23 @@ class EvolveSettings:
 EVOLVE_OPTIONS = (
     Option("--ks-candidates", f"new candidates per --evolve generation (default "
            f"{DEFAULT_CANDIDATES})", "N", ini="ks_candidates",
-           ini_default=str(DEFAULT_CANDIDATES)),
+           ini_default=str(DEFAULT_CANDIDATES), group="evolve"),
     Option("--ks-time-limit", "stop --evolve cleanly after SECONDS of wall-clock time; rerun to "
-           "continue (default: no limit)", "SECONDS", ini="ks_time_limit"),
+           "continue (default: no limit)", "SECONDS", ini="ks_time_limit", group="evolve"),
     Option("--ks-population", "folder holding the populations of --evolve, one subfolder per "
            "task (default: <rootdir>/population; the ini twin is relative to the ini file)",
-           "DIR", ini="ks_population"),
+           "DIR", ini="ks_population", group="evolve"),
     Option("--ks-devices", "evaluate each --evolve generation in parallel child sessions, one "
            "per device: comma-separated cuda:N (or cpu) entries, or 'all' for every CUDA device "
-           "(default: one session)", "LIST", ini="ks_devices"),
+           "(default: one session)", "LIST", ini="ks_devices", group="devices"),
 )
 _BY_DEST = {option.dest: option for option in EVOLVE_OPTIONS}
 
 
-def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+def add_options(parser: pytest.Parser) -> None:
     """Register the ``--evolve`` table: ``--ks-candidates``, ``--ks-time-limit``,
     ``--ks-population``, ``--ks-devices`` and their ini twins."""
-    register(parser, group, EVOLVE_OPTIONS)
+    register(parser, EVOLVE_OPTIONS)
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """The LLM options of pytest-kscientist: flags with ini twins, validated once at configure time.
 
-``plugin.py`` calls ``add_options(parser, group)`` from ``pytest_addoption`` and
+``plugin.py`` calls ``add_options(parser)`` from ``pytest_addoption`` and
 ``validate(config)`` from ``pytest_configure``; ``settings(config)`` gives the resolved
 ``LLMSettings`` afterwards. Nothing here imports an LLM client.
 """
@@ -30,8 +30,9 @@ _HELP = {
     "base_url": "endpoint of the provider: the OpenAI-compatible base URL (e.g. "
     "http://127.0.0.1:8000/v1), or a Gemini API proxy.",
     "replay": "call log of an earlier run (llm-calls.jsonl or its folder) to replay.",
-    "budget_usd": "hard cap on LLM spending per run in US dollars (default "
-    f"{DEFAULT_BUDGET_USD:g}); the run stops cleanly before a call that could exceed it.",
+    "budget_usd": "hard cap in US dollars on the LLM spending of the task's population, all its "
+    f"runs together (its ledger; default {DEFAULT_BUDGET_USD:g}); no call is made that could "
+    "exceed it, and the run stops cleanly before one would.",
     "prices": "prices as 'INPUT/OUTPUT' US dollars per 1M tokens (default: Gemini 2.5 Pro list "
     "price for gemini, 0/0 for openai).",
     "outage_s": "stop the run (exit code 3, resumable) once no LLM call has succeeded for this "
@@ -60,14 +61,15 @@ _METAVAR = {
 
 
 LLM_OPTIONS = tuple(
-    Option(flag, _HELP[key], _METAVAR[key], ini=ini, ini_default=None)
+    Option(flag, _HELP[key], _METAVAR[key], ini=ini, ini_default=None, group="llm")
     for key, (flag, ini) in OPTION_NAMES.items()
 )
 
 
-def add_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """Register the ``--ks-llm*`` table: the flags on ``group``, their ini twins on ``parser``."""
-    register(parser, group, LLM_OPTIONS)
+def add_options(parser: pytest.Parser) -> None:
+    """Register the ``--ks-llm*`` table: the flags in the help's LLM section, their ini twins
+    on ``parser``."""
+    register(parser, LLM_OPTIONS)
 
 
 def _raw(config: pytest.Config) -> dict[str, str | None]:
