@@ -1,9 +1,11 @@
 """The CUDA seed (tasks/fp8_gemm/seeds/cuda_wgmma.py, issue 15).
 
-On any machine with nvcc: its kernels (both N tiles, both upcasts) build for sm_90a with no
-spills and no wgmma serialisation (ptxas remarks C7513, C7514, C7520...: the MMAs would then run
-one at a time, a slow kernel that still passes every check), and the whole module load_inline
-builds (the host code too) compiles against torch's headers. Without a GPU: its knobs parse,
+On any machine with nvcc, the two files load_inline builds (issue 32): cuda.cu (the kernels
+and their raw-pointer launcher) compiles and links with no torch header or library, its kernels
+(both N tiles, both upcasts) for sm_90a with no spills and no wgmma serialisation (ptxas remarks
+C7513, C7514, C7520...: the MMAs would then run one at a time, a slow kernel that still passes
+every check); main.cpp (the torch wrapper) compiles against torch's headers as load_inline
+compiles it and calls only what cuda.cu defines. Without a GPU: its knobs parse,
 its declaration makes the harness skip it, one build serves every knob, its shape rules and the
 stages that fit do what they say, the upcast's byte transpose transposes (on a model of
 __byte_perm). On an sm_90 GPU: it passes the task's checks through the harness at every
@@ -12,6 +14,7 @@ schedule (stream-K fixups included).
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -31,12 +34,18 @@ SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 NVCC = shutil.which("nvcc")
 
 
-def seed_namespace(monkeypatch: pytest.MonkeyPatch, source: str) -> types.SimpleNamespace:
+def seed_namespace(monkeypatch: pytest.MonkeyPatch, source: str,
+                   load_inline=torch.utils.cpp_extension.load_inline) -> types.SimpleNamespace:
     """The seed's module-level names, its load_inline call recorded instead of run (the build
-    needs CUDA torch headers and minutes; the kernels are compiled below with nvcc alone)."""
+    needs a CUDA torch; its two files are compiled below), under ``load_inline``'s signature."""
     calls: list[dict] = []
-    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline",
-                        lambda **kwargs: calls.append(kwargs) or types.SimpleNamespace())
+
+    @functools.wraps(load_inline)
+    def record(**kwargs):
+        calls.append(kwargs)
+        return types.SimpleNamespace()
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load_inline", record)
     namespace: dict = {"__name__": "cuda_wgmma"}
     exec(compile(source, str(SEED), "exec"), namespace)
     assert len(calls) == 1, calls
@@ -109,51 +118,122 @@ def test_shape_rules_and_stages(monkeypatch) -> None:
             assert len(set(stages)) == len(stages), (block_n, c_buffers, stages)
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's kernels not built")
-def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
-        monkeypatch, tmp_path: Path) -> None:
-    ns = seed_namespace(monkeypatch, SEED.read_text())
-    cu = tmp_path / "kernels.cu"
-    cu.write_text(ns.kernel_source())
+def test_it_builds_without_torch_headers_in_cuda_cu_and_with_the_pch_where_torch_has_them(
+        monkeypatch) -> None:
+    assert seed_namespace(monkeypatch, SEED.read_text()).build["no_implicit_headers"] is True
+    # the PCH is written beside torch's headers: off where they are read-only
+    monkeypatch.setattr("os.access", lambda path, mode: False)
+    assert seed_namespace(monkeypatch, SEED.read_text()).build["use_pch"] is False
+
+    def older(name, cpp_sources, cuda_sources=None, functions=None, extra_cuda_cflags=None):
+        """load_inline before either keyword (the build is then the unsplit one's speed)."""
+
+    build = seed_namespace(monkeypatch, SEED.read_text(), older).build
+    assert "use_pch" not in build and "no_implicit_headers" not in build
+
+
+def load_inline_files(build: dict, folder: Path) -> tuple[Path, Path]:
+    """main.cpp and cuda.cu as torch's load_inline writes them for ``build`` (its keyword
+    arguments): each list of sources joined by newlines, the pybind11 module after the C++
+    ones, torch's headers first unless no_implicit_headers."""
+    cpp, cu = list(build["cpp_sources"]), list(build["cuda_sources"])
+    if not build.get("no_implicit_headers"):
+        cpp.insert(0, "#include <torch/extension.h>")
+        cu[:0] = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
+    cpp += ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
+            *(f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");'
+              for f in build["functions"]), "}"]
+    (folder / "main.cpp").write_text("\n".join(cpp))
+    (folder / "cuda.cu").write_text("\n".join(cu))
+    return folder / "main.cpp", folder / "cuda.cu"
+
+
+@pytest.fixture(scope="module")
+def cuda_part(tmp_path_factory) -> types.SimpleNamespace:
+    """The seed's cuda.cu compiled with load_inline's nvcc flags but no torch include path at
+    all, ptxas reporting: its object, nvcc's output and exit status."""
+    if NVCC is None:
+        pytest.skip("nvcc not found: the CUDA seed's cuda.cu not built")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        ns = seed_namespace(monkeypatch, SEED.read_text())
+    folder = tmp_path_factory.mktemp("cuda_part")
+    _, cu = load_inline_files(ns.build, folder)
     proc = subprocess.run(
-        [NVCC, "-cubin", "-o", str(tmp_path / "k.cubin"), str(cu), "-Xptxas", "-v",
-         *ns.build["extra_cuda_cflags"]],
-        capture_output=True, text=True, timeout=300)
-    report = proc.stdout + proc.stderr
-    assert proc.returncode == 0, report
+        [NVCC, "-c", "-o", str(folder / "cuda.o"), str(cu),
+         *torch.utils.cpp_extension.COMMON_NVCC_FLAGS, "-Xcompiler", "-fPIC",
+         *ns.build["extra_cuda_cflags"], "-std=c++20", "-Xptxas", "-v"],
+        capture_output=True, text=True, timeout=600)
+    return types.SimpleNamespace(obj=folder / "cuda.o", report=proc.stdout + proc.stderr,
+                                 returncode=proc.returncode, build=ns.build)
+
+
+def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(cuda_part) -> None:
+    report = cuda_part.report
+    assert cuda_part.returncode == 0, report
     for block_n in (64, 128):  # both N tiles, with one and two C buffers, are built
         for c_buffers in (1, 2):
             assert f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}E" in report, report
-    for vec in (0, 1):  # both upcasts, which only the host code launches
+    for vec in (0, 1):  # both upcasts
         assert f"_Z13upcast_kernelILb{vec}E" in report, report
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found: the CUDA seed's host code not built")
-def test_the_module_load_inline_builds_compiles_with_torchs_headers(
-        monkeypatch, tmp_path: Path) -> None:
-    """What load_inline compiles on the GPU machine (the kernels and the host code), compiled
-    here against the installed torch's headers with the flags of torch's JIT builds, so a slip
-    in the host code costs CI time, not device time. The CPU wheel lacks one header a CUDA
-    build of torch generates, c10/cuda/impl/cuda_cmake_macros.h; a one-line one stands in."""
-    ns = seed_namespace(monkeypatch, SEED.read_text())
+def test_cuda_cu_needs_no_torch_header_or_library(cuda_part, tmp_path: Path) -> None:
+    """Built above with no torch include path, it also links alone against CUDA's runtime."""
+    assert cuda_part.returncode == 0, cuda_part.report[-4000:]
+    proc = subprocess.run(
+        [NVCC, "-shared", "-o", str(tmp_path / "cuda.so"), str(cuda_part.obj), "--cudart",
+         "shared", "-Xlinker", "--no-undefined"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def cuda_include_dir(folder: Path) -> str:
+    """The folder nvcc takes cuda_runtime_api.h from (load_inline puts it on main.cpp's include
+    path too, with_cuda)."""
+    probe = folder / "probe.cu"
+    probe.write_text("#include <cuda_runtime_api.h>\n")
+    out = subprocess.run([NVCC, "-E", str(probe)], capture_output=True, text=True,
+                         timeout=120).stdout
+    return re.search(r'^# \d+ "(.+)/cuda_runtime_api\.h"', out, re.M).group(1)
+
+
+def symbols(obj: Path, which: str) -> set[str]:
+    """The launcher's symbols (mangled, so with their parameter types) ``obj`` defines or
+    needs (``which``: nm's --defined-only or --undefined-only)."""
+    out = subprocess.run(["nm", which, str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if "ks_wgmma" in line}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not found: symbols not compared")
+def test_main_cpp_compiles_with_torchs_headers_and_calls_only_what_cuda_cu_defines(
+        cuda_part, tmp_path: Path) -> None:
+    """main.cpp as load_inline compiles it (the host compiler, torch's JIT flags and headers,
+    CUDA's), so a slip in the wrapper costs CI time, not device time; the launchers it calls
+    are the ones cuda.cu defines, parameter types and all (a mismatch would link on the GPU
+    machine only to fail at import, a minute's build later). The CPU wheel lacks one header a
+    CUDA build of torch generates, c10/cuda/impl/cuda_cmake_macros.h; a one-line one stands in."""
+    assert cuda_part.returncode == 0, cuda_part.report[-4000:]
+    build = cuda_part.build
     macros = tmp_path / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
     macros.parent.mkdir(parents=True)
     macros.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    cu = tmp_path / "cuda.cu"
-    cu.write_text("#include <torch/types.h>\n" + "".join(ns.build["cuda_sources"]))
+    cpp, _ = load_inline_files(build, tmp_path)
     includes = [str(macros.parents[3]), *torch.utils.cpp_extension.include_paths(),
-                sysconfig.get_paths()["include"]]
+                cuda_include_dir(tmp_path), sysconfig.get_paths()["include"]]
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     proc = subprocess.run(
-        [NVCC, "-c", "-o", str(tmp_path / "cuda.o"), str(cu), *(f"-I{i}" for i in includes),
-         f"-DTORCH_EXTENSION_NAME={ns.build['name']}", "-DTORCH_API_INCLUDE_EXTENSION_H",
-         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *torch.utils.cpp_extension.COMMON_NVCC_FLAGS,
-         "--compiler-options", "-fPIC", *ns.build["extra_cuda_cflags"], "-std=c++20"],
+        [torch.utils.cpp_extension.get_cxx_compiler(), "-c", "-o", str(tmp_path / "main.o"),
+         str(cpp), f"-DTORCH_EXTENSION_NAME={build['name']}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+         *(f"-isystem{i}" for i in includes), f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-fPIC",
+         "-std=c++20", *build.get("extra_cflags", [])],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    needed = symbols(tmp_path / "main.o", "--undefined-only")
+    defined = symbols(cuda_part.obj, "--defined-only")
+    assert needed and needed <= defined, (needed, defined)
 
 
 SM90 = (torch.cuda.is_available() and torch.version.hip is None
