@@ -3,7 +3,9 @@
 Every step leaves a record in the population before the next starts, so a run stopped anywhere
 (Ctrl-C, ``kill -9``, time limit) resumes from what was persisted: candidates written but never
 evaluated are evaluated first, a generation whose design was logged writes its remaining plans,
-and the count of generations comes from the ``generation_done`` events.
+and the count of generations comes from the ``generation_done`` events. A resumed run first
+stops any child session a killed run left running and adopts the results of one that finished
+(``orphans.py``), so it never times beside the killed run's processes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.evolve import findings as findings_doc
-from pytest_kscientist.evolve import progress
+from pytest_kscientist.evolve import orphans, progress
 from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted, is_outage
 from pytest_kscientist.evolve.offline.scientist import NothingToMove
 from pytest_kscientist.evolve.population import Event, Member, Population
@@ -91,6 +93,9 @@ class Evolution(WriteStage):
         self.roles: Roles | None = None
         self.brief: TaskBrief | None = None
         self.generation = 0
+        watch = getattr(evaluator, "on_session_start", None)
+        if callable(watch):  # child sessions: each start logged for a resumed run (orphans.py)
+            watch(lambda started: orphans.record(self.pop, self.generation, started))
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -363,6 +368,8 @@ class Evolution(WriteStage):
     def _evaluate_pending(self, resumed: bool = False) -> None:
         """Evaluate this run's unevaluated candidates; on resume, also those of ended runs (a
         killed run's), not those a live concurrent run is evaluating."""
+        if resumed:
+            self._settle_left_behind()
         live = self.pop.live_runs() if resumed else {}
         pending = [
             m
@@ -395,21 +402,49 @@ class Evolution(WriteStage):
                 error=str(exc),
             )
             raise Stop(str(exc), exc.code) from None
+        verdicts = self._store(pending, run, self.pop.run_id)
+        self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
+
+    def _store(self, pending: list[Member], run: Any, run_id: str, **note: Any) -> list[str]:
+        """Record a session's results for ``pending``; return their verdicts."""
         self._check_profile(run.profile)
         results = {c.name: c for c in run.candidates}
         verdicts = []
         for m in pending:
-            record = to_record(m.id, results.get(m.id), run, self.pop.run_id)
+            record = to_record(m.id, results.get(m.id), run, run_id)
             self.pop.record(record)
             verdicts.append(f"{m.id} {record.status}")
-        self.pop.log(
-            "evaluated",
-            self.generation,
-            candidates=[m.id for m in pending],
-            profile=run.profile,
-            salt=run.salt,
-        )
-        self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
+        self.pop.log("evaluated", self.generation, candidates=[m.id for m in pending],
+                     profile=run.profile, salt=run.salt, **note)
+        return verdicts
+
+    def _settle_left_behind(self) -> None:
+        """Before timing anything: stop the child sessions that killed runs left running, and
+        store the results of those that finished (issue 31), under the population's lock so
+        that two resumed runs do not both act on one session."""
+        with self.pop.locked():
+            pending = {m.id: m for m in self.pop.members() if m.evaluation is None}
+            for event in orphans.left_behind(self.pop, set(pending)):
+                self.generation = event.generation or 0
+                data, ids = event.data, " ".join(event.data.get("candidates", []))
+                pid = int(data.get("child_pid", 0))
+                try:
+                    was_running = orphans.stop(pid, str(data.get("child_started", "")))
+                except TimeoutError as exc:
+                    raise Stop(f"{exc}; stop it before resuming", 3) from None
+                if was_running:
+                    self.pop.log("orphan_stopped", event.generation, child_pid=pid,
+                                 of_run=event.run_id)
+                    self._stage("resume", f"stopped the child session (pid {pid}) of a killed "
+                                f"run, still evaluating {ids}, and its workers")
+                run = orphans.finished(data, set(pending))
+                if run is None:
+                    continue
+                members = [pending.pop(c) for c in data["candidates"]]
+                verdicts = self._store(members, run, event.run_id, adopted_from=event.run_id,
+                                       results=data.get("results"))
+                self._stage("resume", f"results of a finished child session of a killed run "
+                            f"adopted, not evaluated again: {', '.join(verdicts)}")
 
     def _parents_beside(self, pending: list[Member]) -> tuple[Path, ...]:
         """The passed first parents of ``pending``, re-timed interleaved with them, so each

@@ -2,6 +2,9 @@
 
 The child is ``python -m pytest <task> --kernel c0004.py ... --ks-json <file>``: the same harness,
 isolation and verdicts as a hand-run session. Its output goes to a log file next to its JSON.
+It dies with its parent (a lifeline, ``harness/spawn.py``; its workers die with it in turn), and
+its start is reported to ``on_session_start``'s callback (``orphans.py``: what a resumed run
+checks).
 With ``--ks-devices``, ``ParallelSessions`` splits a generation over one child session per device,
 run at once with one salt. Tests inject another ``GenerationEvaluator`` through
 ``config.stash[EVALUATOR_KEY]``.
@@ -15,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
@@ -22,8 +26,10 @@ from typing import Protocol
 import pytest
 from pydantic import ValidationError
 
+from pytest_kscientist.evolve.orphans import SessionStarted
 from pytest_kscientist.evolve.population import EvaluationRecord, now
 from pytest_kscientist.harness.results import CandidateResult, RunResults
+from pytest_kscientist.harness.spawn import Lifeline
 
 # Flags of the parent run that state facts about how to evaluate, passed on to each child.
 PASS_THROUGH = {
@@ -37,6 +43,7 @@ PASS_THROUGH = {
     "ks_kernelbench_tol": "--ks-kernelbench-tol",
 }
 GRACE_S = 10.0
+CHILD_EXIT = "pytest_kscientist.evolve.child_exit"  # records how a child session ended
 
 
 class EvaluationError(Exception):
@@ -126,6 +133,11 @@ class ChildSession:
         self.cwd = cwd
         self.tag = tag  # in the log's name, to tell parallel sessions apart
         self.proc: subprocess.Popen[bytes] | None = None
+        self.on_start: Callable[[SessionStarted], None] | None = None
+
+    def on_session_start(self, callback: Callable[[SessionStarted], None]) -> None:
+        """Call ``callback`` with each child session's process once it has started."""
+        self.on_start = callback
 
     def label(self, count: int) -> str:
         return "a child pytest session"
@@ -133,7 +145,8 @@ class ChildSession:
     @classmethod
     def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path) -> ChildSession:
         """A child session that sees the same ini file, rootdir, plugins and harness flags."""
-        args = ["-q", "-p", "no:cacheprovider", "--rootdir", str(config.rootpath)]
+        args = ["-q", "-p", "no:cacheprovider", "-p", CHILD_EXIT, "--rootdir",
+                str(config.rootpath)]
         if config.inipath is not None:
             args += ["-c", str(config.inipath)]
         args += _plugin_args(config.invocation_params.args)
@@ -164,13 +177,26 @@ class ChildSession:
         for kernel in beside:
             cmd += ["--ks-beside", str(kernel)]
         cmd += ["--ks-json", str(json_path)]
+        lifeline = Lifeline()
         with open(log_path, "w", encoding="utf-8") as log:
             log.write(" ".join(cmd) + "\n\n")
             log.flush()
-            proc = self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
-            )
+            # Only the child itself dies with this process: it shares this process's group,
+            # whose other members (a calling script, say) are none of this run's business.
             try:
+                proc = self.proc = subprocess.Popen(
+                    lifeline.command(cmd, group=False), stdout=log, stderr=subprocess.STDOUT,
+                    cwd=self.cwd, pass_fds=(lifeline.read_fd,)
+                )
+            except BaseException:
+                lifeline.cut()
+                raise
+            finally:
+                lifeline.started()
+            try:
+                if self.on_start is not None:
+                    self.on_start(SessionStarted(proc.pid, json_path,
+                                                 tuple(k.stem for k in kernels)))
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _stop(proc)
@@ -181,6 +207,8 @@ class ChildSession:
             except BaseException:
                 _stop(proc)
                 raise
+            finally:
+                lifeline.cut()
         if code not in (0, 1) or not json_path.exists():
             tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             raise EvaluationError(
@@ -217,6 +245,12 @@ class ParallelSessions:
             for i, device in enumerate(devices)
         ]
         return cls(sessions, salt_given=config.getoption("ks_salt", default=None) is not None)
+
+    def on_session_start(self, callback: Callable[[SessionStarted], None]) -> None:
+        """Call ``callback`` with each child session's process once it has started (from the
+        thread that runs that session)."""
+        for session in self.sessions:
+            session.on_session_start(callback)
 
     def _used(self, count: int) -> list[ChildSession]:
         return self.sessions[: max(1, min(count, len(self.sessions)))]
