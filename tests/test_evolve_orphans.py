@@ -149,6 +149,7 @@ def test_a_worker_hung_in_a_call_dies_with_its_pytest_process(sandbox: bool) -> 
                                 sandbox=sandbox)
     side = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             cwd=REPO)
+    group: list[tuple[int, str]] = []
     try:
         assert side.stdout is not None
         line = side.stdout.readline()
@@ -164,6 +165,8 @@ def test_a_worker_hung_in_a_call_dies_with_its_pytest_process(sandbox: bool) -> 
         if side.poll() is None:
             side.kill()
             side.wait()
+        for pid, _ in _still_running(group):
+            os.kill(pid, signal.SIGKILL)  # what a failure left, not to burden later tests
 
 
 # -- kill -9 of a real --evolve run -----------------------------------------------------------
