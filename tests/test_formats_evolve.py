@@ -127,7 +127,8 @@ def test_evolve_accepts_a_task_file_and_refuses_what_no_format_claims(
         'files: []\nlang: "py"\ntests:\n  - {"size": 8}\n')
     result = pytester.runpytest("--evolve", "1", "broken/task.yml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --evolve broken/task.yml: *tests[[]0[]] has no 'seed'*"])
+    result.stderr.fnmatch_lines(["ERROR: --evolve broken/task.yml: *broken/reference.py: defines "
+                                 "no generate_input, check_implementation*"])
 
 
 def test_rename_touches_names_only() -> None:

@@ -3,7 +3,9 @@
 The reference is computed here, from inputs regenerated with the same seed on the same device,
 so the reference output never exists in the candidate's process. Benchmarks are driven from
 here one call at a time: each request carries only its own seed, the outputs to verify are
-chosen here after the call, and this process's own clock is compared with the worker's.
+chosen here after the call, and this process's own clock is compared with the worker's. Outputs
+are judged whole, whatever their size (``received.py`` takes them, through shared memory when
+large).
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ from typing import Any
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import REPORT_MAX_SHARE, Case, Task
+from pytest_kscientist.harness import received
 from pytest_kscientist.harness.correctness import Mismatch, judge
 from pytest_kscientist.harness.results import CaseResult
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
 from pytest_kscientist.harness.stats import median_interval, summarize
-from pytest_kscientist.protocol import perturb, sampling
+from pytest_kscientist.protocol import perturb
 
-# Secret choices (which outputs to verify, which requests are probes, which elements the re-run
-# changes) are made here, in the pytest process, never in the worker.
+# Secret choices (which timed outputs to verify, which requests are probes, which elements the
+# re-run changes) are made here, in the pytest process, never in the worker.
 _RNG = secrets.SystemRandom()
 _clock = time.perf_counter_ns  # the round-trip clock (tests substitute a scripted one)
 PROBE_SHARE = 0.25  # share of benchmark requests that time the harness's path without the kernel
@@ -44,18 +47,12 @@ HIDDEN_CPU_SLACK_US = 1000.0
 # Device time outside the events (GPU) tolerated per call before it is counted (timing.py).
 OUTSIDE_SLACK_US = 2.0
 OUTSIDE_SLACK_SHARE = 0.02
-# A checked output above this many elements is verified on a sample of CHECK_SAMPLED elements
-# drawn after the call (a KernelBench level-1 output of 6.4 GB, at issue 10's ~6 ms per MB, a
-# model fitted to an H200 run, would take ~40 s, twice per check); a wrong share f escapes with
-# probability (1-f)^CHECK_SAMPLED.
-CHECK_SAMPLE_ABOVE = 1 << 24
-CHECK_SAMPLED = 1 << 22
 # A benchmark stops early once its median is known this precisely (95% interval half-width).
 PRECISION = 0.01
 PRECISE_AFTER = 20
 
 
-def derive_seed(seed: int, salt: int, index: int | str) -> int:
+def derive_seed(seed: object, salt: int, index: int | str) -> int:
     """Mix a public case seed with the session's secret salt and a call index."""
     digest = hashlib.sha256(f"{seed}/{salt}/{index}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
@@ -89,34 +86,6 @@ def check_message(found: Any) -> str:
     return str(found)
 
 
-def _tensor_from(meta: dict[str, Any], payload: bytes) -> Any:
-    """The output a header and its bytes describe: a tensor, or a tuple or list of them."""
-    if "parts" in meta:
-        parts, offset = [], 0
-        for part in meta["parts"]:
-            size = int(part.get("nbytes", -1))
-            if size < 0 or offset + size > len(payload):
-                raise CandidateFailure(f"output parts add up to more than the payload's "
-                                       f"{len(payload)} bytes")
-            parts.append(_tensor_from(part, payload[offset:offset + size]))
-            offset += size
-        return parts if meta.get("container") == "list" else tuple(parts)
-    import torch
-
-    dtype = getattr(torch, str(meta.get("dtype")), None)
-    if not isinstance(dtype, torch.dtype):
-        raise CandidateFailure(f"output has unknown dtype {meta.get('dtype')!r}")
-    shape = [int(s) for s in meta["shape"]]
-    if not payload:
-        return torch.empty(shape, dtype=dtype)
-    # A payload arrives as a bytearray (channel.read_frame): wrapped, not copied.
-    buffer = payload if isinstance(payload, bytearray) else bytearray(payload)
-    flat = torch.frombuffer(buffer, dtype=torch.uint8)
-    if flat.numel() % dtype.itemsize:
-        raise CandidateFailure(f"output payload of {flat.numel()} bytes does not fit {dtype}")
-    return flat.view(dtype).reshape(shape)
-
-
 class Evaluator:
     """Judges one task's cases for any worker, with the session's salt and device."""
 
@@ -131,10 +100,8 @@ class Evaluator:
         # KernelBench: the seed both sides build their models' weights with (secret until the
         # worker is loaded, so no candidate ships weights tuned to it).
         self.init_seed = derive_seed(0, salt, "weights")
-        # A problem whose own check judges outputs (GPU MODE's check_implementation) gets them
-        # whole: never sampled, never deferred.
+        # A problem whose own check judges outputs (GPU MODE's check_implementation) calls it.
         self.own_check = task.form == "gpumode"
-        self.fetch_count = 0 if self.own_check else sampling.SAMPLED_ELEMENTS
         self._lane = os.environ.get("PYTEST_XDIST_WORKER", "")
 
     @property
@@ -177,9 +144,9 @@ class Evaluator:
             need.get("bytes", 0.0) / (floor.peak_tbps * 1e12),
         )
 
-    def _own_check(self, data: Any, meta: dict[str, Any], payload: bytes) -> None:
+    def _own_check(self, data: Any, out: Any) -> None:
         """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE)."""
-        out = self._output(meta, payload, self.device)
+        out = received.to_device(out, self.device)
         try:
             message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
@@ -190,21 +157,6 @@ class Evaluator:
         if message:
             first = message.strip().splitlines()[0][:300] if message.strip() else message
             raise CandidateFailure(f"wrong result: {first}", message, wrong_result=True)
-
-    @staticmethod
-    def _output(meta: dict[str, Any], payload: bytes, device: Any) -> Any:
-        if len(payload) != int(meta.get("nbytes", -1)):
-            raise CandidateFailure(
-                f"output payload is {len(payload)} bytes, header says {meta.get('nbytes')}"
-            )
-        out = _tensor_from(meta, payload)
-        if device is not None and str(device) != "cpu":
-            # Judge where the reference was computed: on a 2-core host one 22M-element output
-            # took 1.5 s to judge (in float64), and a GPU benchmark judges three per side.
-            if isinstance(out, (tuple, list)):
-                return type(out)(t.to(device) for t in out)
-            out = out.to(device)
-        return out
 
     def _compare(self, out: Any, expected: Any) -> Mismatch | None:
         """``judge`` for one tensor, or part by part for several (the first part that
@@ -224,12 +176,11 @@ class Evaluator:
                                 found.numel)
         return None
 
-    def _judge(self, expected: Any, meta: dict[str, Any], payload: bytes,
-               misses: list[Mismatch] | None = None) -> None:
+    def _judge(self, expected: Any, out: Any, misses: list[Mismatch] | None = None) -> None:
         """Raise CandidateFailure unless the output matches; with ``misses``, a precision miss
         (right shape, dtype and NaN/Inf positions, few elements) is appended there instead."""
         first = expected[0] if isinstance(expected, (tuple, list)) and expected else expected
-        out = self._output(meta, payload, getattr(first, "device", None))
+        out = received.to_device(out, getattr(first, "device", None))
         found = self._compare(out, expected)
         if found is None:
             return
@@ -249,22 +200,19 @@ class Evaluator:
         """
         # A GPU MODE case may have no seed: forms seeds its draw with the derived one.
         seed = derive_seed(case.get("seed", 0), self.salt, 0)
-        above = None if self.own_check else CHECK_SAMPLE_ABOVE
-        got = self._checked(worker, _ask(worker, "check", case=case, seed=seed, sample_above=above))
+        got = self._output(worker, "check", case=case, seed=seed)
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
         self._verdict(data, got, misses)
-        changes = perturb.choose(data, self.task.spec.output_index, _RNG)
+        request, data, what = self._second_inputs(case, data)
         try:
-            got = self._checked(worker, _ask(worker, "recheck", changes=changes,
-                                             sample_above=above))
-            perturb.apply(data, changes)
+            got = self._output(worker, "recheck", **request)
             self._verdict(data, got, misses)
         except WorkerDied:
             raise  # the worker's own verdict (hung, crashed): no context to add
         except CandidateFailure as exc:
             raise CandidateFailure(
-                f"re-run in the same input tensors with {len(changes)} elements changed: "
+                f"re-run in the same input tensors with {what}: "
                 f"{exc.reason} (a result cached across calls?)", exc.detail,
                 exc.wrong_result) from None
         result = CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
@@ -276,23 +224,32 @@ class Evaluator:
             result.detail = first.message
         return result
 
-    @staticmethod
-    def _checked(worker: Worker, answer: tuple[dict[str, Any], bytes]) -> _Kept:
-        """A check's output as sent, or (answer ``deferred``) a sample fetched now."""
-        header, payload = answer
-        if not header.get("deferred"):
-            return _Kept(0, 0, header["output"], payload)
-        index_seed = _RNG.getrandbits(63)
-        header, payload = _ask(worker, "fetch", count=CHECK_SAMPLED, seed=index_seed)
-        return _Kept(0, 0, header["output"], payload, int(header.get("sampled", 0)), index_seed)
+    def _second_inputs(self, case: Case, data: Any) -> tuple[dict[str, Any], Any, str]:
+        """The re-run's request, its inputs and their description: a few elements of ``data``
+        changed; for a problem judged by its own check, the case drawn again with another seed
+        (perturb.py: a changed element may leave the problem's input domain)."""
+        if self.own_check:
+            seed = derive_seed(case.get("seed", 0), self.salt, "recheck")
+            fresh = self.inputs(case, seed)
+            if perturb.same_layout(data, fresh):
+                perturb.refill(data, fresh)
+                return ({"case": case, "redraw": seed}, data,
+                        "every tensor drawn again by generate_input")
+        changes = perturb.choose(data, self.task.spec.output_index, _RNG)
+        perturb.apply(data, changes)
+        return {"changes": changes}, data, f"{len(changes)} elements changed"
 
-    def _verdict(self, data: Any, got: _Kept, misses: list[Mismatch] | None = None) -> None:
+    def _output(self, worker: Worker, op: str, **fields: Any) -> Any:
+        """The output a request's answer carries, taken whole into this process at once."""
+        header, payload = _ask(worker, op, handover=received.spec(worker, self.device), **fields)
+        return received.output(worker, header.get("output"), payload, self.device)
+
+    def _verdict(self, data: Any, out: Any, misses: list[Mismatch] | None = None) -> None:
         """Judge a checked output for ``data``: by the problem's own check where it has one."""
         if self.own_check:
-            self._own_check(data, got.meta, got.payload)
+            self._own_check(data, out)
         else:
-            expected, meta = self._sampled(self.reference_output(data), got)
-            self._judge(expected, meta, got.payload, misses)
+            self._judge(self.reference_output(data), out, misses)
 
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.
@@ -310,9 +267,10 @@ class Evaluator:
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
               precise_after: int = PRECISE_AFTER) -> CaseResult:
-        """Warm-up, then one request per timed call; verify a secret sample; check the clocks.
+        """Warm-up, then one request per timed call; verify a secret sample of the calls' whole
+        outputs; check the clocks.
 
-        With ``tolerate``, sampled outputs that miss only by precision give an ``xfailed``
+        With ``tolerate``, verified outputs that miss only by precision give an ``xfailed``
         result that keeps its times (see ``check``). ``samples``: how many timed outputs to
         verify (default: the task's ``bench.verify_samples``). ``precise_after``: the fewest
         calls after which a precise enough median stops the timing (a round of several).
@@ -386,40 +344,22 @@ class Evaluator:
             misses: list[Mismatch] | None = [] if tolerate else None
             try:
                 if self.own_check:
-                    self._own_check(self.inputs(run.case, kept.seed), kept.meta, kept.payload)
+                    self._own_check(self.inputs(run.case, kept.seed), kept.output)
                     continue
-                expected, meta = self._sampled(self.expected(run.case, kept.seed), kept)
-                self._judge(expected, meta, kept.payload, misses)
+                self._judge(self.expected(run.case, kept.seed), kept.output, misses)
             except CandidateFailure as exc:
                 raise exc.prefixed(f"timed call {kept.index}: ") from None
             missed += [(kept.index, m) for m in misses or []]
         return missed
 
-    @staticmethod
-    def _sampled(expected: Any, kept: _Kept) -> tuple[Any, dict[str, Any]]:
-        """The reference (and header) cut to the elements the worker sent for ``kept``."""
-        if not kept.sampled:
-            return expected, kept.meta
-        shape = [int(s) for s in kept.meta.get("shape", [])]
-        if shape != list(expected.shape):
-            raise CandidateFailure(
-                f"wrong result: output shape {tuple(shape)}, expected {tuple(expected.shape)}",
-                wrong_result=True)
-        index = sampling.flat_index(expected.numel(), kept.sampled, kept.index_seed)
-        return (expected.reshape(-1)[index.to(expected.device)],
-                dict(kept.meta, shape=[kept.sampled]))
-
 
 @dataclass(frozen=True)
 class _Kept:
-    """A timed call's output (or a secret sample of its elements) kept for verification."""
+    """A timed call's whole output, kept for verification (this process's own copy)."""
 
     index: int
     seed: int
-    meta: dict[str, Any]
-    payload: bytes
-    sampled: int = 0  # elements sent; 0 for the whole output
-    index_seed: int = 0
+    output: Any
 
 
 class _TimedRun:
@@ -471,11 +411,7 @@ class _TimedRun:
             self.cpu.append(cpu)
             slot = index if index < sample else _RNG.randrange(index + 1)
             if slot < sample:
-                index_seed = _RNG.getrandbits(63)
-                header, payload = _ask(self.worker, "fetch", count=self.ev.fetch_count,
-                                       seed=index_seed)
-                entry = _Kept(index, seed, header["output"], payload,
-                              int(header.get("sampled", 0)), index_seed)
+                entry = _Kept(index, seed, self.ev._output(self.worker, "fetch"))
                 if slot < len(self.kept):
                     self.kept[slot] = entry
                 else:

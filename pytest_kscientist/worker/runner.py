@@ -7,9 +7,12 @@ tripwire is set (``integrity.py``), and the harness modules are dropped from ``s
 before the candidate is imported.
 
 The pytest process drives every call: ``check`` then ``recheck`` (the same tensors with a few
-elements changed), and for benchmarks one ``call`` request per call, each carrying only its own
-seed, so no future input exists in this process before its call starts. It decides after each
-call, out of reach of candidate code, which outputs to ``fetch`` for verification.
+elements changed, or for GPU MODE every tensor drawn again), and for benchmarks one ``call``
+request per call, each carrying only its own seed, so no future input exists in this process
+before its call starts. It decides after each call, out of reach of candidate code, which
+outputs to ``fetch`` for verification. Outputs go back whole: in the answer's frame, or above
+``handover.SHARED_ABOVE`` bytes through memory sealed or exported after the call
+(``protocol/handover.py``), held until the next request.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.forms import leaves
-from pytest_kscientist.protocol import channel, perturb, sampling
+from pytest_kscientist.protocol import channel, cuda_share, handover, perturb
 from pytest_kscientist.worker import threads
 from pytest_kscientist.worker.integrity import Tripwire
 from pytest_kscientist.worker.threads import ThreadWatch
@@ -55,7 +58,7 @@ def outside_worker_side(modules: Any) -> list[str]:
 
 # Attributes of the runner that hold captured functions; replacing one is tampering.
 CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "generate", "timer",
-            "key", "apply_changes", "sample_index")
+            "key", "apply_changes", "refill")
 
 
 def _load_module(path: str, name: str) -> Any:
@@ -117,7 +120,7 @@ class Runner:
         self.fill_ = torch.Tensor.fill_
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
-        self.sample_index = sampling.flat_index
+        self.refill = perturb.refill
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         self.problem = hello["problem"]
@@ -137,11 +140,13 @@ class Runner:
         self.prepare: Any = None
         self.held: Any = None  # (pristine, given, versions) of the last check, for the re-run
         self.last: Any = None  # output snapshot of the last call, until fetched or replaced
+        self.offers = handover.Offers()  # outputs handed over, kept until the next request
         self.out_like: Any = None  # (shape, dtype) of the last call's output, for probes
         self.tripwire = Tripwire(
             {"runner": (self, CAPTURED), "timer": (self.timer, None),
              "threads": (self.threads, threads.CAPTURED)},
-            modules=[sys.modules[__name__], channel, forms, perturb, sampling, threads],
+            modules=[sys.modules[__name__], channel, cuda_share, forms, handover, perturb,
+                     threads],
         )
         loaded = sorted(m for m in sys.modules if m.split(".")[0] == "pytest_kscientist")
         if outside_worker_side(loaded):
@@ -164,6 +169,7 @@ class Runner:
             except EOFError:
                 return
             self.seq_in += 1
+            self.offers.release()  # the pytest process took them before it asked again
             op = req["op"]
             if op == "exit":
                 return
@@ -220,13 +226,20 @@ class Runner:
         return self._checked(snap, req)
 
     def op_recheck(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """The last check's tensors again, a few elements changed, identity and versions kept."""
+        """The last check's tensors again, identity and versions kept, a few elements changed
+        or (``redraw``: a seed) all of them refilled with the case drawn with that seed."""
         if self.held is None:
             return _fail("re-run requested without a check before it")
         pristine, given, versions = self.held
         self.held = None
-        self.apply_changes(pristine, req["changes"])
-        self.apply_changes(given, req["changes"])
+        if "redraw" in req:
+            fresh = self.generate(req["case"], int(req["redraw"]), self.device)
+            self.refill(pristine, fresh)
+            self.refill(given, fresh)
+            del fresh
+        else:
+            self.apply_changes(pristine, req["changes"])
+            self.apply_changes(given, req["changes"])
         self._clear_output(given)
         self.set_versions(tuple(t for t in leaves(given) if _isinstance(t, self.Tensor)),
                           versions)
@@ -235,14 +248,9 @@ class Runner:
             return _fail(problem)
         return self._checked(snap, req)
 
-    def _checked(self, snap: Any, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """A checked output: whole, or above ``sample_above`` elements kept for a ``fetch``
-        of a sample whose indices the pytest process draws after this answer."""
-        above = req.get("sample_above")
-        if above and _type(snap) is self.Tensor and snap.numel() > int(above):
-            self.last = snap
-            return {"ok": True, "deferred": True}, b""
-        meta, payload = _serialise(snap)
+    def _checked(self, snap: Any, req: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """A checked output, whole, handed over as the request's ``handover`` allows."""
+        meta, payload = _serialise(snap, req.get("handover"), self.offers)
         return {"ok": True, "output": meta}, payload
 
     def op_call(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
@@ -271,22 +279,12 @@ class Runner:
             return _fail(problem)
         return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
 
-    def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """The last call's output: whole up to ``sampling.FULL_OUTPUT_ELEMENTS`` elements (or
-        always, for ``count`` 0: a task whose own check needs whole outputs), else ``count`` of
-        them at flat indices drawn from ``seed`` (chosen in the pytest process after the
-        call)."""
+    def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """The last call's output, whole (the pytest process asks for it after the call)."""
         if self.last is None:
             return _fail("fetch requested without a call before it")
         snap, self.last = self.last, None
-        if (_type(snap) is not self.Tensor or snap.numel() <= sampling.FULL_OUTPUT_ELEMENTS
-                or int(req["count"]) == 0):
-            meta, payload = _serialise(snap)
-            return {"ok": True, "output": meta}, payload
-        index = self.sample_index(snap.numel(), int(req["count"]), int(req["seed"]))
-        meta, payload = _serialise(snap.reshape(-1)[index.to(snap.device)])
-        meta["shape"] = list(snap.shape)
-        return {"ok": True, "output": meta, "sampled": _len(index)}, payload
+        return self._checked(snap, req)
 
     # -- one call ---------------------------------------------------------------------------
 
@@ -395,26 +393,31 @@ def _bytes_view(t: Any) -> Any:
     return t.detach().contiguous().view(-1).view(torch.uint8)
 
 
-def _serialise(out: Any) -> tuple[dict[str, Any], bytes]:
-    """An output's header and bytes; several tensors (a tuple or list) as ``parts``."""
+def _serialise(out: Any, spec: Any, offers: handover.Offers) -> tuple[dict[str, Any], Any]:
+    """An output's header and the bytes that go in the frame; several tensors (a tuple or list)
+    as ``parts``. ``spec`` (the request's ``handover``): the kinds the pytest process takes and
+    the size above which a tensor goes that way instead of into the frame."""
     if _isinstance(out, (tuple, list)):
         metas, payloads = [], []
         for part in out:
-            meta, payload = _serialise(part)
+            meta, payload = _serialise(part, spec, offers)
             metas.append(meta)
             payloads.append(payload)
         whole = b"".join(payloads)
         return {"parts": metas, "container": "list" if _isinstance(out, list) else "tuple",
                 "nbytes": _len(whole)}, whole
-    import ctypes
-
-    flat = _bytes_view(out).cpu()
-    payload = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
-    return {
-        "shape": list(out.shape),
-        "dtype": str(out.dtype).removeprefix("torch."),
-        "nbytes": len(payload),
-    }, payload
+    flat = _bytes_view(out)
+    meta: dict[str, Any] = {"shape": list(out.shape),
+                            "dtype": str(out.dtype).removeprefix("torch."),
+                            "nbytes": flat.numel()}
+    if spec and flat.numel() > int(spec.get("above", 0)):
+        shared = handover.offer(flat, list(spec.get("kinds", [])), offers)
+        if shared is not None:
+            meta["shared"] = shared
+            return meta, b""
+    # A view of the bytes, not a copy (ctypes.string_at took the size as a C int: an output
+    # over 2 GiB failed with "Negative size passed to PyBytes_FromStringAndSize").
+    return meta, handover.host_bytes(flat.cpu())
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,185 @@
+"""GPU MODE folders in the shapes GPU MODE's own eval.py accepts (issue 30): each pattern of the
+reference-kernels problems that failed collection, reproduced in a small CPU-runnable folder
+written here (the problems themselves are never copied: notes/formats.md has the survey)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import case_reasons, run_pytest
+
+from pytest_kscientist.formats import gpumode
+
+TASK_PY = "import torch\ninput_t = torch.Tensor\noutput_t = torch.Tensor\n"
+FILES = ('files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n'
+         '  - {"name": "task.py", "source": "task.py"}\n'
+         '  - {"name": "reference.py", "source": "reference.py"}\n'
+         '  - {"name": "eval.py", "source": "eval.py"}\nlang: "py"\nconfig:\n  main: "eval.py"\n')
+# A check as GPU MODE's utils.make_match_reference gives it: (ok, message).
+MATCH = ("def check_implementation(data, output):\n"
+         "    expected = ref_kernel(data)\n"
+         "    ok = output.shape == expected.shape and torch.allclose(output, expected, atol=1e-5)\n"
+         "    return ok, '' if ok else 'mismatch found! values differ'\n")
+
+
+def _folder(root: Path, name: str, reference: str, cases: str,
+            candidates: dict[str, str] | None = None, submission: str | None = None) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "task.py").write_text(TASK_PY)
+    (folder / "reference.py").write_text("import torch\n\n" + reference)
+    (folder / "task.yml").write_text(FILES + cases)
+    if submission is not None:
+        (folder / "submission.py").write_text(submission)
+    for file, text in (candidates or {}).items():
+        (folder / "solutions" / "correct").mkdir(parents=True, exist_ok=True)
+        (folder / "solutions" / "correct" / file).write_text(text)
+    return folder
+
+
+def _ragged(root: Path) -> Path:
+    """linalg/cholesky_py's pattern: some cases add a key (``case``) the others lack."""
+    return _folder(root, "ragged_py", (
+        "def generate_input(n, seed, case='dense'):\n"
+        "    gen = torch.Generator().manual_seed(seed)\n"
+        "    x = torch.randn(n, generator=gen)\n"
+        "    return x.abs() if case == 'positive' else x\n\n"
+        "def ref_kernel(data):\n    return data.sqrt().nan_to_num(-1.0)\n\n" + MATCH),
+        "tests:\n  - {\"n\": 8, \"seed\": 1}\n  - {\"n\": 8, \"seed\": 2, \"case\": \"positive\"}\n"
+        "benchmarks: []\n",
+        submission="def custom_kernel(data):\n    return data.sqrt().nan_to_num(-1.0)\n")
+
+
+def _seedless(root: Path) -> Path:
+    """princeton/cross_entropy_py's cases (no ``seed``), with the interface the harness drives:
+    generate_input draws from the global generator."""
+    return _folder(root, "seedless_py", (
+        "def generate_input(size):\n    return torch.randn(size)\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n" + MATCH),
+        "tests:\n  - {\"size\": 16}\nbenchmarks:\n  - {\"size\": 32}\n",
+        {"double.py": "def custom_kernel(data):\n    return data * 2\n"})
+
+
+def _grouped(root: Path) -> Path:
+    """nvidia/nvfp4_group_gemm's pattern: list values, given to generate_input as tuples; and
+    nvfp4_gemv's: one case listed twice."""
+    return _folder(root, "grouped_py", (
+        "def generate_input(m, g, seed):\n"
+        "    assert isinstance(m, tuple) and len(m) == g, m\n"
+        "    gen = torch.Generator().manual_seed(seed)\n"
+        "    return torch.randn(sum(m), generator=gen)\n\n"
+        "def ref_kernel(data):\n    return data + 1\n\n" + MATCH),
+        "tests:\n  - {\"m\": [2, 3], \"g\": 2, \"seed\": 5}\n"
+        "  - {\"m\": [2, 3], \"g\": 2, \"seed\": 5}\n"
+        "  - {\"m\": [4, 1, 2], \"g\": 3, \"seed\": 6}\nbenchmarks: []\n",
+        {"inc.py": "def custom_kernel(data):\n    return data + 1\n"})
+
+
+SPD = (
+    # linalg/cholesky_py's pattern: symmetric positive definite inputs, judged by properties of
+    # the output against the input (one changed element leaves that domain).
+    "from dataclasses import dataclass\n\n"  # amd/mla-decode's reference defines a dataclass
+    "@dataclass\nclass Spec:\n    n: int\n\n"
+    "def generate_input(n, seed):\n"
+    "    gen = torch.Generator().manual_seed(seed)\n"
+    "    x = torch.randn(Spec(n).n, n, generator=gen, dtype=torch.float64)\n"
+    "    return x @ x.T + n * torch.eye(n, dtype=torch.float64)\n\n"
+    "def ref_kernel(data):\n    return torch.linalg.cholesky(data)\n\n"
+    "def check_implementation(data, output):\n"
+    "    if not torch.equal(output, output.tril()):\n"
+    "        return False, 'output must be lower triangular'\n"
+    "    if not bool((output.diagonal() > 0).all()):\n"
+    "        return False, 'output diagonal must be strictly positive'\n"
+    "    residual = (output @ output.T - data).abs().max().item()\n"
+    "    return residual < 1e-8, f'reconstruction residual {residual:.3g}'\n")
+CHOLESKY = "import torch\n\ndef custom_kernel(data):\n    return torch.linalg.cholesky_ex(data).L\n"
+CACHED = ("import torch\n_seen = {}\n\n"
+          "def custom_kernel(data):\n"
+          "    key = (data.data_ptr(), tuple(data.shape))\n"
+          "    if key not in _seen:\n        _seen[key] = torch.linalg.cholesky_ex(data).L\n"
+          "    return _seen[key]\n")
+
+
+def test_the_folders_gpu_modes_eval_accepts_collect_and_pass(tmp_path: Path) -> None:
+    """Each folder failed collection before (keys that differ, no seed, list values), so the
+    whole run stopped; now each runs with the verdicts of its own check."""
+    folders = [_ragged(tmp_path), _seedless(tmp_path), _grouped(tmp_path),
+               _folder(tmp_path, "spd_py", SPD, "tests:\n  - {\"n\": 6, \"seed\": 3}\n"
+                       "benchmarks: []\n", {"cholesky.py": CHOLESKY})]
+    code, out, data = run_pytest([*map(str, folders), "--ks-bench-budget", "0.05"], tmp_path)
+    assert code == 0, out
+    reasons = {(run["task"], *key): value for run in data for key, value
+               in case_reasons(run).items()}
+    assert reasons == {
+        # submission.py is the seed of a folder without solutions/correct.
+        ("ragged_py", "submission", "n8-s1"): ("passed", ""),
+        ("ragged_py", "submission", "n8-s2-casepositive"): ("passed", ""),
+        ("seedless_py", "double", "size16"): ("passed", ""),
+        ("seedless_py", "double", "size32"): ("passed", ""),
+        ("seedless_py", "reference", "size32"): ("passed", ""),
+        # The case listed twice is one item.
+        ("grouped_py", "inc", "m2_3-g2-s5"): ("passed", ""),
+        ("grouped_py", "inc", "m4_1_2-g3-s6"): ("passed", ""),
+        # The re-run draws the case again (a changed element broke positive definiteness).
+        ("spd_py", "cholesky", "n6-s3"): ("passed", ""),
+    }, out
+
+
+def test_a_result_cached_by_address_fails_the_rerun_of_a_redrawn_case(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "spd_py", SPD, "tests:\n  - {\"n\": 6, \"seed\": 3}\n"
+                     "benchmarks: []\n", {"cached.py": CACHED})
+    code, out, data = run_pytest([str(folder)], tmp_path)
+    assert code == 1, out
+    outcome, reason = case_reasons(data)[("cached", "n6-s3")]
+    assert outcome == "failed"
+    # (The worker poisons a returned output after its snapshot: the cached one comes back NaN.)
+    assert reason.startswith("re-run in the same input tensors with every tensor drawn again by "
+                             "generate_input: wrong result: "), reason
+
+
+def _other_interface(root: Path) -> Path:
+    """princeton/cross_entropy_py's pattern: its own eval.py calls other entry points."""
+    return _folder(root, "two_entries_py", (
+        "def generate_inputs(batch_size, vocab_size, seed=42):\n    return None\n\n"
+        "def reference_forward(logits, targets):\n    return None\n"),
+        "tests:\n  - {\"vocab_size\": 32}\nbenchmarks: []\n",
+        submission="def cross_entropy_forward(logits, targets):\n    return None\n")
+
+
+def test_what_the_harness_cannot_drive_is_one_skip_each(pytester: pytest.Pytester) -> None:
+    _other_interface(pytester.path)
+    _folder(pytester.path, "needs_module_py", "import not_installed_here\n" + MATCH,
+            "tests:\n  - {\"n\": 1, \"seed\": 1}\n")
+    _folder(pytester.path, "no_candidate_py", "def generate_input(n, seed):\n"
+            "    return torch.ones(n)\n\n" + MATCH, "tests:\n  - {\"n\": 1, \"seed\": 1}\n")
+    runs = _folder(pytester.path, "runs_py", "def generate_input(n, seed):\n"
+                   "    return torch.ones(n)\n\n" + MATCH.replace("ref_kernel(data)", "data"),
+                   "tests:\n  - {\"n\": 1, \"seed\": 1}\n"
+                   "benchmarks:\n  - {\"n\": 2, \"seed\": 1}\n",
+                   submission="def custom_kernel(data):\n    return data.clone()\n")
+    result = pytester.runpytest_subprocess("-rs", "-v", "--ks-bench-budget", "0.05")
+    # The folder that can run does, beside one skip per folder that cannot; without a
+    # ref_kernel there is no reference to time, the check alone judges.
+    result.assert_outcomes(passed=2, skipped=3)
+    result.stdout.fnmatch_lines_random([
+        "*two_entries_py/reference.py: defines no generate_input, check_implementation (it "
+        "defines generate_inputs, reference_forward): its eval drives another interface than "
+        "the one pytest-kscientist runs (generate_input(**case) -> data, custom_kernel(data) "
+        "-> output, check_implementation(data, output))",
+        "*needs_module_py/reference.py: importing it needs the module 'not_installed_here', "
+        "which is not installed here*install it, or run where it is",
+        "*task 'no_candidate_py': no candidate: * has neither solutions/correct/*.py nor "
+        "submission.py, and no --kernel was given; pass --kernel PATH",
+    ])
+    assert f"{runs.name}/task.yml::submission::bench[n2-s1] PASSED" in result.stdout.str()
+    assert f"{runs.name}/task.yml::reference" not in result.stdout.str()
+
+
+def test_case_ids_name_the_keys_each_case_has(tmp_path: Path) -> None:
+    task = gpumode.load_problem(_ragged(tmp_path) / "task.yml")
+    assert task.spec.case_keys == ["n", "seed", "case"]
+    assert [task.case_id(c) for c in task.profile("full").tests] == ["n8-s1", "n8-s2-casepositive"]
+    grouped = gpumode.load_problem(_grouped(tmp_path) / "task.yml")
+    assert [grouped.case_id(c) for c in grouped.profile("full").tests] == [
+        "m2_3-g2-s5", "m4_1_2-g3-s6"]
