@@ -7,6 +7,8 @@ installs it). Without it they skip, unless KS_HIP_REQUIRED=1 (CI) makes its abse
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -238,6 +240,31 @@ def test_compile_items_in_a_cpu_session(toolchain, tmp_path: Path) -> None:
     assert by_arch["gfx942"]["outcome"] == "failed"
     assert by_arch["gfx950"]["kernels"][0]["lds_bytes"] == 131072
     assert "expected ';'" in compiles["syntax_error"][0]["reason"]
+
+
+def test_a_source_including_torch_extension_compiles_in_a_virtualenv(toolchain,
+                                                                    tmp_path: Path) -> None:
+    """GPU MODE's HIP submissions include <torch/extension.h> (Python.h through pybind11), which
+    load_inline finds with torch's include_paths() and the interpreter's include folder. A
+    virtualenv's sys.prefix has no headers (they stay under the base's): the gate failed there
+    with "'Python.h' file not found" while load_inline compiled the same source."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    prefixes = subprocess.run([str(python), "-c", "import sys; print(sys.prefix != "
+                               "sys.base_prefix)"], capture_output=True, text=True, check=True)
+    assert prefixes.stdout.strip() == "True"  # the case at issue: a prefix without Python.h
+    proc = subprocess.run(
+        [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-v", str(TASK), "--ks-baselines",
+         "none", "--ks-skip-reference", "-k", "compile",
+         "--kernel", str(HIP / "torch_extension_hip.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert "torch_extension_hip::compile[gfx942] PASSED" in output, output
+    line = next(line for line in output.splitlines()
+                if line.strip().startswith("torch_extension_hip compile[gfx942] "))
+    assert "naive_fp8_mm: " in line and " VGPRs, " in line, line
 
 
 def test_compile_items_skip_without_a_toolchain(tmp_path: Path) -> None:

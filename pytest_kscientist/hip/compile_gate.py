@@ -59,7 +59,7 @@ def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit:
     cmd = [str(tc.clang), "-x", "hip", f"--offload-arch={arch}", f"--hip-path={tc.hip_path}"]
     if tc.device_libs is not None:
         cmd.append(f"--rocm-device-lib-path={tc.device_libs}")
-    for folder in (*tc.includes, *tc.torch_includes):
+    for folder in (*tc.includes, *tc.torch_includes, *tc.python_includes):
         cmd += ["-isystem", str(folder)]
     if tc.define_wavefront:
         # gfx9 (CDNA, GCN) runs 64-wide waves by default, gfx10+ (RDNA) 32-wide.
@@ -233,6 +233,11 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
         result.outcome = "failed"
         result.reason = first_errors(output) or (
             f"the compiler exited with code {code} without an error line")
+        if "'Python.h' file not found" in output:
+            where = ", ".join(map(str, tc.python_includes)) or "nowhere (sysconfig names none)"
+            result.reason += (f"\n(load_inline looks for Python.h in {where}, this "
+                              "interpreter's include folder; install its development headers, "
+                              "e.g. python3-dev)")
         if sum(bool(ERROR.match(line)) for line in output.splitlines()) <= MAX_ERRORS:
             result.detail = ""  # the reason holds every error already
     else:

@@ -5,8 +5,11 @@ Looked for, in order:
    ``tools/install_hip_toolchain.sh`` unpacks (HIP, rocPRIM and rocThrust headers, LLVM-22
    bitcode) beside the system's ``clang++-22`` (``$KS_HIP_CLANG`` overrides it);
 2. a ROCm install at ``$ROCM_PATH`` (default ``/opt/rocm``), with its own ``llvm/bin/clang++``.
-Torch's headers come from the installed torch package, found without importing it. Nothing here
-starts a process: the gate learns the compiler's version from its first compile.
+The header folders of torch and of this interpreter are load_inline's own: torch's
+``cpp_extension.include_paths()`` (torch is imported for it, when the gate first compiles) and
+``sysconfig``'s ``posix_prefix`` include folder, where Python.h is (a virtualenv's sys.prefix
+has none: its headers stay under the base interpreter's). Nothing here starts a process: the gate
+learns the compiler's version from its first compile.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +33,7 @@ class Toolchain:
     device_libs: Path | None  # --rocm-device-lib-path; None: the compiler finds its own
     includes: tuple[Path, ...]  # -isystem, before torch's
     torch_includes: tuple[Path, ...]
+    python_includes: tuple[Path, ...]  # after torch's, as load_inline orders them
     versions: str  # what was installed, one line ("" when unknown)
     # HIP 6.x headers read __AMDGCN_WAVEFRONT_SIZE, which clang 22 no longer defines.
     define_wavefront: bool
@@ -50,14 +55,28 @@ def install_command() -> str:
 
 
 def torch_includes() -> tuple[Path, ...]:
-    """torch's C++ header folders, from its package location (torch is not imported)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    """The folders load_inline passes for torch's headers: ``include_paths()`` of
+    torch.utils.cpp_extension, with a ROCm torch's THH and ROCm folders ("cuda"); () when
+    torch or its headers are not installed."""
+    if importlib.util.find_spec("torch") is None:
         return ()
-    base = Path(list(spec.submodule_search_locations)[0]) / "include"
-    found = (base, base / "torch" / "csrc" / "api" / "include")
-    return found if (base / "torch" / "types.h").is_file() or (
-        found[1] / "torch" / "types.h").is_file() else ()
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return ()
+    try:
+        paths = cpp_extension.include_paths("cuda" if cpp_extension.IS_HIP_EXTENSION else "cpu")
+    except OSError:  # a ROCm torch that finds no ROCM_HOME: torch's own folders still hold
+        paths = cpp_extension.include_paths("cpu")
+    found = tuple(Path(p) for p in paths)
+    return found if any((p / "torch" / "types.h").is_file() for p in found) else ()
+
+
+def python_includes() -> tuple[Path, ...]:
+    """The folder load_inline passes for Python.h (<torch/extension.h> includes it):
+    sysconfig's ``posix_prefix`` include path, the base interpreter's in a virtualenv."""
+    found = sysconfig.get_path("include", scheme="posix_prefix")
+    return (Path(found),) if found else ()
 
 
 def _unpacked(root: Path) -> Toolchain | str:
@@ -75,6 +94,7 @@ def _unpacked(root: Path) -> Toolchain | str:
         root / "VERSIONS").is_file() else ""
     return Toolchain(clang=Path(clang), hip_path=tree, device_libs=bitcode[-1],
                      includes=(tree / "include",), torch_includes=torch_includes(),
+                     python_includes=python_includes(),
                      versions=", ".join(versions.split("\n")).strip(", "),
                      define_wavefront=True)
 
@@ -85,7 +105,7 @@ def _rocm(root: Path) -> Toolchain | str:
         return f"no ROCm install at {root}"
     version = root / ".info" / "version"
     return Toolchain(clang=clang, hip_path=root, device_libs=None, includes=(),
-                     torch_includes=torch_includes(),
+                     torch_includes=torch_includes(), python_includes=python_includes(),
                      versions=f"ROCm {version.read_text().strip()}" if version.is_file() else "",
                      define_wavefront=False)
 
