@@ -1,1 +1,1 @@
-"""What both processes speak: framed messages, the sampled elements, the input perturbations."""
+"""What both processes speak: framed messages, large outputs handed over, input changes."""
