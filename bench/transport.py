@@ -5,7 +5,7 @@ Transfer: a `check` request whose output comes back whole, taken into this proce
 harness takes it (a frame, or a sealed memfd above `handover.SHARED_ABOVE` bytes), against a
 `call` request (same inputs and kernel, no output back), outputs of 4 to 100 MB.
 Verification: a timed call's output fetched (`fetch`) and judged against the reference
-(`Evaluator._judge`), the reference's own time apart.
+(`Evaluator._judge`), the reference's own time apart; a whole check item (`Evaluator.check`).
 `--pipe`: every output in its frame, as before the handover existed.
 Usage: python bench/transport.py [--repeats 5] [--pipe]"""
 
@@ -37,7 +37,9 @@ def main() -> None:
     args = parser.parse_args()
     task = load_task(AXPY)
     worker = start_worker(task, AXPY / "seeds" / "good.py", "custom_kernel", None, "cpu", 300)
-    spec = None if args.pipe else received.spec(worker, "cpu")
+    if args.pipe:
+        received.spec = lambda worker, device: None  # the Evaluator's requests too
+    spec = received.spec(worker, "cpu")
     print(f"handover: {spec}")
     try:
         print("| output MB | check ms | call ms | transfer ms per MB |")
@@ -70,9 +72,16 @@ def main() -> None:
             fetch.append(t1 - t0)
             reference.append(t2 - t1)
             judge.append(t3 - t2)
-        print("\n| 25M fp32 elements, one timed call's output | ms |\n|---|---|")
-        for name, values in (("fetch, whole", fetch), ("judge, whole", judge),
-                             ("reference (paid before too)", reference)):
+        checks = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            assert ev.check(worker, case).outcome == "passed"
+            checks.append(time.perf_counter() - t0)
+        print("\n| 25M fp32 elements | ms |\n|---|---|")
+        for name, values in (("one timed call's output: fetch, whole", fetch),
+                             ("its judge, whole", judge),
+                             ("its reference (paid before too)", reference),
+                             ("a check item: call, re-run, references, judges", checks)):
             print(f"| {name} | {statistics.median(values) * 1e3:.0f} |")
     finally:
         worker.close()

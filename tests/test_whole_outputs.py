@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers import AXPY, case_reasons, run_pytest
 
-from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.errors import CandidateFailure, ChannelError
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness import correctness, received
 from pytest_kscientist.harness.evaluate import Evaluator
@@ -134,6 +134,18 @@ def test_an_output_over_2_gib_crosses_the_pipe_and_the_handover() -> None:
     out = received.output(_Here(), meta, payload, "cpu")
     offers.release()  # the worker's side let go: the mapping here holds the memory
     assert torch.equal(out, source)
+
+
+def test_a_frame_claiming_more_memory_than_there_is_is_a_channel_error() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, channel._PREFIX.pack(2, 1 << 62, b"\0" * 32) + b"{}")
+        with pytest.raises(ChannelError, match=r"worker frame 0 claims a payload of "
+                           r"4611686018427387904 bytes, more than this process can hold"):
+            channel.read_frame(read_fd, b"k", 0)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 # -- what the worker can no longer change --------------------------------------------------------
@@ -296,6 +308,29 @@ def test_a_cuda_output_is_handed_over_on_the_device_and_judged_whole() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs an NVIDIA GPU")
+def test_a_malformed_cuda_handover_is_refused_and_leaves_the_device_usable() -> None:
+    from pytest_kscientist.protocol import cuda_share
+
+    data = torch.arange(1 << 20, dtype=torch.int32, device="cuda")
+    desc, release = cuda_share.export(data.view(torch.uint8))
+    try:
+        nbytes = data.numel() * 4
+        taken = handover.take(desc, nbytes, os.getpid(), "cuda")
+        assert torch.equal(taken.view(torch.int32), data)
+        for bad, why in (({**desc, "size": desc["size"] * 4}, r"CUDA allocation \d+: cuMemMap"),
+                         ({**desc, "size": nbytes - 1}, r"does not hold"),
+                         ({"kind": "cuda", "fd": _memfd(b"\0" * 4096), "size": 1 << 21},
+                          r"CUDA allocation \d+: cuMemImportFromShareableHandle")):
+            with pytest.raises(CandidateFailure, match=why):
+                handover.take(bad, nbytes, os.getpid(), "cuda")
+    finally:
+        release()
+    assert int((data * 2).sum()) == 2 * int(data.sum())  # no error left on the device
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs an NVIDIA GPU")
 def test_one_wrong_element_of_a_cuda_output_fails_its_check_and_benchmark(tmp_path) -> None:
     task = _large_task(tmp_path, f"tests = [{{ n = {LARGE}, seed = 1 }}]",
                        f"benchmarks = [{{ n = {LARGE}, seed = 3 }}]")
@@ -314,3 +349,4 @@ def test_one_wrong_element_of_a_cuda_output_fails_its_check_and_benchmark(tmp_pa
                     reasons[("counts_calls", f"n{LARGE}-s3")][1])
     assert reasons[("good", f"n{LARGE}-s3")] == ("passed", "")
     assert code == 1
+

@@ -101,7 +101,11 @@ def read_frame(
     if hlen > MAX_HEADER:
         raise ChannelError(f"worker frame header of {hlen} bytes exceeds {MAX_HEADER}")
     raw = _read_exact(fd, hlen, deadline)
-    payload = _read_exact(fd, plen, deadline)  # a bytearray: torch.frombuffer takes it as is
+    try:
+        payload = _read_exact(fd, plen, deadline)  # a bytearray: torch.frombuffer takes it as is
+    except (MemoryError, OverflowError):
+        raise ChannelError(f"worker frame {seq} claims a payload of {plen} bytes, more than "
+                           "this process can hold") from None
     if not hmac.compare_digest(mac, _mac(key, seq, raw, payload)):
         raise ChannelError(f"worker frame {seq} failed authentication (forged or out of order)")
     try:

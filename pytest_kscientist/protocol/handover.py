@@ -31,9 +31,10 @@ from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
 
-# Bytes above which a tensor is handed over rather than written into the frame: a memfd's fixed
-# cost (create, seal, duplicate, map: ~0.1 ms) is what 256 KiB cost on the pipe
-# (bench/transport.py).
+# Bytes above which a tensor is handed over rather than written into the frame. On the 2-core CPU,
+# offered and taken in one process, against a frame through a widened pipe: 0.19 / 0.36 ms at
+# 64 KiB, 0.38 / 0.74 ms at 256 KiB, 0.99 / 2.27 ms at 1 MiB (notes/timing.md); 256 KiB leaves
+# room for a CUDA export's fixed cost, not measured.
 SHARED_ABOVE = 1 << 18
 _SEALS = {"F_SEAL_WRITE": 8, "F_SEAL_SHRINK": 2, "F_SEAL_GROW": 4, "F_SEAL_SEAL": 1}
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034  # Linux's, as fcntl names them from Python 3.8 on
