@@ -44,6 +44,7 @@ def custom_kernel(data):
     key = tuple(t.shape for t in data if hasattr(t, "shape"))
     cuda = data[0].is_cuda
     if key not in _own_us:
+        _honest(data)  # the first call of a shape may compile: measure the second
         if cuda:
             start = _torch.cuda.Event(enable_timing=True)
             end = _torch.cuda.Event(enable_timing=True)

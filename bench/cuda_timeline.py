@@ -59,25 +59,31 @@ __device__ __forceinline__ void ks_put(int role, int event, uint32_t cycles) {
 #define KS_MARK(ev) do { ks_u = ks_clk(); ks_acc[ev] += ks_u - ks_t; ks_t = ks_u; } while (0)
 """.replace("@CTAS@", str(CTAS)).replace("@EVENTS@", str(EVENTS))
 
-HOST = r"""
-torch::Tensor ks_timeline(bool reset) {
-    auto out = torch::empty({(long)(sizeof(ks_tl) / 8)}, torch::dtype(torch::kLong));
-    C10_CUDA_CHECK(cudaMemcpyFromSymbol(out.data_ptr(), ks_tl, sizeof(ks_tl)));
-    if (reset) {
-        static unsigned long long zeros[sizeof(ks_tl) / 8] = {};
-        C10_CUDA_CHECK(cudaMemcpyToSymbol(ks_tl, zeros, sizeof(ks_tl)));
-    }
-    return out;
+# The seed's cuda.cu includes no torch header (issue 32): it copies the stamps out (and zeroes
+# them), its main.cpp makes the tensor.
+HOST_CU = r"""
+const char* ks_timeline_copy(void* out, bool reset) {
+    static unsigned long long zeros[sizeof(ks_tl) / 8] = {};
+    cudaError_t e = cudaMemcpyFromSymbol(out, ks_tl, sizeof(ks_tl));
+    if (e == cudaSuccess && reset) e = cudaMemcpyToSymbol(ks_tl, zeros, sizeof(ks_tl));
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 """
+HOST_CPP = r"""
+const char* ks_timeline_copy(void* out, bool reset);
+torch::Tensor ks_timeline(bool reset) {
+    auto out = torch::empty({@SLOTS@}, torch::dtype(torch::kLong));
+    const char* why = ks_timeline_copy(out.data_ptr(), reset);
+    TORCH_CHECK(why == nullptr, "ks_timeline: ", why);
+    return out;
+}
+""".replace("@SLOTS@", str(CTAS * 3 * EVENTS))
 
 # (old, new): every old must occur exactly once in the seed's source.
 PATCHES = [
-    ('name="ks_cuda_wgmma', 'name="ks_timeline_cuda_wgmma'),
-    ('functions=["fp8_gemm"]', 'functions=["fp8_gemm", "ks_timeline"]'),
-    ("int64_t tma_store, int64_t overlap, int64_t c_buffers);\n",
-     "int64_t tma_store, int64_t overlap, int64_t c_buffers);\n"
-     "torch::Tensor ks_timeline(bool reset);\n"),
+    ('"name": "ks_cuda_wgmma', '"name": "ks_timeline_cuda_wgmma'),
+    ('"functions": ["fp8_gemm"]', '"functions": ["fp8_gemm", "ks_timeline"]'),
+    ('"cpp_sources": [WRAPPER_SRC]', '"cpp_sources": [WRAPPER_SRC + KS_HOST_CPP]'),
     ("template <int BN>\n__device__ __forceinline__ void wgmma_step(",
      DEVICE + "template <int BN>\n__device__ __forceinline__ void wgmma_step("),
     # the producer: its waits for a free stage
@@ -133,8 +139,8 @@ PATCHES = [
      "    ks_acc[7] = ks_clk() - ks_t0;\n"
      "    if (t == 0)\n"
      "        for (int e = 0; e < KS_TL_EVENTS; ++e) ks_put(half, e, ks_acc[e]);\n"),
-    ("cuda_sources=[kernel_source() + HOST_SRC]",
-     "cuda_sources=[kernel_source() + HOST_SRC + KS_HOST]"),
+    ('"cuda_sources": [kernel_source() + LAUNCH_SRC]',
+     '"cuda_sources": [kernel_source() + LAUNCH_SRC + KS_HOST_CU]'),
 ]
 
 
@@ -145,8 +151,8 @@ def patched(source: str) -> str:
             raise SystemExit(f"cuda_timeline: the seed holds {source.count(old)} copies of "
                              f"{old!r}, not one; update PATCHES to the seed's source")
         source = source.replace(old, new)
-    return source.replace("\nmodule = load_inline(", f"\nKS_HOST = r'''{HOST}'''\n"
-                          "module = load_inline(", 1)
+    return source.replace("\nBUILD = {", f"\nKS_HOST_CU = r'''{HOST_CU}'''\n"
+                          f"KS_HOST_CPP = r'''{HOST_CPP}'''\nBUILD = {{", 1)
 
 
 def summary(raw: list[int]) -> dict[str, dict[str, float]]:

@@ -11,10 +11,11 @@ from helpers import AXPY, CANDIDATES, REPO, run_pytest
 
 def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(AXPY), "--collect-only", "-q")
+    # Every check first, then each case's bench items back to back (timed in shared rounds).
     result.stdout.fnmatch_lines([
-        "*axpy/task.toml::reference::bench[[]n4096-s3[]]",
         "*axpy/task.toml::good::check[[]n1000-s1[]]",
         "*axpy/task.toml::good::check[[]n33-s2[]]",
+        "*axpy/task.toml::reference::bench[[]n4096-s3[]]",
         "*axpy/task.toml::good::bench[[]n4096-s3[]]",
         "4 tests collected*",
     ])
@@ -135,9 +136,9 @@ def test_a_selection_of_another_profiles_cases_says_so(tmp_path: Path) -> None:
 
 def test_another_tools_task_toml_is_left_alone(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", task='[task]\nname = "build docs"\n')
-    pytester.makepyfile(test_docs="def test_docs():\n    assert True\n")
+    pytester.makepyfile(test_other_tool="def test_docs():\n    assert True\n")
     result = pytester.runpytest()
-    assert result.ret == 0
+    assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=1)
 
 

@@ -172,8 +172,10 @@ def yardstick_notes(cands: list[CandidateResult]) -> list[str]:
     lines = []
     for name in sorted(names):
         own = by_name[name].cases if name in by_name else []
-        beside = [t for c in cands for case in c.cases for n, t in case.baselines.items()
-                  if n == name and t.stats is not None]
+        # One timing per case: the candidates of a session share the rounds it was timed in.
+        beside = list({case.case_id: t for c in cands for case in c.cases
+                       for n, t in case.baselines.items()
+                       if n == name and t.stats is not None}.values())
         first = next((c.reason for c in own if c.outcome == "xfailed"), "") or next(
             t.mismatch for t in beside if not t.verified)
         judged = [c for c in own if c.outcome in ("passed", "xfailed")]

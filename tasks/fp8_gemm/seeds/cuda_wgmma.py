@@ -23,7 +23,6 @@ the last to count adds the others' and writes C: no CTA waits for another.
 from __future__ import annotations
 
 import os
-from inspect import signature
 
 from torch.utils.cpp_extension import include_paths, load_inline
 
@@ -777,14 +776,13 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
 # written beside torch's headers, so only where those are writable.
 FAST_BUILD = {"no_implicit_headers": True,
               "use_pch": os.access(os.path.join(include_paths()[0], "torch"), os.W_OK)}
-module = load_inline(
-    name="ks_cuda_wgmma_v6",
-    cpp_sources=[WRAPPER_SRC],
-    cuda_sources=[kernel_source() + LAUNCH_SRC],
-    functions=["fp8_gemm"],
-    extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
-    **{key: on for key, on in FAST_BUILD.items() if key in signature(load_inline).parameters},
-)
+BUILD = {"name": "ks_cuda_wgmma_v6", "cpp_sources": [WRAPPER_SRC],
+         "cuda_sources": [kernel_source() + LAUNCH_SRC], "functions": ["fp8_gemm"],
+         "extra_cuda_cflags": ["-gencode=arch=compute_90a,code=sm_90a", "-O3"]}
+try:
+    module = load_inline(**BUILD, **FAST_BUILD)
+except TypeError:  # a torch whose load_inline names neither keyword: the slow build
+    module = load_inline(**BUILD)
 
 
 def shape_of(data):
