@@ -81,9 +81,9 @@ torch::Tensor ks_timeline(bool reset) {
 
 # (old, new): every old must occur exactly once in the seed's source.
 PATCHES = [
-    ('"name": "ks_cuda_wgmma', '"name": "ks_timeline_cuda_wgmma'),
-    ('"functions": ["fp8_gemm"]', '"functions": ["fp8_gemm", "ks_timeline"]'),
-    ('"cpp_sources": [WRAPPER_SRC]', '"cpp_sources": [WRAPPER_SRC + KS_HOST_CPP]'),
+    ('name="ks_cuda_wgmma', 'name="ks_timeline_cuda_wgmma'),
+    ('functions=["fp8_gemm"]', 'functions=["fp8_gemm", "ks_timeline"]'),
+    ("cpp_sources=[WRAPPER_SRC]", "cpp_sources=[WRAPPER_SRC + KS_HOST_CPP]"),
     ("template <int BN>\n__device__ __forceinline__ void wgmma_step(",
      DEVICE + "template <int BN>\n__device__ __forceinline__ void wgmma_step("),
     # the producer: its waits for a free stage
@@ -139,8 +139,8 @@ PATCHES = [
      "    ks_acc[7] = ks_clk() - ks_t0;\n"
      "    if (t == 0)\n"
      "        for (int e = 0; e < KS_TL_EVENTS; ++e) ks_put(half, e, ks_acc[e]);\n"),
-    ('"cuda_sources": [kernel_source() + LAUNCH_SRC]',
-     '"cuda_sources": [kernel_source() + LAUNCH_SRC + KS_HOST_CU]'),
+    ("cuda_sources=[kernel_source() + LAUNCH_SRC]",
+     "cuda_sources=[kernel_source() + LAUNCH_SRC + KS_HOST_CU]"),
 ]
 
 
@@ -151,8 +151,8 @@ def patched(source: str) -> str:
             raise SystemExit(f"cuda_timeline: the seed holds {source.count(old)} copies of "
                              f"{old!r}, not one; update PATCHES to the seed's source")
         source = source.replace(old, new)
-    return source.replace("\nBUILD = {", f"\nKS_HOST_CU = r'''{HOST_CU}'''\n"
-                          f"KS_HOST_CPP = r'''{HOST_CPP}'''\nBUILD = {{", 1)
+    return source.replace("\n\ndef _build(", f"\nKS_HOST_CU = r'''{HOST_CU}'''\n"
+                          f"KS_HOST_CPP = r'''{HOST_CPP}'''\n\n\ndef _build(", 1)
 
 
 def summary(raw: list[int]) -> dict[str, dict[str, float]]:

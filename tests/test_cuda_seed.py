@@ -15,6 +15,7 @@ schedule (stream-K fixups included).
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import shutil
 import subprocess
@@ -42,6 +43,7 @@ def seed_namespace(monkeypatch: pytest.MonkeyPatch, source: str,
 
     @functools.wraps(load_inline)
     def record(**kwargs):
+        inspect.signature(load_inline).bind(**kwargs)  # a keyword it lacks: TypeError, as a call
         calls.append(kwargs)
         return types.SimpleNamespace()
 

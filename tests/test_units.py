@@ -175,3 +175,27 @@ def test_the_runner_refuses_harness_modules_beside_it() -> None:
                                 "pytest_kscientist.evolve"]) == [
         "pytest_kscientist.evolve", "pytest_kscientist.formats.task",
         "pytest_kscientist.harness.evaluate"]
+
+
+def test_worker_side_code_imports_the_package_only_at_module_level() -> None:
+    """The runner hides the package from sys.modules once it has started, and a call after
+    which the package is back in sys.modules fails as "imported the harness's own package". So
+    code the worker runs during a call (its package and the protocol) must not import the
+    package inside a function: handover.offer did, for CUDA outputs, and on the H200 every
+    benchmark whose output went through the CUDA handover failed so (2026-12-03)."""
+    import ast
+
+    from helpers import REPO
+
+    found = []
+    for sub in ("worker", "protocol"):
+        for path in sorted((REPO / "pytest_kscientist" / sub).glob("*.py")):
+            for fn in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                             [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                    if any(n.split(".")[0] == "pytest_kscientist" for n in names):
+                        found.append(f"{path.name}:{node.lineno} in {fn.name}")
+    assert not found, found

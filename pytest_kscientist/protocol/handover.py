@@ -30,6 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
+# At the top, not in the functions: the worker hides the package from sys.modules once it has
+# started, so an import during a call loads it again, which its integrity check reads as the
+# candidate importing the harness (every output over SHARED_ABOVE on the H200 failed so).
+from pytest_kscientist.protocol import cuda_share
 
 # Bytes above which a tensor is handed over rather than written into the frame. On the 2-core CPU,
 # offered and taken in one process, against a frame through a widened pipe: 0.19 / 0.36 ms at
@@ -79,8 +83,6 @@ def offer(flat: Any, kinds: list[str], offers: Offers) -> dict[str, Any] | None:
     """Hand over a contiguous uint8 tensor: the description for the answer's header, or None
     where no kind the pytest process accepts works here (the bytes then go in the frame)."""
     if flat.device.type == "cuda" and "cuda" in kinds:
-        from pytest_kscientist.protocol import cuda_share
-
         try:
             desc, release = cuda_share.export(flat)
         except (cuda_share.CudaError, RuntimeError):
@@ -157,11 +159,8 @@ def accepted(pid: int | None, device: str) -> list[str]:
     except OSError:
         return []
     kinds = ["memfd"]
-    if device.startswith("cuda"):
-        from pytest_kscientist.protocol import cuda_share
-
-        if cuda_share.works(device):
-            kinds.insert(0, "cuda")
+    if device.startswith("cuda") and cuda_share.works(device):
+        kinds.insert(0, "cuda")
     return kinds
 
 
@@ -181,8 +180,6 @@ def take(desc: Any, nbytes: int, pid: int | None, device: str) -> Any:
                        f"{exc.strerror or exc}") from None
     try:
         if desc["kind"] == "cuda":
-            from pytest_kscientist.protocol import cuda_share
-
             size = desc.get("size")
             if type(size) is not int or not nbytes <= size < 1 << 48:
                 raise _refused(f"allocation size {size!r} does not hold {nbytes} bytes")

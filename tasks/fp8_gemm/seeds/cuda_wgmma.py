@@ -776,13 +776,23 @@ torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch
 # written beside torch's headers, so only where those are writable.
 FAST_BUILD = {"no_implicit_headers": True,
               "use_pch": os.access(os.path.join(include_paths()[0], "torch"), os.W_OK)}
-BUILD = {"name": "ks_cuda_wgmma_v6", "cpp_sources": [WRAPPER_SRC],
-         "cuda_sources": [kernel_source() + LAUNCH_SRC], "functions": ["fp8_gemm"],
-         "extra_cuda_cflags": ["-gencode=arch=compute_90a,code=sm_90a", "-O3"]}
+
+
+def _build(**fast):
+    return load_inline(
+        name="ks_cuda_wgmma_v6",
+        cpp_sources=[WRAPPER_SRC],
+        cuda_sources=[kernel_source() + LAUNCH_SRC],
+        functions=["fp8_gemm"],
+        extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
+        **fast,
+    )
+
+
 try:
-    module = load_inline(**BUILD, **FAST_BUILD)
+    module = _build(**FAST_BUILD)
 except TypeError:  # a torch whose load_inline names neither keyword: the slow build
-    module = load_inline(**BUILD)
+    module = _build()
 
 
 def shape_of(data):
