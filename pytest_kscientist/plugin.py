@@ -93,6 +93,21 @@ def _evolve_spec(path: Path) -> Path | None:
     return path if path.is_file() and _claims(path) else None
 
 
+def _evolve_target(args: list[str], from_testpaths: bool = False) -> Path:
+    """The one task file ``--evolve`` runs on, from the command line's paths; UsageError
+    otherwise. ``from_testpaths``: no path was given, so pytest took the ini's testpaths."""
+    spec = _evolve_spec(Path(args[0])) if len(args) == 1 and not from_testpaths else None
+    if spec is None:
+        got = (f"none (pytest fell back to testpaths: {' '.join(args)})" if from_testpaths
+               else f"'{' '.join(args) or 'none'}'")
+        raise pytest.UsageError(
+            f"--evolve expects exactly one task: a folder holding {SPEC_NAME} or a GPU MODE "
+            "task.yml, or a KernelBench problem file (a .py defining Model, get_inputs and "
+            f"get_init_inputs), got {got}; e.g. pytest --evolve 3 tasks/fp8_gemm"
+        )
+    return spec
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     if _claims(file_path):
         from pytest_kscientist.harness.collect import TaskFile
@@ -122,6 +137,13 @@ class KsHooks:
         self.evolve_code: int | None = None  # the exit code of an --evolve run
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        if self.ks.settings.evolve is not None:
+            # Before collecting: a bare `pytest --evolve 2` would otherwise collect the whole
+            # test suite (12.4 s, issue 29) only to refuse it.
+            _evolve_target(session.config.args, session.config.args_source.name == "TESTPATHS")
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if self.ks.settings.evolve is None:
             return None
@@ -132,14 +154,7 @@ class KsHooks:
         from pytest_kscientist.evolve.population import PopulationError
 
         args = session.config.args
-        spec = _evolve_spec(Path(args[0])) if len(args) == 1 else None
-        if spec is None:
-            raise pytest.UsageError(
-                f"--evolve expects exactly one task: a folder holding {SPEC_NAME} or a GPU MODE "
-                "task.yml, or a KernelBench problem file (a .py defining Model, get_inputs and "
-                f"get_init_inputs), got '{' '.join(args) or 'none'}'; "
-                "e.g. pytest --evolve 3 tasks/fp8_gemm"
-            )
+        spec = _evolve_target(args, session.config.args_source.name == "TESTPATHS")
         try:
             self.evolve_code = run_evolution(session.config, spec.resolve())
         except (TaskSpecError, PopulationError) as exc:

@@ -475,3 +475,41 @@ def test_a_killed_runs_seed_is_evaluated_not_waited_for(tmp_path: Path) -> None:
     assert run(1, sleep=sleep) == 0, run.out.getvalue()
     assert run.evaluator.calls[0] == ["c0001", "c0002"]  # resumed: its run is gone
     assert "wait" not in run.out.getvalue()
+
+
+class WideEvaluator(FakeEvaluator):
+    """Speedups beside the parent measured with an interval of a factor 4 either way: nothing
+    the synthetic kernels gain is confirmed."""
+
+    def _beside(self, result, beside):
+        result = super()._beside(result, beside)
+        for name, ratio in result.speedups.items():
+            result.speedup_intervals[name] = [ratio / 4, ratio * 4]
+        return result
+
+
+def test_the_ending_says_why_a_lower_geomean_is_not_the_best(tmp_path: Path) -> None:
+    """Issue 29: "best so far: the seed" beside a lower geomean in a later generation read as
+    "evolution found nothing"; the ending names the lower one, its interval, and the run that
+    would settle it."""
+    run = Run(tmp_path)
+    assert run(2, evaluator=WideEvaluator()) == 0
+    members = run.pop.members()
+    top = best_member(members)
+    low = min((m for m in members if m.geomean_us), key=lambda m: m.geomean_us or 0)
+    assert top is not None and top.meta.origin == "seed" and low.id != top.id
+    text = run.out.getvalue()
+    assert (f"why {low.id} is not the best: its {low.geomean_us:.1f} us (gen "
+            f"{low.meta.generation}) against {top.id}'s {top.geomean_us:.1f} us compares "
+            "geomeans of different sessions; ") in text, text[-2000:]
+    assert "an interval that holds 1: not confirmed faster" in text
+    assert (f"to settle it, time both in one run: pytest <task folder> -k bench --kernel "
+            f"{run.pop.source_path(low.id)} --kernel {run.pop.source_path(top.id)}; or go on: "
+            "pytest --evolve 5 <task folder>") in text
+    assert "stopped: 2 generation(s) done (" in text and " s this run)" in text
+
+
+def test_an_ending_whose_best_is_the_lowest_adds_nothing(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    assert run(2) == 0
+    assert "is not the best" not in run.out.getvalue()

@@ -166,3 +166,17 @@ def test_llm_draft_check_follows_the_tasks_entry() -> None:
         "## Explanation\nx\n\n```python\nimport torch\n```\n\n```python\nclass ModelNew:\n"
         "    pass\n```\n```python\nx = 1\n```\n", entry="ModelNew")
     assert problem == "" and source == "class ModelNew:\n    pass\n"
+
+
+def test_evolve_without_a_task_is_refused_before_collecting(pytester: pytest.Pytester) -> None:
+    """Issue 29: a bare `pytest --evolve 2` collected the whole test suite (12.4 s) before its
+    error. The module below would fail collection if it were collected."""
+    pytester.makeini("[pytest]\ntestpaths = suite\n")
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "test_never.py").write_text("raise RuntimeError('collected')\n")
+    result = pytester.runpytest("--evolve", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --evolve expects exactly one task: * got none (pytest fell back to testpaths: "
+        "suite); e.g. pytest --evolve 3 tasks/fp8_gemm"])
+    assert "collected" not in result.stdout.str() and "RuntimeError" not in result.stdout.str()

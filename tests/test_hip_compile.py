@@ -220,6 +220,12 @@ def test_compile_items_in_a_cpu_session(toolchain, tmp_path: Path) -> None:
             "   13 |     if (i < n) x[i] *= 2.0f\n") in output
     assert ("lds_overflow does not compile for gfx942:\nlds_overflow.py:13:17: error: local "
             "memory (131072) exceeds limit (65536) in 'reverse_tile(float*)'") in output
+    rows = {line.split()[0]: line.split()[1:3] for line in output.splitlines()
+            if line.startswith("  ") and line.split()[0] in (
+                "syntax_error", "lds_overflow", "hip_mfma") and line.split()[1].isdigit()}
+    # passed and failed count the compile items (issue 29: the seed's row read 0 0)
+    assert rows == {"syntax_error": ["0", "1"], "lds_overflow": ["1", "1"],
+                    "hip_mfma": ["1", "0"]}, output
     seed_line = next(line for line in output.splitlines()
                      if line.strip().startswith("hip_mfma compile[gfx942] "))
     assert "fp8_gemm_kernel: " in seed_line and " VGPRs, " in seed_line

@@ -503,6 +503,9 @@ class Evolution(WriteStage):
             where = self.task_dir if self.task_dir is not None else "<task folder>"
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
+            for line in progress.not_the_best(members, top, self.pop.source_path, where,
+                                              self.budget.generations):
+                self.term.line(line)
 
 
 def _rejected(events: list[Event]) -> list[tuple[int, str, str]]:

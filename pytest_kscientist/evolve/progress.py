@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from pytest_kscientist.evolve.findings import best, evidence, label, lineage
+from pytest_kscientist.evolve.findings import best, confirmed, evidence, label, lineage
 from pytest_kscientist.evolve.offline.links import link
 from pytest_kscientist.evolve.population import Member, status_counts
 from pytest_kscientist.harness.files import atomic_target
@@ -116,7 +116,7 @@ def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> li
     """The closing lines of a run."""
     gens = best_per_generation(members)
     lines = [
-        f"stopped: {stop_reason} after {elapsed_s:.0f} s",
+        f"stopped: {stop_reason} ({elapsed_s:.0f} s this run)",
         f"population: {len(members)} candidates in {len(gens)} generations "
         f"({status_counts(list(members))})",
         best_line(members),
@@ -130,6 +130,37 @@ def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> li
     if trail:
         lines.append(f"best geomean_us per generation: {trail}")
     return lines
+
+
+def not_the_best(members: Sequence[Member], top: Member, path_of: Any, where: Any,
+                 generations: int) -> list[str]:
+    """Why the member with the lowest geomean is not ``top`` (geomeans of different sessions
+    differ by the machine's noise; only ratios timed side by side confirm a gain), and the run
+    that would settle it: none when ``top`` has the lowest geomean."""
+    passed = [m for m in members if m.geomean_us is not None]
+    low = min(passed, key=lambda m: m.geomean_us or 0.0, default=None)
+    if low is None or low.id == top.id or (low.geomean_us or 0) >= (top.geomean_us or 0):
+        return []
+    by_id = {m.id: m for m in members}
+    found = confirmed(low, by_id)
+    root = lineage(low, by_id)[0]
+    if found is None:
+        measured = ("no ratio beside its parent was timed, so nothing confirms it")
+    else:
+        speedup, lo, hi = found
+        verdict = ("holds 1: not confirmed faster" if lo <= 1 <= hi else
+                   "lies below 1: slower, side by side" if hi < 1 else
+                   "excludes 1, but its seed's time over it is still above the best's")
+        measured = (f"its ratios timed beside each parent make it {speedup:.3f}x "
+                    f"({lo:.3f}-{hi:.3f}) over seed {root}, an interval that {verdict}")
+    return [
+        f"why {low.id} is not the best: its {low.geomean_us:.1f} us (gen {low.meta.generation}) "
+        f"against {top.id}'s {top.geomean_us:.1f} us compares geomeans of different sessions; "
+        f"{measured}",
+        f"to settle it, time both in one run: pytest {where} -k bench --kernel "
+        f"{path_of(low.id)} --kernel {path_of(top.id)}; or go on: pytest --evolve "
+        f"{generations + 3} {where}",
+    ]
 
 
 def write_plot(members: Sequence[Member], path: Path, task: str) -> str:

@@ -54,7 +54,11 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
     rows = [tuple(head)]
     ranked = sorted(cands, key=lambda c: (c.geomean_us is None, c.geomean_us or 0.0))
     for c in ranked:
-        row = [_label(c), str(c.passed), str(c.failed), _us(c.geomean_us),
+        # compile[<arch>] items count as items (issue 29: hip_mfma read "0 0" with its
+        # compile item passed)
+        built = [x.outcome for x in c.compiles]
+        row = [_label(c), str(c.passed + built.count("passed")),
+               str(c.failed + built.count("failed")), _us(c.geomean_us),
                _x(c.speedup_over_reference), *(_vs(c, n) for n in names),
                "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
         if saved:
