@@ -332,8 +332,9 @@ class CandidateItem(pytest.Item):
         exc = excinfo.value
         if isinstance(exc, CandidateFailure):
             text = self.failure_head() + exc.reason
-            if exc.detail and exc.detail != exc.reason:
-                text += "\n\n" + exc.detail.rstrip()
+            detail = _beyond(exc.reason, exc.detail.rstrip())
+            if detail:
+                text += "\n\n" + detail
             return text
         return super().repr_failure(excinfo)
 
@@ -491,7 +492,25 @@ class DrawnItem(CandidateItem):
             except CandidateFailure as exc:
                 if not exc.wrong_result:
                     cand.drop_worker()
+                    if not _fails_apart_from(case):
+                        raise _Everywhere(case, exc) from None
                 raise
+
+        def _fails_apart_from(case: Case) -> bool:
+            """Whether a worker that died on ``case`` lives through the task's own first case:
+            a crash at every shape is not a shape's failure (issue 29: such a candidate read
+            "fails at m=1, n=1, k=128" after ~12 s of shrinking)."""
+            own = next((c for c in cand.tests if c != case), None)
+            if own is None:
+                return True
+            try:
+                evaluator.check(cand.live_worker(), own)
+            except CandidateFailure as again:
+                if again.wrong_result:
+                    return True
+                cand.drop_worker()
+                return False
+            return True
 
         try:
             cand.live_worker()  # a candidate that does not load fails here, as at every item
@@ -499,7 +518,17 @@ class DrawnItem(CandidateItem):
             self._publish(case={}, case_id="drawn", outcome="failed", reason=exc.reason,
                           detail=exc.detail[-4000:])
             raise
-        found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt, self.examples)
+        try:
+            found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
+                                  self.examples)
+        except _Everywhere as crash:
+            own = task.case_id(next(c for c in cand.tests if c != crash.case))
+            reason = (f"{crash.failure.reason}, at the first drawn case "
+                      f"({drawn.describe(crash.case)}) and at the task's own case {own} alike: "
+                      "not a shape's failure, so not shrunk")
+            self._publish(case=crash.case, case_id="drawn", outcome="failed", reason=reason,
+                          detail=crash.failure.detail[-4000:])
+            raise CandidateFailure(reason, crash.failure.detail) from None
         if found is None:
             self._publish(case={}, case_id="drawn", outcome="passed",
                           reason=f"{self.examples} drawn cases passed")
@@ -520,6 +549,16 @@ class DrawnItem(CandidateItem):
 
     def failure_head(self) -> str:
         return f"{self.candidate.name} drawn check: "
+
+
+class _Everywhere(BaseException):
+    """A drawn case's worker died and so did one on the task's own case: raised through
+    Hypothesis (which shrinks only on Exception) to stop the search at once."""
+
+    def __init__(self, case: Case, failure: CandidateFailure) -> None:
+        super().__init__(failure.reason)
+        self.case = case
+        self.failure = failure
 
 
 class GateItem(CandidateItem):
@@ -560,3 +599,15 @@ class GateItem(CandidateItem):
         if isinstance(excinfo.value, GateFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+def _beyond(reason: str, detail: str) -> str:
+    """What ``detail`` adds to ``reason``: without the part that repeats the reason's message
+    (issue 29: shape and NaN failures printed their message twice)."""
+    if not detail or detail in reason:
+        return ""
+    tails = [reason] + [reason[i + 2:] for i in range(len(reason)) if reason.startswith(": ", i)]
+    for tail in tails:
+        if tail and detail.startswith(tail):
+            return detail[len(tail):].lstrip("; \n")
+    return detail
