@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers import AXPY
 
@@ -52,16 +50,6 @@ def test_shape_and_nan_failures_print_their_message_once(pytester: pytest.Pytest
 def test_the_detail_shown_is_what_it_adds_to_the_reason(reason: str, detail: str,
                                                          shown: str) -> None:
     assert _beyond(reason, detail) == shown
-
-
-def test_a_bare_pytest_at_the_root_runs_the_tests_not_the_tasks() -> None:
-    """The default a newcomer gets: `pytest` alone runs tests/ (pyproject's testpaths)."""
-    import tomllib
-
-    from helpers import REPO
-
-    ini = tomllib.loads(Path(REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert ini["testpaths"] == ["tests"]
 
 
 EXITS_ALWAYS = """

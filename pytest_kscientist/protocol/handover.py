@@ -30,10 +30,12 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
-# At the top, not in the functions: the worker hides the package from sys.modules once it has
-# started, so an import during a call loads it again, which its integrity check reads as the
-# candidate importing the harness (every output over SHARED_ABOVE on the H200 failed so).
 from pytest_kscientist.protocol import cuda_share
+
+# cuda_share is imported above, not in the functions: the worker hides the package from
+# sys.modules once it has started, so an import during a call loads it again, which its
+# integrity check reads as the candidate importing the harness (every output over
+# SHARED_ABOVE failed so on the H200).
 
 # Bytes above which a tensor is handed over rather than written into the frame. On the 2-core CPU,
 # offered and taken in one process, against a frame through a widened pipe: 0.19 / 0.36 ms at
