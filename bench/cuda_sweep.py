@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from pytest_kscientist.harness.stats import geomean  # noqa: E402  (after the path)
+from pytest_kscientist.api import geomean  # noqa: E402  (after the path)
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
@@ -168,7 +168,7 @@ def compile_one(path: str) -> str:
 
 def check(module, reference, cases, tolerance: dict) -> str:
     """'' when every case is within the task's tolerance (its [check]), else the first miss."""
-    from pytest_kscientist.harness.correctness import compare
+    from pytest_kscientist.api import compare
 
     for m, n, k, seed in cases:
         data = reference.generate_input(m, n, k, seed, device="cuda")
@@ -208,7 +208,7 @@ def main() -> None:
     import torch
     from fused_sweep import gpumode_us, load
 
-    from pytest_kscientist.evolve.offline.knobs import read_space
+    from pytest_kscientist.api import read_space
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)

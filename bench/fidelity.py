@@ -154,13 +154,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.3)
     parser.add_argument("--out", type=Path, default=Path("fidelity.json"))
     args = parser.parse_args()
-    from pytest_kscientist.formats.task import load_task
-    from pytest_kscientist.worker.runner import _load_module
+    from pytest_kscientist.api import load_module, load_task
 
     cases = load_task(TASK).profile("full").benchmarks
-    ref = _load_module(str(TASK / "reference.py"), "_fid_ref")
-    seed = _load_module(str(SEED), "_fid_seed")
-    cub = _load_module(str(TASK / "baselines" / "cublas_blockscaled.py"), "_fid_cublas")
+    ref = load_module(TASK / "reference.py", "_fid_ref")
+    seed = load_module(SEED, "_fid_seed")
+    cub = load_module(TASK / "baselines" / "cublas_blockscaled.py", "_fid_cublas")
     kernels = {"triton_seed": (seed.custom_kernel, lambda d: d),
                "cublas_kmajor": (cub.run, cub.prepare)}
     plain = plain_loop(kernels, ref, cases, args.reps)

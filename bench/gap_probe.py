@@ -29,8 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.worker.runner import _load_module  # noqa: E402
-from pytest_kscientist.worker.timing import make_timer  # noqa: E402
+from pytest_kscientist.api import load_module, make_timer  # noqa: E402
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 SHAPES = [(1024, 7168, 256, 5364), (1024, 4096, 512, 17512), (1024, 3072, 1536, 6251),
@@ -93,9 +92,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--gap-ms", type=float, default=2.0)
     args = parser.parse_args()
-    ref = _load_module(str(TASK / "reference.py"), "_probe_ref")
-    seed = _load_module(str(TASK / "seeds" / "triton_blockscaled.py"), "_probe_seed")
-    cub = _load_module(str(TASK / "baselines" / "cublas_blockscaled.py"), "_probe_cublas")
+    ref = load_module(TASK / "reference.py", "_probe_ref")
+    seed = load_module(TASK / "seeds" / "triton_blockscaled.py", "_probe_seed")
+    cub = load_module(TASK / "baselines" / "cublas_blockscaled.py", "_probe_cublas")
     kernels = {"triton_seed": (seed.custom_kernel, lambda d: d),
                "cublas_kmajor": (cub.run, cub.prepare)}
     scratch = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")

@@ -3,7 +3,7 @@
 #   (a) the carried wheels and the plugin (the package is not pip-installed there),
 #   (b) the GPU-marked tests                              -> $OUT/gpu-tests.log
 #   (b2) optional (KS_SWEEP_S): knob sweep of the Triton seed -> $OUT/sweep.log, sweep.json
-#   (b3) optional (KS_PROBE_S): where per-call time goes    -> $OUT/probe.log
+#   (b3) optional (KS_PROBE_S): cuBLAS's scale layouts       -> $OUT/probe.log
 #   (c) the 18-shape table, both seeds beside both cuBLAS baselines
 #                                                         -> $OUT/table.log, $OUT/table.json
 #   (d) the offline scientist, --evolve 10 from the Triton seed alone, until the time is up
@@ -109,7 +109,7 @@ if [ "${KS_SWEEP_BEST:-0}" = 1 ] && [ -f "$OUT/sweep.json" ]; then
     || note "(b2) sweep's best point not applied"
 import json, sys
 from pathlib import Path
-from pytest_kscientist.evolve.offline.knobs import rewrite_tunables
+from pytest_kscientist.api import rewrite_tunables
 best = json.loads(Path(sys.argv[1]).read_text()).get("_best")
 if best and best["changes"]:
     seed = Path(sys.argv[2])
@@ -118,11 +118,9 @@ print("Triton seed knobs from the sweep:", best)
 EOF
 fi
 
-# -- (b3) where the harness's per-call time goes (bench/protocol_probe.py) ------------------
+# -- (b3) which layouts of B's scales cuBLAS takes (bench/cublas_scales_probe.py) -----------
 PROBE_S=${KS_PROBE_S:-0}
 if (( PROBE_S > 0 )); then
-  step "(b3) probe" "$(slot "$PROBE_S" $(( TABLE_S + 90 )))" "$OUT/probe.log" \
-    python3 bench/protocol_probe.py ${KS_PROBE_ARGS:-}
   step "(b3) cuBLAS scale forms" 60 "$OUT/probe.log" python3 bench/cublas_scales_probe.py
 fi
 

@@ -26,8 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_kscientist.evolve.offline.knobs import rewrite_tunables  # noqa: E402
-from pytest_kscientist.hip import source as hip  # noqa: E402  (pure: ast and re only)
+from pytest_kscientist.api import read_hip_source, rewrite_tunables  # noqa: E402
 
 TASK = REPO / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "hip_mfma.py"
@@ -61,7 +60,7 @@ def build(knobs: dict, scratch: Path):
     text = rewrite_tunables(text, knobs) if knobs else text
     copy = scratch / "hip_mfma.py"
     copy.write_text(text)
-    source = hip.read_source(copy)
+    source = read_hip_source(copy)
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     return load_inline(name=f"ks_hip_portable_{digest}", cpp_sources=[_cpp_wrapper(text)],
                        cuda_sources=[c.text for c in source.chunks], functions=["fp8_gemm"],

@@ -25,8 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.evolve.offline.links import split  # noqa: E402  (after the path)
-from pytest_kscientist.evolve.population import Member, Population  # noqa: E402
+from pytest_kscientist.api import Member, Population, split  # noqa: E402  (after the path)
 
 Z95 = 1.96
 

@@ -23,10 +23,15 @@ import re
 import sys
 from pathlib import Path
 
-from pytest_kscientist.evolve import findings
-from pytest_kscientist.evolve.population import Member, Population
-from pytest_kscientist.harness.results import CandidateResult, RunResults
-from pytest_kscientist.harness.stats import geomean
+from pytest_kscientist.api import (
+    CandidateResult,
+    Member,
+    Population,
+    RunResults,
+    best_member,
+    confirmed_speedup,
+    geomean,
+)
 
 TASK = "fp8_gemm"
 ORDER = {"reference": 0, "baseline": 1, "candidate": 2}
@@ -59,10 +64,10 @@ def read_population(path: Path, task: str) -> list[Member]:
 
 def best(members: list[Member]) -> tuple[Member | None, str]:
     """The evolve's best written candidate and its column label: the descendant confirmed
-    faster than its seed (``findings.best``), else the fastest written one by geomean, labelled
+    faster than its seed (``best_member``), else the fastest written one by geomean, labelled
     as not confirmed (beside its parent it was within the noise, or slower)."""
-    top = findings.best(members)
-    if top is not None and top.meta.origin != "seed" and findings.confirmed(
+    top = best_member(members)
+    if top is not None and top.meta.origin != "seed" and confirmed_speedup(
             top, {m.id: m for m in members}) is not None:
         return top, f"best evolved {top.id}"
     written = [m for m in members if m.geomean_us is not None and m.meta.origin != "seed"]
@@ -207,7 +212,7 @@ def copy_best(population: Path | None, task: str, out: Path) -> int:
         sys.stderr.write("--best-source needs --population\n")
         return 2
     members = read_population(population, task)
-    top = findings.best(members)
+    top = best_member(members)
     if top is None or top.meta.origin == "seed":
         return 0  # nothing evolved was confirmed faster: the table's seeds already cover it
     folder = population / task if (population / task).is_dir() else population

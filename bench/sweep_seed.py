@@ -25,9 +25,13 @@ sys.path.insert(0, str(ROOT))
 TASK = ROOT / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "triton_fused.py"
 
-from pytest_kscientist.evolve.offline.compose import Point, compose  # noqa: E402
-from pytest_kscientist.evolve.offline.knobs import read_tunables, rewrite_tunables  # noqa: E402
-from pytest_kscientist.harness.stats import geomean  # noqa: E402
+from pytest_kscientist.api import (  # noqa: E402  (after the path)
+    Point,
+    compose,
+    geomean,
+    read_tunables,
+    rewrite_tunables,
+)
 
 
 def cases() -> dict[str, dict[str, int]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from pytest_kscientist.worker.threads import ThreadWatch
+from pytest_kscientist.api import ThreadWatch
 
 
 def per_call(watch: ThreadWatch, calls: int, walk: bool = False) -> float:

@@ -16,10 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from pytest_kscientist.formats.task import load_task
-from pytest_kscientist.harness import received
-from pytest_kscientist.harness.baselines import start_worker
-from pytest_kscientist.harness.evaluate import Evaluator
+from pytest_kscientist.api import Evaluator, load_task, received, start_worker
 
 AXPY = Path(__file__).resolve().parent.parent / "tests" / "data" / "axpy"
 

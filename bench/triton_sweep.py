@@ -26,9 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.evolve.offline.knobs import rewrite_tunables  # noqa: E402
-from pytest_kscientist.formats.task import load_task  # noqa: E402
-from pytest_kscientist.harness.evaluate import load_reference  # noqa: E402
+from pytest_kscientist.api import load_reference, load_task, rewrite_tunables  # noqa: E402
 
 # GPU cycles of the spin kernel queued just before the start event in "idle_preroll" (~1 ms).
 PREROLL_CYCLES = 2_000_000
