@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from typing import Any
 
@@ -84,6 +85,9 @@ def test_two_kernels_are_timed_in_the_same_rounds_and_compared(two_copies) -> No
         1 / by_name["a"]["fellow_speedups"]["b"])
     assert "side by side, timed in the same rounds" in output
     faster, slower = sorted(("a", "b"), key=lambda n: by_name[n]["geomean_us"])
-    assert f"{faster} vs {slower}: " in output
+    # the ratio with its interval and what it says, as the README shows it (issue 29)
+    assert re.search(rf"  {faster} vs {slower}: \d+\.\d{{3}}x \(\d+\.\d{{3}}-\d+\.\d{{3}}\); "
+                     rf"(the interval holds 1: no difference measured|{faster} is faster|"
+                     rf"{slower} is faster on the paired rounds)\n", output), output
     wrong_bench = next(c for c in by_name["wrong"]["cases"] if c["kind"] == "bench")
     assert wrong_bench["reason"].startswith("not timed: check")
