@@ -12,3 +12,8 @@ import pytest
 
 class KsWarning(pytest.PytestWarning):
     """Base class of pytest-kscientist's warnings."""
+
+
+class KsTaskHole(KsWarning):
+    """A task lets a trivial kernel pass (task validation), reported as a warning because of
+    ``--ks-lenient-task``."""

@@ -38,6 +38,8 @@ class Settings:
     drawn: int | None = None
     # --ks-kernelbench-tol: atol = rtol of KernelBench problems' allclose.
     kernelbench_tol: float = 1e-2
+    # --ks-lenient-task: a hole task validation finds is a warning, not a failed item.
+    lenient_task: bool = False
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -59,7 +61,7 @@ class Option:
     metavar: str | None = None
     ini: str | None = None  # the ini twin's name; None: a flag only
     ini_default: Any = ""
-    ini_type: str | None = None  # pytest's addini type: None (a string) or "args" (a list)
+    ini_type: str | None = None  # pytest's addini type: None (a string), "args" (a list), "bool"
     action: str = "store"  # or "append", "store_true"
     group: str = "evaluation"  # a key of GROUPS: the section of `pytest --help` it is shown in
 
@@ -94,6 +96,11 @@ CORE_OPTIONS = (
     Option("--ks-kernelbench-tol", "atol = rtol of KernelBench problems' allclose (default "
            "0.01, KernelBench v0/v0.1's fp32 setting; its newer fp32 setting is 1e-4)", "TOL",
            ini="ks_kernelbench_tol"),
+    Option("--ks-lenient-task", "report a task that lets trivial kernels pass (its "
+           "task::validate item: an all-zeros or constant output passes its check, or its "
+           "reference output does not change with the seed) as a warning instead of a failed "
+           "item", ini="ks_lenient_task", ini_default=False, ini_type="bool",
+           action="store_true"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -282,6 +289,7 @@ def resolve(config: pytest.Config) -> Settings:
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
         solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
+        lenient_task=bool(_value(config, "ks_lenient_task")),
     )
 
 

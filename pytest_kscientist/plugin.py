@@ -168,7 +168,7 @@ class KsHooks:
         items[:] = plan_rounds(items, self.ks.lineup)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_kscientist.harness.results import CaseResult, GateResult
+        from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation
 
         if report.when != "call":
             return
@@ -181,6 +181,9 @@ class KsHooks:
             elif name == "ks_gate":
                 self.ks.record_gate(value["task"], value["candidate"], value["path"],
                                     value["sha256"], GateResult.model_validate(value))
+            elif name == "ks_task_validation":
+                self.ks.validations[value["task"]] = TaskValidation.model_validate(
+                    value["result"])
             elif name == "ks_compile":
                 self.ks.record_compile(value["task"], value["candidate"], value["path"],
                                        value["sha256"], value["result"])
@@ -199,7 +202,7 @@ class KsHooks:
                 session.config.hook.pytest_kscientist_candidate_result(
                     config=session.config, result=result
                 )
-        if ks.settings.json_path is not None and ks.results:
+        if ks.settings.json_path is not None and (ks.results or ks.validations):
             ks.write_json(ks.settings.json_path)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:

@@ -11,19 +11,21 @@ from helpers import AXPY, CANDIDATES, REPO, run_pytest
 
 def test_ids_name_candidate_kind_and_case(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(AXPY), "--collect-only", "-q")
-    # Every check first, then each case's bench items back to back (timed in shared rounds).
+    # The task's validation, every check, then each case's bench items back to back (timed
+    # in shared rounds).
     result.stdout.fnmatch_lines([
+        "*axpy/task.toml::task::validate",
         "*axpy/task.toml::good::check[[]n1000-s1[]]",
         "*axpy/task.toml::good::check[[]n33-s2[]]",
         "*axpy/task.toml::reference::bench[[]n4096-s3[]]",
         "*axpy/task.toml::good::bench[[]n4096-s3[]]",
-        "4 tests collected*",
+        "5 tests collected*",
     ])
 
 
 def test_skip_reference_leaves_the_reference_out(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(AXPY), "-q", "--ks-skip-reference")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)  # good's three items and the task's validation
     text = result.stdout.str()
     assert "::reference::" not in text and "reference (reference)" not in text
     assert "reference not timed (--ks-skip-reference): no speedup_vs_ref" in text
@@ -44,7 +46,7 @@ def test_kernel_option_replaces_the_seeds(pytester: pytest.Pytester) -> None:
 )
 def test_k_selects_by_candidate_kind_or_case(pytester: pytest.Pytester, expr: str, count: int):
     result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "-k", expr)
-    result.stdout.fnmatch_lines([f"{count}/4 tests collected*"])
+    result.stdout.fnmatch_lines([f"{count}/5 tests collected*"])
 
 
 def test_population_is_not_collected(pytester: pytest.Pytester) -> None:
@@ -69,7 +71,7 @@ def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> N
         "*benchmark (median us)*reference*good*floor_us*",
         "*seed salt * (secret, drawn for this run); reproduce with --ks-salt *",
     ])
-    assert 'tests="4"' in (pytester.path / "junit.xml").read_text()
+    assert 'tests="5"' in (pytester.path / "junit.xml").read_text()
 
 
 def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:
@@ -77,7 +79,7 @@ def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None
         str(AXPY), "-p", "no:cacheprovider", "-x", "--kernel", str(CANDIDATES / "wrong.py"),
         "-k", "not reference",
     )
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(passed=1, failed=1)  # the task's validation, then wrong's check
     result.stdout.fnmatch_lines(["*wrong check n1000-s1: wrong result: 1000 of 1000 elements*"])
 
 
@@ -99,7 +101,7 @@ def test_ks_requires_skips_a_gpu_only_candidate_with_the_reason(pytester: pytest
     result = pytester.runpytest(str(AXPY), "--ks-device", "cpu", "--kernel", str(kernel),
                                 "--kernel", str(AXPY / "seeds" / "good.py"),
                                 "--ks-json", "r.json")
-    result.assert_outcomes(passed=4, skipped=3)
+    result.assert_outcomes(passed=5, skipped=3)  # good's 4 and the task's validation
     why = ("candidate 'cuda_only' requires nvidia (an NVIDIA GPU, its KS_REQUIRES), this run's "
            "device is cpu; run it on such a device")
     result.stdout.fnmatch_lines([f"  not run: {why}"])

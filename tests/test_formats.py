@@ -3,6 +3,7 @@ collected unchanged, CPU-runnable forms written for these tests in tests/data/fo
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def test_gpumode_folder_runs_its_seeds_and_judges_with_its_own_check(tmp_path: P
     outcome, reason = reasons[("no_square", "size64-s12")]
     # The problem's check_implementation decided, with its own words.
     assert outcome == "failed"
-    assert "custom implementation doesn't match reference: Number of mismatched elements: 64" \
-        in reason
+    # 3x against 3x + x^2 on 64 salted normals: the x with x^2 under the tolerance match (one
+    # in about thirty runs has one)
+    assert re.search(r"custom implementation doesn't match reference: Number of mismatched "
+                     r"elements: 6[0-4]\b", reason), reason
     assert reasons[("no_square", "size4096-s13")] == (
         "failed", "not timed: check size1000-s11 failed earlier in this run")
     # The candidate's process has the problem's task.py but never a module named reference.
@@ -76,7 +79,7 @@ def test_two_problems_in_one_session_keep_their_own_task_module(tmp_path: Path) 
     code, out, data = run_pytest([str(tmp_path / "double_py"), str(tmp_path / "inc_py")],
                                  tmp_path)
     assert code == 0, out
-    assert "2 passed" in out
+    assert "4 passed" in out  # each problem's check and its task::validate
 
 
 def test_unsupported_problems_are_skipped_with_the_reason(pytester: pytest.Pytester) -> None:

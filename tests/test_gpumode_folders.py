@@ -160,8 +160,9 @@ def test_what_the_harness_cannot_drive_is_one_skip_each(pytester: pytest.Pyteste
                    submission="def custom_kernel(data):\n    return data.clone()\n")
     result = pytester.runpytest_subprocess("-rs", "-v", "--ks-bench-budget", "0.05")
     # The folder that can run does, beside one skip per folder that cannot; without a
-    # ref_kernel there is no reference to time, the check alone judges.
-    result.assert_outcomes(passed=2, skipped=3)
+    # ref_kernel there is no reference to time, the check alone judges, and nothing to shape
+    # a trivial output by: its task::validate item skips, saying so.
+    result.assert_outcomes(passed=2, skipped=4)
     result.stdout.fnmatch_lines_random([
         "*two_entries_py/reference.py: defines no generate_input, check_implementation (it "
         "defines generate_inputs, reference_forward): its eval drives another interface than "
@@ -171,6 +172,8 @@ def test_what_the_harness_cannot_drive_is_one_skip_each(pytester: pytest.Pyteste
         "which is not installed here*install it, or run where it is",
         "*task 'no_candidate_py': no candidate: * has neither solutions/correct/*.py nor "
         "submission.py, and no --kernel was given; pass --kernel PATH",
+        "*task 'runs_py': not checked: the problem defines no ref_kernel, so there is no "
+        "reference output to compare seeds or to shape a trivial output",
     ])
     assert f"{runs.name}/task.yml::submission::bench[n2-s1] PASSED" in result.stdout.str()
     assert f"{runs.name}/task.yml::reference" not in result.stdout.str()

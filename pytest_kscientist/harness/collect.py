@@ -2,7 +2,8 @@
 
 Test ids read ``tasks/fp8_gemm/task.toml::<candidate>::check[m64-n64-k128-s6635]`` (or
 ``bench[...]``, ``gate[min-speedup-cublas_task_layout]``), so ``-k`` selects by candidate, kind
-or case. The task's reference and its declared baselines are nodes too, collected first.
+or case. The task's reference and its declared baselines are nodes too, collected first, after
+the task's own validation item, ``<task file>::task::validate`` (task_validation.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pytest_kscientist.harness.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
+from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip.compile_gate import compile_items
 
@@ -118,6 +120,7 @@ class TaskFile(pytest.File):
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
         skip = self._baselines(ks, task, [p.stem for p in candidates])
+        yield TaskNode.from_parent(self, name=NODE_NAME, task=task)
         if profile.benchmarks and not ks.settings.skip_reference and _has_reference_kernel(task):
             yield CandidateNode.from_parent(
                 self, name=REFERENCE_NAME, task=task, source=task.reference,
@@ -183,7 +186,7 @@ class TaskFile(pytest.File):
                     "(add it to --ks-baselines) or drop the gate"
                 )
         for stem in stems:
-            if stem in declared or stem == REFERENCE_NAME:
+            if stem in declared or stem in (REFERENCE_NAME, NODE_NAME):
                 raise self.CollectError(
                     f"candidate '{stem}' has the name of the task's {stem} node; test ids use "
                     "the file stem, so rename the candidate file"

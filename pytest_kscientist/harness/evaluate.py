@@ -192,6 +192,18 @@ class Evaluator:
             reason += f" (over {REPORT_MAX_SHARE:.0%} of them: more than a precision miss)"
         raise CandidateFailure(reason, found.message, wrong_result=True)
 
+    def failure(self, data: Any, expected: Any, out: Any) -> str:
+        """Why ``out`` fails the task's check for ``data`` ("" when it passes), judged as a
+        candidate's output is (task_validation.py asks it of trivial outputs)."""
+        try:
+            if self.own_check:
+                self._own_check(data, out)
+            else:
+                self._judge(expected, out)
+        except CandidateFailure as exc:
+            return exc.reason
+        return ""
+
     def check(self, worker: Worker, case: Case, tolerate: bool = False) -> CaseResult:
         """Fresh inputs, then the same tensors again with a few elements changed.
 

@@ -9,6 +9,7 @@ from pytest_kscientist.harness.gates import saved_change
 from pytest_kscientist.harness.results import CandidateResult, RunResults
 from pytest_kscientist.harness.scores import timed_benchmarks
 from pytest_kscientist.harness.stats import geomean
+from pytest_kscientist.harness.task_validation import summary_line
 from pytest_kscientist.hip.compile_gate import summary_lines
 
 ROLE_ORDER = {"reference": 0, "baseline": 1, "candidate": 2}
@@ -193,18 +194,20 @@ def yardstick_notes(cands: list[CandidateResult]) -> list[str]:
 
 def write_summary(tr: Any, session: Any) -> None:
     """Write the kscientist section of the terminal summary."""
-    if not session.results:
+    if not session.results and not session.validations:
         return
     tr.write_sep("=", "kscientist summary")
     saved = session.settings.compare_runs
-    for task_name, per_task in session.results.items():
+    for task_name in dict.fromkeys([*session.results, *session.validations]):
+        per_task = session.results.get(task_name, {})
         # a candidate not run here has no row: run_notes says why
         cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]
         active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name})")
-        for line in candidate_table(cands, active, saved, task_name):
-            tr.write_line("  " + line)
+        if cands or task_name in session.results:
+            for line in candidate_table(cands, active, saved, task_name):
+                tr.write_line("  " + line)
         lines = bench_table(cands)
         if lines:
             tr.write_line("")
@@ -219,6 +222,9 @@ def write_summary(tr: Any, session: Any) -> None:
         for c in cands:
             if c.review:
                 tr.write_line(f"  review {c.name}: {c.review}")
+        validated = summary_line(session.validations.get(task_name))
+        if validated:
+            tr.write_line("  " + validated)
     if session.settings.compare_path is not None:
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
                       "(--ks-compare), through the reference timed in both runs, with its 95% "

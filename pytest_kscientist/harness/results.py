@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field, computed_field
 # 3: ci_low_us / ci_high_us / counted_outside_us on stats, speedup_low / speedup_high,
 # speedup_intervals.
 # 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
-RESULTS_SCHEMA_VERSION = 4
+# 5: task_validation (the task::validate item: holes a trivial kernel passes through).
+RESULTS_SCHEMA_VERSION = 5
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -194,6 +195,18 @@ class BaselineInfo(BaseModel):
     verified: bool | None = None
 
 
+class TaskValidation(BaseModel):
+    """The verdict of a task's ``task::validate`` item (harness/task_validation.py)."""
+
+    # "warned": holes found, reported as a warning (--ks-lenient-task).
+    outcome: Literal["passed", "failed", "warned", "skipped"]
+    case_id: str
+    holes: list[str] = Field(default_factory=list)  # one sentence per hole, naming it
+    notes: list[str] = Field(default_factory=list)  # sub-checks not run, and why
+    error: str = ""  # the task's reference failed: why
+    cached: bool = False  # reused from pytest's cache (the task's files unchanged)
+
+
 class RunResults(BaseModel):
     """Top-level record written by ``--ks-json``."""
 
@@ -206,3 +219,4 @@ class RunResults(BaseModel):
     machine: MachineInfo
     candidates: list[CandidateResult] = Field(default_factory=list)
     baselines: list[BaselineInfo] = Field(default_factory=list)
+    task_validation: TaskValidation | None = None

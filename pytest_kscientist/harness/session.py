@@ -23,6 +23,7 @@ from pytest_kscientist.harness.results import (
     GateResult,
     MachineInfo,
     RunResults,
+    TaskValidation,
 )
 from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
@@ -54,6 +55,8 @@ class KsSession:
         self.unmet: dict[str, dict[str, CandidateResult]] = {}
         # The bench items of each case and what their shared rounds gave (harness/rounds.py)
         self.lineup = Lineup()
+        # task name -> its task::validate verdict (harness/task_validation.py), from reports
+        self.validations: dict[str, TaskValidation] = {}
 
     @cached_property
     def device(self) -> str:
@@ -182,8 +185,10 @@ class KsSession:
                 task=name, task_path=str(self.tasks[name].root), profile=self.profile,
                 salt=self.salt, started_at=self.started_at, machine=self.machine(),
                 candidates=list(per_task.values()), baselines=self.baselines.get(name, []),
+                task_validation=self.validations.get(name),
             ).model_dump(mode="json")
-            for name, per_task in self.results.items()
+            for name in dict.fromkeys([*self.results, *self.validations])
+            for per_task in [self.results.get(name, {})]
         ]
         body = runs[0] if len(runs) == 1 else runs
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,272 @@
+"""Task validation (issue 30, point 5): does the task itself let a trivial kernel pass?
+
+A task whose tolerance accepts an all-zeros or constant output, or whose reference output does
+not change with the seed, passes kernels that compute nothing (KernelBench issue 165: zeros
+passed 4 of 60 level-1 tasks). One item per task, ``<task file>::task::validate``, asks three
+questions on the task's first check case of the run's profile:
+
+- the reference's output for the case's own seed, judged as a candidate's output would be for
+  another seed's inputs, must fail (a case without a ``seed`` key, as GPU MODE allows, draws
+  twice from the global generators that ``forms`` seeds, as its check items do);
+- an all-zeros output and a constant one (each tensor filled with the reference output's
+  mean), with the reference output's shapes and dtypes, must fail the task's own check.
+
+Where it runs: in the pytest process, as the expected outputs of every check item are computed
+today (``Evaluator.inputs`` / ``reference_output``, then the same judging a candidate's output
+gets, ``Evaluator.failure``: atol/rtol, or a GPU MODE problem's ``check_implementation``). The
+reference is trusted task code and never runs in a candidate's worker; only candidates do.
+The seeds are public (the case's own and one derived from it without the session's salt) and
+KernelBench weights use a fixed seed, so the verdict depends on the task's files alone: it is
+kept in pytest's cache under ``kscientist/task-validation/<hash>`` and reused, marked
+"(cached)", until a file that defines the task changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pytest_kscientist.errors import TaskSpecError
+from pytest_kscientist.formats import forms
+from pytest_kscientist.formats.task import Case, Task
+from pytest_kscientist.harness.evaluate import Evaluator, derive_seed
+from pytest_kscientist.harness.results import TaskValidation
+from pytest_kscientist.harness.session import KS_SESSION
+from pytest_kscientist.kswarnings import KsTaskHole
+
+CACHE_PREFIX = "kscientist/task-validation/"
+# Bumped when what is checked changes, so older cached verdicts are not reused.
+VERSION = 1
+
+
+@dataclass
+class Verdict:
+    """What validating one task found: the holes (empty: it passed), the sub-checks that could
+    not run and why, or an ``error`` when the task's own code failed."""
+
+    case_id: str
+    holes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+    ran: int = 0  # sub-checks run (0 and no error: nothing could be checked)
+    cached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "holes": self.holes, "notes": self.notes,
+                "error": self.error, "ran": self.ran}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Verdict | None:
+        """A cached verdict, or None for an entry this version cannot read."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("case_id"), str):
+            return None
+        lists = [raw.get("holes"), raw.get("notes")]
+        if not all(isinstance(x, list) and all(isinstance(s, str) for s in x) for x in lists):
+            return None
+        return cls(raw["case_id"], list(raw["holes"]), list(raw["notes"]),
+                   str(raw.get("error", "")), int(raw.get("ran", 0)), cached=True)
+
+
+def task_files(task: Task) -> dict[str, bytes]:
+    """The files that define ``task`` (name -> content): its spec and reference; for GPU MODE
+    the files its task.yml lists, as snapshotted at load. Never its candidates or seeds."""
+    files = {task.spec_path.name: task.spec_path.read_bytes()}
+    if task.form == "gpumode":
+        files.update({f"listed/{k}": v.encode() for k, v in task.files.items()})
+    elif task.reference != task.spec_path:
+        files[task.reference.name] = task.reference.read_bytes()
+    return files
+
+
+def cache_key(task: Task, case: Case, device: str) -> str:
+    """The cache key of ``task``'s verdict on ``case``: a hash of its files, the case, the
+    tolerance (KernelBench's comes from an option) and the kind of device."""
+    digest = hashlib.sha256()
+    head = {"version": VERSION, "form": task.form, "case": case,
+            "check": task.spec.check.model_dump(), "device": device.split(":")[0]}
+    digest.update(json.dumps(head, sort_keys=True, default=str).encode())
+    for name, content in sorted(task_files(task).items()):
+        digest.update(f"\0{name}\0{len(content)}\0".encode())
+        digest.update(content)
+    return CACHE_PREFIX + digest.hexdigest()
+
+
+def validate(task: Task, case: Case, device: str) -> Verdict:
+    """Judge ``task`` on ``case``: the holes a trivial kernel would pass through."""
+    evaluator = Evaluator(task, device, salt=0)
+    verdict = Verdict(task.case_id(case))
+    if task.form == "gpumode" and not callable(getattr(task.module, "ref_kernel", None)):
+        verdict.notes.append("not checked: the problem defines no ref_kernel, so there is no "
+                             "reference output to compare seeds or to shape a trivial output")
+        return verdict
+    seeded = "seed" in case
+    first = case["seed"] if seeded and isinstance(case["seed"], int) else 0
+    seeds = (first, derive_seed(first, 0, "validate") % (1 << 31))
+    try:
+        data = [evaluator.inputs(case, s) for s in seeds]
+        outputs = [evaluator.reference_output(d) for d in data]
+    except Exception as exc:  # noqa: BLE001 - the task's own code; any failure is its verdict
+        verdict.error = (f"the reference failed on case {verdict.case_id}: "
+                         f"{type(exc).__name__}: {str(exc)[:200]}")
+        return verdict
+    tolerance = _tolerance(task)
+    which = "seeds" if seeded else "global generator seeds (the case has no seed key)"
+    where = f"case {verdict.case_id}, {which} {seeds[0]} and {seeds[1]}"
+    seed_hole = (f"the reference output does not change with the seed ({where})"
+                 if _same(outputs[0], outputs[1]) else
+                 f"the reference output for one seed passes the task's check for the other, so "
+                 f"the check cannot tell the seeds apart ({where}; {tolerance})")
+    trivial = [
+        (outputs[0], seed_hole),
+        (_filled(outputs[1], "zeros"), f"an all-zeros output passes the task's check on case "
+                                       f"{verdict.case_id} ({tolerance})"),
+        (_filled(outputs[1], "mean"), f"a constant output (the reference's mean) passes the "
+                                      f"task's check on case {verdict.case_id} ({tolerance})"),
+    ]
+    for out, hole in trivial:
+        if out is None:
+            verdict.notes.append(f"not checked: {hole.split(' passes')[0]} (the reference "
+                                 "output holds no tensor)")
+            continue
+        verdict.ran += 1
+        if not evaluator.failure(data[1], outputs[1], out):
+            verdict.holes.append(hole)
+    return verdict
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two outputs are identical, tensor by tensor (shape, dtype and every element)."""
+    import torch
+
+    left, right = forms.leaves(a), forms.leaves(b)
+    if len(left) != len(right):
+        return False
+    for x, y in zip(left, right, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
+                return False
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+            return False
+    return True
+
+
+def _tolerance(task: Task) -> str:
+    if task.form == "gpumode":
+        return "judged by its check_implementation"
+    check = task.spec.check
+    return f"tolerance atol={check.atol:g}, rtol={check.rtol:g}"
+
+
+def _filled(output: Any, how: str) -> Any:
+    """``output`` with each tensor zeroed or filled with its own mean, shapes and dtypes kept;
+    None when it holds no tensor."""
+    import torch
+
+    if not any(isinstance(t, torch.Tensor) for t in forms.leaves(output)):
+        return None
+
+    def fill(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if how == "zeros" or t.numel() == 0:
+            return torch.zeros_like(t)
+        value = t.detach().to(torch.float64).nanmean().item() if t.is_floating_point() else (
+            t.detach().to(torch.float64).mean().item())
+        return torch.full(t.shape, value, dtype=torch.float64, device=t.device).to(t.dtype)
+
+    return forms.rebuild(output, fill)
+
+
+NODE_NAME = "task"  # the collector's name: ids read <task file>::task::validate
+
+
+class TaskNode(pytest.Collector):
+    """The task's own items, collected before its reference, baselines and candidates."""
+
+    def __init__(self, *, task: Task, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+
+    def collect(self) -> list[pytest.Item]:
+        return [ValidateItem.from_parent(self, name="validate")]
+
+
+class ValidateItem(pytest.Item):
+    """The task validated (module docstring); its verdict cached by the task's files."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.kscientist)
+
+    def runtest(self) -> None:
+        assert isinstance(self.parent, TaskNode)
+        task = self.parent.task
+        ks = self.config.stash[KS_SESSION]
+        case = task.profile(ks.profile).tests[0]
+        verdict = self._verdict(task, case, ks.device)
+        cached = " (cached)" if verdict.cached else ""
+        lenient = ks.settings.lenient_task
+        if verdict.error:
+            outcome, message = "failed", f"task '{task.name}': {verdict.error}{cached}"
+        elif verdict.holes:
+            outcome = "warned" if lenient else "failed"
+            message = (f"task '{task.name}' lets trivial kernels pass: "
+                       f"{'; '.join(verdict.holes)}; tighten its check or fix its "
+                       f"reference{cached}")
+        elif not verdict.ran:
+            outcome, message = "skipped", f"task '{task.name}': {verdict.notes[0]}"
+        else:
+            outcome, message = "passed", f"passed on case {verdict.case_id}{cached}"
+        self.user_properties.append(("ks_task_validation", {
+            "task": task.name, "result": TaskValidation(
+                outcome=outcome, case_id=verdict.case_id, holes=verdict.holes,
+                notes=verdict.notes, error=verdict.error, cached=verdict.cached,
+            ).model_dump()}))
+        if outcome == "failed":
+            raise TaskSpecError(message)
+        if outcome == "warned":
+            self.warn(KsTaskHole(f"{message} (--ks-lenient-task: a warning, not a failure)"))
+        if outcome == "skipped":
+            pytest.skip(message)
+
+    def _verdict(self, task: Task, case: Case, device: str) -> Verdict:
+        """The cached verdict when there is one (not with -p no:cacheprovider), else a new
+        one, then cached unless the task's code failed (that may be passing trouble)."""
+        cache = getattr(self.config, "cache", None)
+        key = cache_key(task, case, device)
+        found = Verdict.from_json(cache.get(key, None)) if cache is not None else None
+        if found is not None:
+            return found
+        verdict = validate(task, case, device)
+        if cache is not None and not verdict.error:
+            cache.set(key, verdict.to_json())
+        return verdict
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, TaskSpecError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, 0, f"{NODE_NAME}::{self.name}"
+
+
+def summary_line(result: TaskValidation | None) -> str:
+    """The task's validation in the kscientist summary ("" when it did not run)."""
+    if result is None:
+        return ""
+    cached = " (cached)" if result.cached else ""
+    if result.outcome == "passed":
+        line = f"task validation: passed on case {result.case_id}{cached}"
+    elif result.outcome == "skipped":
+        line = f"task validation: skipped ({result.notes[0] if result.notes else ''})"
+    else:
+        what = result.error or "; ".join(result.holes)
+        how = "warned (--ks-lenient-task)" if result.outcome == "warned" else "FAILED"
+        line = f"task validation: {how}: {what}{cached}"
+    notes = [n for n in result.notes if result.outcome != "skipped"]
+    return line + (f" [{'; '.join(notes)}]" if notes else "")
