@@ -135,13 +135,16 @@ class KsHooks:
     def __init__(self, ks: Any) -> None:
         self.ks = ks
         self.evolve_code: int | None = None  # the exit code of an --evolve run
+        self.evolve_spec: Path | None = None  # the task file --evolve runs on, found once
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
         if self.ks.settings.evolve is not None:
             # Before collecting: a bare `pytest --evolve 2` would otherwise collect the whole
             # test suite (12.4 s, issue 29) only to refuse it.
-            _evolve_target(session.config.args, session.config.args_source.name == "TESTPATHS")
+            config = session.config
+            self.evolve_spec = _evolve_target(
+                config.args, config.args_source is pytest.Config.ArgsSource.TESTPATHS)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -153,12 +156,12 @@ class KsHooks:
         from pytest_kscientist.evolve.loop import run_evolution
         from pytest_kscientist.evolve.population import PopulationError
 
-        args = session.config.args
-        spec = _evolve_target(args, session.config.args_source.name == "TESTPATHS")
+        spec = self.evolve_spec
+        assert spec is not None  # pytest_collection found it or raised
         try:
             self.evolve_code = run_evolution(session.config, spec.resolve())
         except (TaskSpecError, PopulationError) as exc:
-            raise pytest.UsageError(f"--evolve {args[0]}: {exc}") from None
+            raise pytest.UsageError(f"--evolve {session.config.args[0]}: {exc}") from None
         return True
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count

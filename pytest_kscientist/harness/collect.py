@@ -495,25 +495,22 @@ class DrawnItem(CandidateItem):
             except CandidateFailure as exc:
                 if not exc.wrong_result:
                     cand.drop_worker()
-                    if not _fails_apart_from(case):
-                        raise _Everywhere(case, exc) from None
+                    own = next((c for c in cand.tests if c != case), None)
+                    if own is not None and _dies_at(own):
+                        raise _Everywhere(case, own, exc) from None
                 raise
 
-        def _fails_apart_from(case: Case) -> bool:
-            """Whether a worker that died on ``case`` lives through the task's own first case:
-            a crash at every shape is not a shape's failure (issue 29: such a candidate read
-            "fails at m=1, n=1, k=128" after ~12 s of shrinking)."""
-            own = next((c for c in cand.tests if c != case), None)
-            if own is None:
-                return True
+        def _dies_at(own: Case) -> bool:
+            """Whether the worker dies at the task's own case too: a crash at every shape is
+            not a shape's failure (issue 29: such a candidate read "fails at m=1, n=1, k=128"
+            after ~12 s of shrinking)."""
             try:
                 evaluator.check(cand.live_worker(), own)
             except CandidateFailure as again:
-                if again.wrong_result:
+                if not again.wrong_result:
+                    cand.drop_worker()
                     return True
-                cand.drop_worker()
-                return False
-            return True
+            return False
 
         try:
             cand.live_worker()  # a candidate that does not load fails here, as at every item
@@ -525,9 +522,9 @@ class DrawnItem(CandidateItem):
             found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
                                   self.examples)
         except _Everywhere as crash:
-            own = task.case_id(next(c for c in cand.tests if c != crash.case))
             reason = (f"{crash.failure.reason}, at the first drawn case "
-                      f"({drawn.describe(crash.case)}) and at the task's own case {own} alike: "
+                      f"({drawn.describe(crash.case)}) and at the task's own case "
+                      f"{task.case_id(crash.own)} alike: "
                       "not a shape's failure, so not shrunk")
             self._publish(case=crash.case, case_id="drawn", outcome="failed", reason=reason,
                           detail=crash.failure.detail[-4000:])
@@ -558,9 +555,10 @@ class _Everywhere(BaseException):
     """A drawn case's worker died and so did one on the task's own case: raised through
     Hypothesis (which shrinks only on Exception) to stop the search at once."""
 
-    def __init__(self, case: Case, failure: CandidateFailure) -> None:
+    def __init__(self, case: Case, own: Case, failure: CandidateFailure) -> None:
         super().__init__(failure.reason)
         self.case = case
+        self.own = own
         self.failure = failure
 
 

@@ -196,10 +196,7 @@ class Evaluator:
         """Why ``out`` fails the task's check for ``data`` ("" when it passes), judged as a
         candidate's output is (task_validation.py asks it of trivial outputs)."""
         try:
-            if self.own_check:
-                self._own_check(data, out)
-            else:
-                self._judge(expected, out)
+            self._verdict(data, out, expected=expected)
         except CandidateFailure as exc:
             return exc.reason
         return ""
@@ -256,12 +253,15 @@ class Evaluator:
         header, payload = _ask(worker, op, handover=received.spec(worker, self.device), **fields)
         return received.output(worker, header.get("output"), payload, self.device)
 
-    def _verdict(self, data: Any, out: Any, misses: list[Mismatch] | None = None) -> None:
-        """Judge a checked output for ``data``: by the problem's own check where it has one."""
+    def _verdict(self, data: Any, out: Any, misses: list[Mismatch] | None = None,
+                 expected: Any = None) -> None:
+        """Judge a checked output for ``data``: by the problem's own check where it has one,
+        else against ``expected`` (the reference's output for ``data``, computed if None)."""
         if self.own_check:
             self._own_check(data, out)
         else:
-            self._judge(self.reference_output(data), out, misses)
+            self._judge(self.reference_output(data) if expected is None else expected, out,
+                        misses)
 
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.

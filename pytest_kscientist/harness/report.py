@@ -198,7 +198,7 @@ def write_summary(tr: Any, session: Any) -> None:
         return
     tr.write_sep("=", "kscientist summary")
     saved = session.settings.compare_runs
-    for task_name in dict.fromkeys([*session.results, *session.validations]):
+    for task_name in session.task_names():
         per_task = session.results.get(task_name, {})
         # a candidate not run here has no row: run_notes says why
         cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]

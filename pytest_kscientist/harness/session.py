@@ -58,6 +58,10 @@ class KsSession:
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
 
+    def task_names(self) -> list[str]:
+        """The tasks this run reports on: those with results, then those only validated."""
+        return list(dict.fromkeys([*self.results, *self.validations]))
+
     @cached_property
     def device(self) -> str:
         wanted = self.settings.device
@@ -184,11 +188,11 @@ class KsSession:
             RunResults(
                 task=name, task_path=str(self.tasks[name].root), profile=self.profile,
                 salt=self.salt, started_at=self.started_at, machine=self.machine(),
-                candidates=list(per_task.values()), baselines=self.baselines.get(name, []),
+                candidates=list(self.results.get(name, {}).values()),
+                baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
             ).model_dump(mode="json")
-            for name in dict.fromkeys([*self.results, *self.validations])
-            for per_task in [self.results.get(name, {})]
+            for name in self.task_names()
         ]
         body = runs[0] if len(runs) == 1 else runs
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.formats import forms
@@ -43,32 +43,17 @@ CACHE_PREFIX = "kscientist/task-validation/"
 VERSION = 1
 
 
-@dataclass
-class Verdict:
+class Verdict(BaseModel):
     """What validating one task found: the holes (empty: it passed), the sub-checks that could
-    not run and why, or an ``error`` when the task's own code failed."""
+    not run and why, or an ``error`` when the task's own code failed. Kept in pytest's cache as
+    its JSON (``cached`` left out)."""
 
     case_id: str
-    holes: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    holes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     error: str = ""
     ran: int = 0  # sub-checks run (0 and no error: nothing could be checked)
-    cached: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "holes": self.holes, "notes": self.notes,
-                "error": self.error, "ran": self.ran}
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Verdict | None:
-        """A cached verdict, or None for an entry this version cannot read."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("case_id"), str):
-            return None
-        lists = [raw.get("holes"), raw.get("notes")]
-        if not all(isinstance(x, list) and all(isinstance(s, str) for s in x) for x in lists):
-            return None
-        return cls(raw["case_id"], list(raw["holes"]), list(raw["notes"]),
-                   str(raw.get("error", "")), int(raw.get("ran", 0)), cached=True)
+    cached: bool = Field(default=False, exclude=True)
 
 
 def task_files(task: Task) -> dict[str, bytes]:
@@ -98,7 +83,7 @@ def cache_key(task: Task, case: Case, device: str) -> str:
 def validate(task: Task, case: Case, device: str) -> Verdict:
     """Judge ``task`` on ``case``: the holes a trivial kernel would pass through."""
     evaluator = Evaluator(task, device, salt=0)
-    verdict = Verdict(task.case_id(case))
+    verdict = Verdict(case_id=task.case_id(case))
     if task.form == "gpumode" and not callable(getattr(task.module, "ref_kernel", None)):
         verdict.notes.append("not checked: the problem defines no ref_kernel, so there is no "
                              "reference output to compare seeds or to shape a trivial output")
@@ -238,12 +223,14 @@ class ValidateItem(pytest.Item):
         one, then cached unless the task's code failed (that may be passing trouble)."""
         cache = getattr(self.config, "cache", None)
         key = cache_key(task, case, device)
-        found = Verdict.from_json(cache.get(key, None)) if cache is not None else None
-        if found is not None:
-            return found
+        if cache is not None:
+            try:  # an entry this version cannot read is validated again
+                return Verdict.model_validate({**cache.get(key, {}), "cached": True})
+            except (ValidationError, TypeError):
+                pass
         verdict = validate(task, case, device)
         if cache is not None and not verdict.error:
-            cache.set(key, verdict.to_json())
+            cache.set(key, verdict.model_dump(mode="json"))
         return verdict
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
