@@ -86,7 +86,8 @@ def test_lenient_task_turns_a_hole_into_a_warning(pytester: pytest.Pytester) -> 
     out = pytester.path / "r.json"
     result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate",
                                 "--ks-lenient-task", "--ks-json", str(out))
-    result.assert_outcomes(passed=1, warnings=1)
+    result.assert_outcomes(passed=1)
+    _one_hole_warning(result)
     result.stdout.fnmatch_lines(["*KsTaskHole: task 'axpy' lets trivial kernels pass: *an "
                                  "all-zeros output passes*(--ks-lenient-task: a warning, not a "
                                  "failure)"])
@@ -98,7 +99,15 @@ def test_lenient_task_has_an_ini_twin(pytester: pytest.Pytester) -> None:
     task = _loose(_copy(pytester.path))
     pytester.makeini("[pytest]\nks_lenient_task = true\n")
     result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate")
-    result.assert_outcomes(passed=1, warnings=1)
+    result.assert_outcomes(passed=1)
+    _one_hole_warning(result)
+
+
+def _one_hole_warning(result: pytest.RunResult) -> None:
+    # counted by name: an in-process run under an installed plugin may add pytest's own
+    # "already imported so cannot be rewritten" warnings to the total
+    summary = result.stdout.str().split("warnings summary")[-1]
+    assert summary.count("KsTaskHole: task 'axpy' lets trivial kernels pass") == 1, summary
 
 
 def test_a_reference_that_raises_is_a_one_line_reason(pytester: pytest.Pytester) -> None:
