@@ -40,6 +40,8 @@ class Settings:
     kernelbench_tol: float = 1e-2
     # --ks-lenient-task: a hole task validation finds is a warning, not a failed item.
     lenient_task: bool = False
+    # --ks-attribution: one profiled call per candidate says which kernels its time went to.
+    attribution: bool = False
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -101,6 +103,11 @@ CORE_OPTIONS = (
            "reference output does not change with the seed) as a warning instead of a failed "
            "item", ini="ks_lenient_task", ini_default=False, ini_type="bool",
            action="store_true"),
+    Option("--ks-attribution", "profile one extra untimed call of each candidate (on its first "
+           "check) and report the kernels its time went to: its own (declared in its file: "
+           "@triton.jit, __global__) against torch's and libraries' (the summary, --ks-json); "
+           "always on for a task that sets [kernel] min_own_share", ini="ks_attribution",
+           ini_default=False, ini_type="bool", action="store_true"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -290,6 +297,7 @@ def resolve(config: pytest.Config) -> Settings:
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
         solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
         lenient_task=bool(_value(config, "ks_lenient_task")),
+        attribution=bool(_value(config, "ks_attribution")),
     )
 
 

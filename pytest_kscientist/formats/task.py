@@ -107,6 +107,16 @@ class BenchSpec(BaseModel):
     rounds: int = Field(4, ge=1)
 
 
+class KernelSpec(BaseModel):
+    """What the task asks of a candidate's own kernel (``[kernel]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    # The least share of a candidate's time in kernels its own file declares (GPU: device
+    # time; CPU: call time outside torch ops), from one profiled call per candidate
+    # (harness/attribution.py); unset: measured only with --ks-attribution, never refused.
+    min_own_share: float | None = Field(None, ge=0.0, le=1.0)
+
+
 # A baseline with verify = "report" missing the check on more than this share of an output's
 # elements is not doing the task: it fails like a strict one (cuBLAS fp8 on the H200: 0.3%).
 REPORT_MAX_SHARE = 0.05
@@ -178,6 +188,7 @@ class TaskSpec(BaseModel):
     output_index: int | None = 4
     check: CheckSpec = Field(default_factory=lambda: CheckSpec.model_validate({}))
     bench: BenchSpec = Field(default_factory=lambda: BenchSpec.model_validate({}))
+    kernel: KernelSpec = Field(default_factory=lambda: KernelSpec.model_validate({}))
     floor: list[FloorSpec] = Field(default_factory=list)
     baselines: list[BaselineSpec] = Field(default_factory=list)
     profiles: dict[str, Profile]

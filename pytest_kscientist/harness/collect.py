@@ -16,7 +16,7 @@ import pytest
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.formats import requires
 from pytest_kscientist.formats.task import BaselineSpec, Case, Task, load_task
-from pytest_kscientist.harness import benchmark_bridge, gates
+from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import (
     describe,
     first_unmet,
@@ -233,6 +233,7 @@ class CandidateNode(pytest.Collector):
         self.worker: Worker | None = None
         self.load_failure: CandidateFailure | None = None
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
+        self.attributed = False  # its profiled call (harness/attribution.py) was made
 
     def collect(self) -> Any:
         items: list[pytest.Item] = []
@@ -352,6 +353,7 @@ class CaseItem(CandidateItem):
         super().__init__(**kwargs)
         self.kind = kind
         self.case = case
+        self.attribution: attribution.Attribution | None = None  # its profiled call, if made
 
     def runtest(self) -> None:
         cand = self.candidate
@@ -364,6 +366,7 @@ class CaseItem(CandidateItem):
             worker = cand.live_worker()
             if self.kind == "check":
                 result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
+                result.attribution = self._attribute(evaluator, worker)
             else:
                 result = self._bench(worker)
         except CandidateFailure as exc:
@@ -380,7 +383,8 @@ class CaseItem(CandidateItem):
                 # benchmarks fail at once instead of spending their budget (issue 10).
                 cand.failed_check = f"check {case_id} failed earlier in this run"
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
-                          reason=exc.reason, detail=exc.detail[-4000:])
+                          reason=exc.reason, detail=exc.detail[-4000:],
+                          attribution=self.attribution)
             raise
         result = yardstick_only(cand.name, result)
         self._publish(**result.model_dump())
@@ -390,6 +394,23 @@ class CaseItem(CandidateItem):
             # Reported, not failed: the task declares this baseline a yardstick (verify =
             # "report"), so its times still count, flagged unverified.
             pytest.xfail(result.reason)
+
+    def _attribute(self, evaluator: Any, worker: Worker) -> attribution.Attribution | None:
+        """The candidate's profiled call, on its first passing check, when asked for
+        (--ks-attribution) or required (the task's [kernel] min_own_share, which a candidate
+        under it fails here; the reference and baselines are reported, never refused)."""
+        cand = self.candidate
+        minimum = cand.task.spec.kernel.min_own_share
+        if cand.attributed or not (cand.ks.settings.attribution or minimum is not None):
+            return None
+        cand.attributed = True
+        self.attribution = evaluator.attribute(worker, self.case,
+                                               cand.source.read_text(errors="replace"))
+        if minimum is not None and cand.role == "candidate":
+            why = attribution.refusal(self.attribution, minimum)
+            if why:
+                raise CandidateFailure(why, wrong_result=True)
+        return self.attribution
 
     def _bench(self, worker: Worker) -> CaseResult:
         """Time the case: a candidate or the reference in the rounds its case shares with the

@@ -23,7 +23,7 @@ from typing import Any
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import REPORT_MAX_SHARE, Case, Task
-from pytest_kscientist.harness import received
+from pytest_kscientist.harness import attribution, received
 from pytest_kscientist.harness.correctness import Mismatch, judge
 from pytest_kscientist.harness.results import CaseResult
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
@@ -232,6 +232,14 @@ class Evaluator:
             result.reason = f"misses the check on {first.count} of {first.numel} elements"
             result.detail = first.message
         return result
+
+    def attribute(self, worker: Worker, case: Case, source: str) -> attribution.Attribution:
+        """One untimed call of the candidate under torch's profiler, judged against the kernels
+        its file declares (harness/attribution.py)."""
+        seed = derive_seed(case.get("seed", 0), self.salt, "attribution")
+        declared = attribution.declared_kernels(source)
+        header, _ = _ask(worker, "attribute", case=case, seed=seed, own=declared)
+        return attribution.judge(header, declared)
 
     def _second_inputs(self, case: Case, data: Any) -> tuple[dict[str, Any], Any, str]:
         """The re-run's request, its inputs and their description: a few elements of ``data``

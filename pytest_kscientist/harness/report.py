@@ -192,6 +192,16 @@ def yardstick_notes(cands: list[CandidateResult]) -> list[str]:
     return lines
 
 
+def attribution_lines(cands: list[CandidateResult]) -> list[str]:
+    """Where each profiled candidate's time went (--ks-attribution), one line each."""
+    lines = []
+    for c in cands:
+        found = next((r.attribution for r in c.cases if r.attribution is not None), None)
+        if found is not None:
+            lines.append(f"kernels of {c.name}: {found.line()}")
+    return lines
+
+
 def write_summary(tr: Any, session: Any) -> None:
     """Write the kscientist section of the terminal summary."""
     if not session.results and not session.validations:
@@ -218,6 +228,8 @@ def write_summary(tr: Any, session: Any) -> None:
         for line in pairwise_lines(cands):
             tr.write_line("  " + line)
         for line in run_notes(session, task_name, cands) + summary_lines(cands):
+            tr.write_line("  " + line)
+        for line in attribution_lines(cands):
             tr.write_line("  " + line)
         for c in cands:
             if c.review:

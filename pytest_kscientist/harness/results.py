@@ -6,13 +6,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from pytest_kscientist.harness.attribution import Attribution
+
 # 2: outcome "xfailed" (a baseline with verify = "report" missing the tolerance), the
 # baseline_verified / verified / mismatch / verify fields.
 # 3: ci_low_us / ci_high_us / counted_outside_us on stats, speedup_low / speedup_high,
 # speedup_intervals.
 # 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
 # 5: task_validation (the task::validate item: holes a trivial kernel passes through).
-RESULTS_SCHEMA_VERSION = 5
+# 6: attribution on a check (--ks-attribution: the kernels a profiled call's time went to).
+RESULTS_SCHEMA_VERSION = 6
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -77,6 +80,9 @@ class CaseResult(BaseModel):
     # The speedup over each other candidate (and the reference) of the session, from the
     # rounds both were timed in (harness/rounds.py): ``speedup`` is theirs over this median.
     fellows: dict[str, BaselineTiming] = Field(default_factory=dict)
+    # A check's profiled call (--ks-attribution, or a task's [kernel] min_own_share): the
+    # kernels the candidate's time went to (harness/attribution.py).
+    attribution: Attribution | None = None
 
 
 class GateResult(BaseModel):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -58,7 +59,7 @@ def outside_worker_side(modules: Any) -> list[str]:
 
 # Attributes of the runner that hold captured functions; replacing one is tampering.
 CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "generate", "timer",
-            "key", "apply_changes", "refill")
+            "key", "apply_changes", "refill", "profile", "activity", "clock", "set_profile")
 
 
 def _load_module(path: str, name: str) -> Any:
@@ -121,6 +122,12 @@ class Runner:
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
         self.refill = perturb.refill
+        # torch imports its profiler with itself; taken before any candidate code runs.
+        self.profile = torch.profiler.profile
+        self.activity = torch.profiler.ProfilerActivity
+        self.clock = time.perf_counter
+        self.set_profile = sys.setprofile
+        self.kernel_path = ""
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         self.problem = hello["problem"]
@@ -186,6 +193,7 @@ class Runner:
 
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         module = _load_module(req["path"], "_ks_candidate")
+        self.kernel_path = req["path"]
         problem = self.tripwire.check()
         if problem:
             return _fail(f"while importing: {problem}")
@@ -278,6 +286,49 @@ class Runner:
         if problem:
             return _fail(problem)
         return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
+
+    def op_attribute(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """One untimed call, profiled (harness/attribution.py judges it). On a GPU, through
+        torch's profiler: every device kernel, copy and fill with its device time. On a CPU,
+        where Triton's interpreter runs a kernel's Python body: the wall time spent inside the
+        functions of the candidate's file named in ``own`` (the pytest process read them from
+        it), and the outermost torch ops. Its output is not judged; the checks around it are."""
+        _, given = self._inputs(req["case"], req["seed"])
+        prepared = given if self.prepare is None else self.prepare(given)
+        gpu = self.device.startswith("cuda")
+        activities = [self.activity.CPU, *([self.activity.CUDA] if gpu else [])]
+        inside = _Inside(set(req.get("own", ())), self.kernel_path, self.clock)
+        if gpu:
+            self.torch.cuda.synchronize()
+        with self.profile(activities=activities) as prof:
+            began = self.clock()
+            if not gpu:
+                self.set_profile(inside.hook)
+            try:
+                self.kernel(prepared)
+            finally:
+                self.set_profile(None)
+            if gpu:
+                self.torch.cuda.synchronize()
+            wall_us = (self.clock() - began) * 1e6
+        problem = self.threads.found or self.tripwire.check()
+        if problem:
+            return _fail(problem)
+        totals: dict[str, list[float]] = {}
+        for event in prof.events():
+            kind = str(event.device_type).rpartition(".")[2]
+            if gpu and kind == "CUDA":
+                us = event.time_range.elapsed_us()
+            elif not gpu and kind == "CPU" and _outermost_op(event):
+                us = event.cpu_time_total
+            else:
+                continue
+            entry = totals.setdefault(event.name, [0.0, 0])
+            entry[0] += float(us)
+            entry[1] += 1
+        return {"ok": True, "device": "gpu" if gpu else "cpu", "wall_us": wall_us,
+                "kernels": [[name, us, calls] for name, (us, calls) in totals.items()],
+                "own": [[name, us, calls] for name, (us, calls) in inside.spent.items()]}, b""
 
     def op_fetch(self, req: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """The last call's output, whole (the pytest process asks for it after the call)."""
@@ -378,6 +429,53 @@ class Runner:
             ):
                 return f"modified input {i} in place; inputs must be left unchanged"
         return None
+
+
+class _Inside:
+    """A profile hook (``sys.setprofile``) adding up the wall time spent in the functions
+    named ``names`` of the file ``path``: their own frames, and the launches of them through
+    Triton's interpreter (its ``run``/``__call__`` frames whose ``self.fn`` is one: argument
+    copies and grid included). Outermost calls only."""
+
+    def __init__(self, names: set[str], path: str, clock: Any) -> None:
+        self.names, self.path, self.clock = names, path, clock
+        self.spent: dict[str, list[float]] = {}
+        self.open: list[tuple[Any, str, float]] = []
+
+    def _declared(self, code: Any) -> bool:
+        return code.co_name in self.names and code.co_filename == self.path
+
+    def hook(self, frame: Any, event: str, _arg: Any) -> None:
+        code = frame.f_code
+        if event == "call":
+            name = None
+            if self._declared(code):
+                name = code.co_name
+            elif code.co_name in ("run", "__call__") and "triton" in code.co_filename:
+                fn = getattr(frame.f_locals.get("self"), "fn", None)
+                inner = getattr(fn, "__code__", None)
+                if inner is not None and self._declared(inner):
+                    name = inner.co_name
+            if name is not None:
+                self.open.append((frame, name, self.clock()))
+        elif event == "return" and self.open and self.open[-1][0] is frame:
+            _, name, began = self.open.pop()
+            if not self.open:
+                entry = self.spent.setdefault(name, [0.0, 0])
+                entry[0] += (self.clock() - began) * 1e6
+                entry[1] += 1
+
+
+def _outermost_op(event: Any) -> bool:
+    """A torch op (``aten::``) that no other torch op called."""
+    if not event.name.startswith("aten::"):
+        return False
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return False
+        parent = parent.cpu_parent
+    return True
 
 
 def _extent(t: Any) -> tuple[int, int]:
