@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,13 @@ class KsHooks:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if self.ks.settings.evolve is None:
+            config = session.config
+            if not (config.option.collectonly or session.testsfailed
+                    or config.pluginmanager.has_plugin("dsession")):  # xdist's controller
+                from pytest_kscientist.harness.collect import start_workers
+
+                start_workers(session.items, len(os.sched_getaffinity(0))
+                              if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
             return None
         if session.testsfailed:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")

@@ -124,6 +124,13 @@ class Partner:
                 raise
         return self.worker
 
+    def start_early(self) -> None:
+        """Start the worker now (collect.start_workers); a failure is kept in ``broken``."""
+        try:
+            self.live()
+        except CandidateFailure:
+            pass
+
     def failed(self, case_id: str, exc: CandidateFailure) -> None:
         self.errors[case_id] = exc.reason
         if isinstance(exc, WorkerDied) and exc.hung:

@@ -8,6 +8,7 @@ the task's own validation item, ``<task file>::task::validate`` (task_validation
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -232,8 +233,12 @@ class CandidateNode(pytest.Collector):
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
         self.load_failure: CandidateFailure | None = None
+        self.load_shown = False  # its load_failure was raised by an item
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
         self.attributed = False  # its profiled call (harness/attribution.py) was made
+        # The last of its items in the run's order (plan_rounds): its worker lives until then,
+        # across the checks and the benchmarks that the shared rounds put far apart.
+        self.last_item: pytest.Item | None = None
 
     def collect(self) -> Any:
         items: list[pytest.Item] = []
@@ -272,6 +277,9 @@ class CandidateNode(pytest.Collector):
 
     def live_worker(self) -> Worker:
         """The candidate's worker, spawned and loaded on first use or after a failure."""
+        if self.load_failure is not None and not self.load_shown:
+            self.load_shown = True  # a failure of start_workers' load: its item shows it whole
+            raise self.load_failure
         if self.load_failure is not None:
             # The detail (a traceback) was shown at the first item; once is enough.
             where = (f"(details under the first failed item of {self.name})"
@@ -285,8 +293,17 @@ class CandidateNode(pytest.Collector):
                                        self.ks.evaluator(self.task).init_seed, self.ks.spares)
         except CandidateFailure as exc:
             self.load_failure = exc
+            self.load_shown = True
             raise
+        self.ks.holders.add(self)  # closed at the session's end if its last item never ran
         return self.worker
+
+    def start_early(self) -> None:
+        """Start and load the worker now (start_workers); a failure waits for the first item."""
+        try:
+            self.live_worker()
+        except CandidateFailure:
+            self.load_shown = False
 
     def timeable(self) -> bool:
         """Whether its benchmarks can be timed now: not skipped, loaded, no failed check."""
@@ -306,7 +323,9 @@ class CandidateNode(pytest.Collector):
             self.worker = None
 
     def teardown(self) -> None:
-        self.drop_worker()
+        # Not here: the run's order (checks first, then each case's benchmarks side by side)
+        # leaves and re-enters a candidate's node; its last item drops the worker instead.
+        pass
 
 
 class CandidateItem(pytest.Item):
@@ -320,6 +339,10 @@ class CandidateItem(pytest.Item):
     def candidate(self) -> CandidateNode:
         assert isinstance(self.parent, CandidateNode)
         return self.parent
+
+    def teardown(self) -> None:
+        if self.candidate.last_item is self:
+            self.candidate.drop_worker()
 
     def _publish(self, **fields: Any) -> None:
         """A case's result on the report (``ks_case``), for the session and xdist."""
@@ -488,11 +511,43 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
 
     ordered = order_items(items, bench_key, lambda item: isinstance(item, GateItem))
     for item in ordered:
+        if isinstance(item, CandidateItem):
+            item.candidate.last_item = item
         key = bench_key(item)
         node = item.candidate if key is not None else None
         if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
             lineup.plan(key, node)
     return ordered
+
+
+def start_workers(items: list[Any], jobs: int) -> int:
+    """Start and load the workers of every candidate (and baseline) that has an item to run,
+    ``jobs`` at a time, before the first item runs; returns how many were started.
+
+    A worker's start (torch's import) and load (the candidate's import: a ``load_inline``
+    build, a Triton compile at import) then overlap with the others' on the machine's cores,
+    and none of it overlaps a timed call: every item, checks included, waits for them all. A
+    load that fails is the candidate's failure, shown whole by its first item.
+    """
+    nodes: list[CandidateNode] = []
+    partners: list[Any] = []
+    for item in items:
+        if not isinstance(item, CandidateItem):
+            continue
+        node = item.candidate
+        if node in nodes or node.skip_reason or node.worker is not None:
+            continue
+        if node.load_failure is not None:
+            continue
+        nodes.append(node)
+        if isinstance(item, CaseItem) and item.kind == "bench" and node.role == "candidate":
+            partners += [p for p in node.ks.partners_for(node.task) if p not in partners]
+    starts = [*(n.start_early for n in nodes), *(p.start_early for p in partners)]
+    if len(starts) < 2 or jobs < 2:
+        return 0  # nothing to overlap: the first item starts its worker as before
+    with ThreadPoolExecutor(max_workers=min(jobs, len(starts))) as pool:
+        list(pool.map(lambda start: start(), starts))
+    return len(starts)
 
 
 class DrawnItem(CandidateItem):

@@ -9,6 +9,7 @@ import socket
 import sys
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,8 @@ class KsSession:
         self.lineup = Lineup()
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
+        # The candidate nodes (collect.CandidateNode) that started a worker this session
+        self.holders: set[Any] = set()
 
     def task_names(self) -> list[str]:
         """The tasks this run reports on: those with results, then those only validated."""
@@ -126,7 +129,10 @@ class KsSession:
         return Spares(ahead=self.device.startswith("cuda"))
 
     def close_workers(self) -> None:
-        """End the baselines' workers and any runner started ahead of need."""
+        """End the candidates' and baselines' workers and any runner started ahead of need."""
+        for node in self.holders:
+            node.drop_worker()
+        self.holders.clear()
         for partner in self.partners.values():
             partner.close()
         if "spares" in self.__dict__:

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -311,23 +312,35 @@ class Spares:
     def __init__(self, ahead: bool) -> None:
         self.ahead = ahead
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
+        self._lock = threading.Lock()  # workers may be started from several threads at once
+        self._starting: set[tuple[Any, ...]] = set()
 
     def take(self, prefix: Sequence[str], env: dict[str, str]) -> RunnerProcess:
         key = (tuple(prefix), tuple(sorted(env.items())))
-        process = self._ready.pop(key, None)
+        with self._lock:
+            process = self._ready.pop(key, None)
         if process is not None and process.proc.poll() is not None:
             process.discard()  # died while waiting (killed from outside): start another
             process = None
         if process is None:
             process = RunnerProcess(prefix, env)
         if self.ahead:
-            self._ready[key] = RunnerProcess(prefix, env)
+            with self._lock:  # one spare per kind, however many threads take at once
+                start = key not in self._ready and key not in self._starting
+                if start:
+                    self._starting.add(key)
+            if start:
+                spare = RunnerProcess(prefix, env)
+                with self._lock:
+                    self._ready[key] = spare
+                    self._starting.discard(key)
         return process
 
     def close(self) -> None:
-        for process in self._ready.values():
+        with self._lock:
+            ready, self._ready = list(self._ready.values()), {}
+        for process in ready:
             process.discard()
-        self._ready.clear()
 
 
 class Worker:

@@ -1,0 +1,143 @@
+"""Workers started once per candidate and several at once (issue 32: evaluation time).
+
+A candidate's worker serves its checks and its benchmarks (the shared rounds put them far apart
+in the run's order, which used to tear the worker down in between), and every worker of a
+session is started and loaded before the first item, as many at once as the machine has cores,
+so their torch imports and candidate builds overlap each other instead of adding up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_kscientist.harness.spawn import Spares
+
+AXPY = Path(__file__).parent / "data" / "axpy"
+
+# Logs its import's start and end (wall clock) and its process's token to LOAD_LOG; its import
+# takes a second, as a build would.
+LOGGED = '''
+import json
+import os
+import time
+import uuid
+
+TOKEN = uuid.uuid4().hex
+_began = time.time()
+time.sleep(1.0)
+with open(os.environ["LOAD_LOG"], "a") as log:
+    log.write(json.dumps({"file": __file__, "token": TOKEN, "began": _began,
+                          "ended": time.time()}) + "\\n")
+
+
+def custom_kernel(data):
+    x, y, out = data
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+def _loads(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_each_worker_is_loaded_once_and_the_loads_overlap(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    log = tmp_path / "loads.log"  # outside the run's folder, which the sandbox keeps read-only
+    monkeypatch.setenv("LOAD_LOG", str(log))
+    for name in ("one", "two"):
+        (pytester.path / f"{name}.py").write_text(LOGGED)
+    result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
+                                           "one.py", "--kernel", "two.py")
+    result.assert_outcomes(passed=1 + 1 + 3 + 3)  # validation, reference bench, 2 x 3 items
+    loads = _loads(log)
+    # one load per candidate: its checks and its benchmark shared the worker
+    assert sorted(Path(r["file"]).stem for r in loads) == ["one", "two"], loads
+    one, two = sorted(loads, key=lambda r: r["began"])
+    # started together before the first item: the second began before the first had loaded
+    assert two["began"] < one["ended"], loads
+
+
+BROKEN = '''
+def helper():
+    return 1 / 0
+
+
+VALUE = helper()
+
+
+def custom_kernel(data):
+    return data[2]
+'''
+
+
+def test_a_load_that_fails_early_is_shown_whole_by_the_first_item(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "broken.py").write_text(BROKEN)
+    (pytester.path / "fine.py").write_text(LOGGED.replace('os.environ["LOAD_LOG"]',
+                                                          'os.devnull'))
+    result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
+                                           "broken.py", "--kernel", "fine.py", "-k", "check")
+    result.assert_outcomes(passed=2, failed=2)
+    text = result.stdout.str()
+    first = text.index("broken check n1000-s1: failed to load: ")
+    # the first item carries the traceback; the second points at it
+    assert "ZeroDivisionError" in text[first:text.index("broken check n33-s2")]
+    assert "(details under the first failed item of broken)" in text
+
+
+def _children() -> list[int]:
+    """The live (not zombie) child processes of this one, from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == os.getpid():
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
+    spares = Spares(ahead=True)
+    taken: list = []
+
+    def take() -> None:
+        taken.append(spares.take([], {"PATH": "/usr/bin:/bin", "KS_TEST": "1"}))
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        waiting = list(spares._ready.values())
+        assert len(taken) == 4 and len(waiting) == 1
+        assert len({p.proc.pid for p in [*taken, *waiting]}) == 5
+        # and no other runner was started (one spare per take, each replacing the last, left
+        # three behind, never killed)
+        assert sorted(_children()) == sorted(p.proc.pid for p in [*taken, *waiting])
+    finally:
+        for process in taken:
+            process.discard()
+        spares.close()
+    assert spares._ready == {}
+
+
+def test_collect_only_starts_no_worker(pytester: pytest.Pytester,
+                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv("LOAD_LOG", str(log))
+    (pytester.path / "one.py").write_text(LOGGED)
+    (pytester.path / "two.py").write_text(LOGGED)
+    result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
+                                           "one.py", "--kernel", "two.py", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    assert not log.exists()
