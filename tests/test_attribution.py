@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from pytest_kscientist.harness.attribution import (
     declared_kernels,
@@ -50,7 +51,8 @@ DEAD_BRANCH = TRITON_AXPY.replace(
     '''    axpy_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
     return out''', '''    if n < 0:
         axpy_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
-    return torch.add(y, x, alpha=2, out=out)''').replace("import triton\n", "import torch\nimport triton\n", 1)
+    return torch.add(y, x, alpha=2, out=out)''').replace(
+    "import triton\n", "import torch\nimport triton\n", 1)
 
 CUDA_SOURCE = r'''
 cuda_src = """
@@ -197,3 +199,65 @@ def test_min_own_share_is_a_share(tmp_path: Path) -> None:
     spec.write_text(spec.read_text() + "\n[kernel]\nmin_own_share = 50\n")
     with pytest.raises(TaskSpecError, match="min_own_share"):
         load_task(task)
+
+
+# -- on a GPU: device kernels from torch's profiler -------------------------------------------
+
+CUDA_AXPY = r'''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+KS_REQUIRES = "nvidia"
+
+_SRC = """
+template <int UNROLL>
+__global__ void axpy_cuda(const float* x, const float* y, float* out, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i] + y[i];
+}
+
+torch::Tensor axpy(torch::Tensor x, torch::Tensor y, torch::Tensor out) {
+    long n = x.numel();
+    axpy_cuda<1><<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                          out.data_ptr<float>(), n);
+    return out;
+}
+"""
+
+_ext = load_inline("ks_attribution_axpy", cpp_sources="torch::Tensor axpy(torch::Tensor x, "
+                   "torch::Tensor y, torch::Tensor out);", cuda_sources=_SRC,
+                   functions=["axpy"])
+
+
+def custom_kernel(data):
+    x, y, out = data
+    return _ext.axpy(x, y, out)
+'''
+
+CUDA_DEAD = CUDA_AXPY.replace("    return _ext.axpy(x, y, out)",
+                              "    if x.numel() < 0:\n        return _ext.axpy(x, y, out)\n"
+                              "    return torch.add(y, x, alpha=2, out=out)")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.hip is None),
+                    reason="needs an NVIDIA GPU")
+def test_device_kernels_of_triton_and_cuda_candidates_on_the_gpu(
+        pytester: pytest.Pytester) -> None:
+    task = _task(pytester.path, "\n[kernel]\nmin_own_share = 0.5\n")
+    (task / "seeds" / "cuda_own.py").write_text(CUDA_AXPY)
+    (task / "seeds" / "cuda_dead.py").write_text(CUDA_DEAD)
+    out = pytester.path / "r.json"
+    result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", "-k", "check",
+                                           "--ks-device", "cuda", "--ks-json", str(out),
+                                           timeout=600)
+    text = result.stdout.str()
+    found = {c["name"]: next(r["attribution"] for r in c["cases"] if r["attribution"])
+             for c in json.loads(out.read_text())["candidates"] if c["role"] == "candidate"}
+    assert found["own_kernel"]["device"] == "gpu" and found["own_kernel"]["own_share"] > 0.9, text
+    assert found["cuda_own"]["own_share"] > 0.9, text
+    assert any(k["own"] and "axpy_cuda" in k["name"] for k in found["cuda_own"]["kernels"])
+    for dead in ("dead_branch", "cuda_dead"):
+        assert found[dead]["own_share"] == 0.0, found[dead]
+        assert any("elementwise" in k["name"] for k in found[dead]["kernels"]), found[dead]
+        assert f"{dead} check n1000-s1: kernel attribution: 0% of its device time" in text
