@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import DATA, REPO, run_pytest
 
+from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION
 from pytest_kscientist.hip import compile_gate
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip import toolchain as hip_toolchain
@@ -237,7 +238,7 @@ def test_compile_items_in_a_cpu_session(toolchain, tmp_path: Path) -> None:
         "compile[gfx942] PASSED", "").replace("compile[gfx950] PASSED", "").replace(
         "task::validate PASSED", "")  # the task's own item runs on any device
     compiles = {c["name"]: c["compiles"] for c in data["candidates"]}
-    assert data["schema_version"] == 5
+    assert data["schema_version"] == RESULTS_SCHEMA_VERSION
     (seed,) = compiles["hip_mfma"]
     assert seed["outcome"] == "passed" and seed["arch"] == "gfx942"
     (kernel,) = seed["kernels"]
