@@ -319,7 +319,7 @@ def test_a_malformed_cuda_handover_is_refused_and_leaves_the_device_usable() -> 
         assert torch.equal(taken.view(torch.int32), data)
         for bad, why in (({**desc, "size": desc["size"] * 4}, r"CUDA allocation \d+: cuMemMap"),
                          ({**desc, "size": nbytes - 1}, r"does not hold"),
-                         ({"kind": "cuda", "fd": _memfd(b"\0" * 4096), "size": 1 << 21},
+                         ({"kind": "cuda", "fd": _memfd(b"\0" * 4096), "size": desc["size"]},
                           r"CUDA allocation \d+: cuMemImportFromShareableHandle")):
             with pytest.raises(CandidateFailure, match=why):
                 handover.take(bad, nbytes, os.getpid(), "cuda")

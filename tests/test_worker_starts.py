@@ -8,6 +8,7 @@ so their torch imports and candidate builds overlap each other instead of adding
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -32,7 +33,8 @@ _began = time.time()
 time.sleep(1.0)
 with open(os.environ["LOAD_LOG"], "a") as log:
     log.write(json.dumps({"file": __file__, "token": TOKEN, "began": _began,
-                          "ended": time.time()}) + "\\n")
+                          "ended": time.time(),
+                          "extensions": os.environ.get("TORCH_EXTENSIONS_DIR")}) + "\\n")
 
 
 def custom_kernel(data):
@@ -61,6 +63,29 @@ def test_each_worker_is_loaded_once_and_the_loads_overlap(
     one, two = sorted(loads, key=lambda r: r["began"])
     # started together before the first item: the second began before the first had loaded
     assert two["began"] < one["ended"], loads
+
+
+def test_each_source_builds_its_extensions_in_its_own_folder(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Workers load together: two variants of one seed that name their load_inline module
+    alike must not build into one folder at once (on the H200 three knob variants of the CUDA
+    seed failed to import each other's half-written .so), while an unchanged file keeps its
+    folder (and its build) across workers and sessions."""
+    log = tmp_path / "loads.log"
+    monkeypatch.setenv("LOAD_LOG", str(log))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    (pytester.path / "one.py").write_text(LOGGED)
+    (pytester.path / "two.py").write_text(LOGGED)
+    (pytester.path / "variant.py").write_text(LOGGED + "# a knob moved\n")
+    result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "-k", "check",
+                                           "--kernel", "one.py", "--kernel", "two.py",
+                                           "--kernel", "variant.py")
+    result.assert_outcomes(passed=3 * 2)  # two checks each
+    dirs = {Path(r["file"]).stem: Path(r["extensions"]) for r in _loads(log)}
+    assert dirs["one"] == dirs["two"] != dirs["variant"], dirs
+    for name, folder in dirs.items():
+        sha = hashlib.sha256((pytester.path / f"{name}.py").read_bytes()).hexdigest()
+        assert folder.name == f"ks-{sha[:16]}" and folder.parent.parent == tmp_path / "ext"
 
 
 BROKEN = '''

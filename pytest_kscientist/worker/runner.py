@@ -62,6 +62,19 @@ CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "gener
             "key", "apply_changes", "refill", "profile", "activity", "clock", "set_profile")
 
 
+def _extension_dir(torch: Any, key: str) -> str:
+    """The torch extension build root of the file whose SHA-256 is ``key``: one per source, so
+    two different files that name their ``load_inline`` module alike (two variants of one seed)
+    never build into one folder at once (a worker importing the other's half-written ``.so``),
+    and an unchanged file finds its build from an earlier session."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+    accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else
+             f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu")
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    return os.path.join(root, f"{tag}_{accel}", f"ks-{key[:16]}")
+
+
 def _load_module(path: str, name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -192,6 +205,8 @@ class Runner:
     # -- requests ---------------------------------------------------------------------------
 
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        if req.get("build_key"):
+            os.environ["TORCH_EXTENSIONS_DIR"] = _extension_dir(self.torch, req["build_key"])
         module = _load_module(req["path"], "_ks_candidate")
         self.kernel_path = req["path"]
         problem = self.tripwire.check()
