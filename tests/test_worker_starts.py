@@ -167,3 +167,40 @@ def test_collect_only_starts_no_worker(pytester: pytest.Pytester,
                                            "one.py", "--kernel", "two.py", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK
     assert not log.exists()
+
+
+# Stands in for torch.utils.cpp_extension: its precompiled-header step logs when it ran.
+FAKE_EXTENSION = '''
+import json, os, sys, time, types
+sys.path.insert(0, {repo!r})
+from pytest_kscientist.worker.runner import serialize_pch
+
+def _check_and_build_extension_h_precompiler_headers(*args):
+    began = time.time()
+    time.sleep(0.5)
+    with open({log!r}, "a") as log:
+        log.write(json.dumps([began, time.time()]) + "\\n")
+
+module = types.SimpleNamespace(
+    _check_and_build_extension_h_precompiler_headers=_check_and_build_extension_h_precompiler_headers)
+serialize_pch(module, {folder!r})
+serialize_pch(module, {folder!r})  # twice: wrapped once
+module._check_and_build_extension_h_precompiler_headers([], [])
+'''
+
+
+def test_precompiled_header_builds_of_workers_loading_together_take_turns(
+        tmp_path: Path) -> None:
+    """torch builds its precompiled header unlocked into its own folder: workers loading
+    together must take turns (three CUDA seed variants killed each other's compilers)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "pch.log"
+    script = FAKE_EXTENSION.format(repo=str(Path(__file__).parent.parent), log=str(log),
+                                   folder=str(tmp_path / "ext"))
+    procs = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(3)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    spans = sorted(json.loads(line) for line in log.read_text().splitlines())
+    assert len(spans) == 3
+    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:], strict=False)), spans

@@ -75,6 +75,27 @@ def _extension_dir(torch: Any, key: str) -> str:
     return os.path.join(root, f"{tag}_{accel}", f"ks-{key[:16]}")
 
 
+def serialize_pch(cpp_extension: Any, folder: str) -> None:
+    """Make ``load_inline(use_pch=True)``'s check-and-build of torch's precompiled header take
+    an exclusive lock (``folder``/pch.lock) first. torch writes that header into its own
+    include folder unlocked, so workers loading together on a fresh machine built it at once
+    and their compilers read each other's half-written file (cc1plus killed, on the H200)."""
+    import fcntl
+
+    build = getattr(cpp_extension, "_check_and_build_extension_h_precompiler_headers", None)
+    if build is None or getattr(build, "ks_serialized", False):
+        return
+
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "pch.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return build(*args, **kwargs)
+
+    serialized.ks_serialized = True  # type: ignore[attr-defined]
+    cpp_extension._check_and_build_extension_h_precompiler_headers = serialized
+
+
 def _load_module(path: str, name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -207,6 +228,12 @@ class Runner:
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         if req.get("build_key"):
             os.environ["TORCH_EXTENSIONS_DIR"] = _extension_dir(self.torch, req["build_key"])
+            with open(req["path"], encoding="utf-8", errors="replace") as source:
+                if "use_pch" in source.read():
+                    from torch.utils import cpp_extension
+
+                    serialize_pch(cpp_extension, os.path.dirname(
+                        os.environ["TORCH_EXTENSIONS_DIR"]))
         module = _load_module(req["path"], "_ks_candidate")
         self.kernel_path = req["path"]
         problem = self.tripwire.check()
