@@ -18,6 +18,7 @@ from evolve_fakes import FakeEvaluator
 from helpers import AXPY, CANDIDATES, REPO
 from test_evolve_loop import Run
 
+from pytest_kscientist.evolve import child_exit
 from pytest_kscientist.evolve.child_exit import exit_path
 from pytest_kscientist.evolve.orphans import SessionStarted, record
 from pytest_kscientist.evolve.population import Population
@@ -353,3 +354,22 @@ def test_a_session_that_did_not_finish_is_evaluated_again(
     assert run.evaluator.calls == [["c0001"]]
     stored = run.pop.members()[0].evaluation
     assert stored is not None and stored.salt == 7  # the fake evaluator's, not the session's
+
+
+def test_a_second_ctrl_c_inside_pytests_interrupt_handling_still_reads_interrupted(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """pytest's interrupt handling, hit by a second Ctrl-C (a terminal's and the parent's),
+    leaves the session's exit status at 0; the child's exit record must still say interrupted,
+    or a resumed run adopts the half-run session's results as finished."""
+    pytester.makeconftest('''
+def pytest_keyboard_interrupt(excinfo):
+    raise KeyboardInterrupt  # the second Ctrl-C, while pytest reports the first
+''')
+    pytester.makepyfile(test_it='''
+def test_interrupted():
+    raise KeyboardInterrupt
+''')
+    results = tmp_path / "run.json"
+    pytester.runpytest_subprocess("-p", "pytest_kscientist.evolve.child_exit",
+                                  f"--ks-json={results}")
+    assert child_exit.exit_status(results) == pytest.ExitCode.INTERRUPTED

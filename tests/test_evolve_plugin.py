@@ -397,7 +397,6 @@ def test_bad_devices_are_usage_errors(pytester: pytest.Pytester, args: list[str]
     assert message in result.stderr.str()
 
 
-@pytest.mark.slow
 def _child_reported_an_item(sessions: Path) -> bool:
     """Whether the newest of two or more child-session logs has output past its command line."""
     logs = sorted(sessions.glob("*.log"))
@@ -406,6 +405,7 @@ def _child_reported_an_item(sessions: Path) -> bool:
     return bool(logs[-1].read_text(errors="replace").partition("\n\n")[2].strip())
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytest.Pytester) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while a real child session runs."""
     _axpy_with_fast_seed(pytester)

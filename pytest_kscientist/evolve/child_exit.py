@@ -31,8 +31,24 @@ def exit_status(results: Path) -> int | None:
         return None
 
 
+LOOP_ENDED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> object:
+    result = yield
+    session.config.stash[LOOP_ENDED] = True  # every item ran: no interrupt came through
+    return result
+
+
 @pytest.hookimpl(trylast=True)  # after the harness's own sessionfinish has written the results
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     results = session.config.getoption("ks_json", default=None)
-    if results:
-        atomic_write(exit_path(Path(results)), f"{int(exitstatus)}\n")
+    if not results:
+        return
+    status = int(exitstatus)
+    if status in FINISHED and not session.config.stash.get(LOOP_ENDED, False):
+        # A second Ctrl-C inside pytest's own interrupt handling leaves the session's exit
+        # status at 0: a test loop that never ended is an interrupted session whatever it says.
+        status = int(pytest.ExitCode.INTERRUPTED)
+    atomic_write(exit_path(Path(results)), f"{status}\n")
