@@ -10,7 +10,6 @@ rounds of the baseline's median over the candidate's median in the same round: c
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,11 +76,8 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
                         protect=task.spec_path, spares=spares)
-        # Its own extension build folder, keyed by the file's hash: workers started together
-        # (collect.start_workers) never build two sources under one load_inline name at once.
-        key = hashlib.sha256(source.read_bytes()).hexdigest()
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
-                                   prepare=prepare, init_seed=init_seed, build_key=key)
+                                   prepare=prepare, init_seed=init_seed)
     except WorkerDied as exc:
         raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
     if not header.get("ok"):

@@ -17,6 +17,7 @@ outputs to ``fetch`` for verification. Outputs go back whole: in the answer's fr
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -226,14 +227,16 @@ class Runner:
     # -- requests ---------------------------------------------------------------------------
 
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        if req.get("build_key"):
-            os.environ["TORCH_EXTENSIONS_DIR"] = _extension_dir(self.torch, req["build_key"])
-            with open(req["path"], encoding="utf-8", errors="replace") as source:
-                if "use_pch" in source.read():
-                    from torch.utils import cpp_extension
+        # Workers load together (collect.start_workers): each file builds its extensions in
+        # its own folder, and takes turns at torch's precompiled header.
+        with open(req["path"], "rb") as file:
+            source = file.read()
+        folder = _extension_dir(self.torch, hashlib.sha256(source).hexdigest())
+        os.environ["TORCH_EXTENSIONS_DIR"] = folder
+        if b"use_pch" in source:
+            from torch.utils import cpp_extension
 
-                    serialize_pch(cpp_extension, os.path.dirname(
-                        os.environ["TORCH_EXTENSIONS_DIR"]))
+            serialize_pch(cpp_extension, os.path.dirname(folder))
         module = _load_module(req["path"], "_ks_candidate")
         self.kernel_path = req["path"]
         problem = self.tripwire.check()
