@@ -42,6 +42,9 @@ class Settings:
     lenient_task: bool = False
     # --ks-attribution: one profiled call per candidate says which kernels its time went to.
     attribution: bool = False
+    # --ks-min-own-share: the least share of a candidate's time in its own kernels, for every
+    # task (None: each task's [kernel] min_own_share).
+    min_own_share: float | None = None
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -108,6 +111,11 @@ CORE_OPTIONS = (
            "@triton.jit, __global__) against torch's and libraries' (the summary, --ks-json); "
            "always on for a task that sets [kernel] min_own_share", ini="ks_attribution",
            ini_default=False, ini_type="bool", action="store_true"),
+    Option("--ks-min-own-share", "refuse a candidate whose profiled call spends less than "
+           "FRACTION (0-1) of its time in kernels its file declares (its first check fails, it "
+           "is not timed); for every collected task, over the task's [kernel] min_own_share; "
+           "for GPU MODE and KernelBench folders, which have no task.toml", "FRACTION",
+           ini="ks_min_own_share"),
     Option("--ks-json", "write machine-readable results (versioned JSON) to PATH", "PATH"),
     Option("--ks-salt", "reuse the secret seed salt of an earlier run to reproduce it", "INT"),
     Option("--ks-profile", "case profile: auto (full with a GPU, else cpu), cpu, full or any "
@@ -298,7 +306,22 @@ def resolve(config: pytest.Config) -> Settings:
         solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
         lenient_task=bool(_value(config, "ks_lenient_task")),
         attribution=bool(_value(config, "ks_attribution")),
+        min_own_share=_share(config),
     )
+
+
+def _share(config: pytest.Config) -> float | None:
+    raw = _value(config, "ks_min_own_share")
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise pytest.UsageError(f"--ks-min-own-share expects a share of the candidate's time "
+                                f"between 0 and 1 (e.g. 0.5 for half), got '{raw}'")
+    return value
 
 
 def _tolerance(config: pytest.Config) -> float:

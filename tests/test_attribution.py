@@ -108,8 +108,8 @@ def test_device_time_shares_and_the_refusal_name_what_ran() -> None:
     assert [k.name for k in att.kernels][0] == "sm90_xmma_gemm_f32f32_tn"  # longest first
     assert att.line() == ("own 30% of device time (gemm_tiles 30%); library 70% "
                           "(sm90_xmma_gemm_f32f32_tn 60%, Memset 10%)")
-    assert refusal(att, 0.3) is None
-    why = refusal(att, 0.5)
+    assert refusal(att, 0.3, "the task's [kernel] min_own_share") is None
+    why = refusal(att, 0.5, "the task's [kernel] min_own_share")
     assert why is not None
     assert why.startswith("kernel attribution: 30% of its device time in kernels its file "
                           "declares, expected at least 50% (the task's [kernel] min_own_share)")
@@ -187,6 +187,25 @@ def test_a_task_asking_for_an_own_kernel_refuses_the_dead_branch(
             "file declares, expected at least 50% (the task's [kernel] min_own_share); what ran: "
             "own 0% of call time (no kernel it declares ran); torch ops ") in text
     assert "own_kernel check n1000-s1: kernel attribution" not in text
+
+
+@needs_triton
+def test_the_command_line_asks_for_an_own_kernel_where_the_task_cannot(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU MODE and KernelBench folders have no task.toml: --ks-min-own-share sets the minimum
+    for every task, over the task's own, and the refusal names the flag."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    task = _task(pytester.path, "\n[kernel]\nmin_own_share = 0.0\n")
+    result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", "-k", "check",
+                                           "--ks-min-own-share", "0.5")
+    # own_kernel's two checks and dead_branch's second (the first check is the profiled one)
+    result.assert_outcomes(passed=2 + 1, failed=1)
+    assert ("dead_branch check n1000-s1: kernel attribution: 0% of its call time in kernels its "
+            "file declares, expected at least 50% (--ks-min-own-share); ") in result.stdout.str()
+    bad = pytester.runpytest_subprocess(str(task), "--ks-min-own-share", "50")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--ks-min-own-share expects a share of the candidate's time "
+                              "between 0 and 1 (e.g. 0.5 for half), got '50'*"])
 
 
 def test_min_own_share_is_a_share(tmp_path: Path) -> None:

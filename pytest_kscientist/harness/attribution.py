@@ -178,13 +178,14 @@ def judge(report: dict[str, Any], declared: list[str]) -> Attribution:
                        own_share=min(1.0, max(0.0, share)), declared=declared, kernels=kernels)
 
 
-def refusal(att: Attribution, minimum: float) -> str | None:
-    """Why the task refuses a candidate whose own share is under ``minimum``, or None."""
+def refusal(att: Attribution, minimum: float, source: str) -> str | None:
+    """Why a candidate whose own share is under ``minimum`` is refused, or None; ``source``
+    names where the minimum was set."""
     if att.own_share >= minimum:
         return None
     side = "device time" if att.device == "gpu" else "call time"
     declared = ", ".join(att.declared) or "none"
     return (f"kernel attribution: {_pct(att.own_share)} of its {side} in kernels its file "
-            f"declares, expected at least {_pct(minimum)} (the task's [kernel] min_own_share); "
+            f"declares, expected at least {_pct(minimum)} ({source}); "
             f"what ran: {att.line()}; declared: {declared}. Do the work in a kernel of the "
             f"candidate's own (@triton.jit or __global__); torch ops and libraries do not count")

@@ -420,17 +420,21 @@ class CaseItem(CandidateItem):
 
     def _attribute(self, evaluator: Any, worker: Worker) -> attribution.Attribution | None:
         """The candidate's profiled call, on its first passing check, when asked for
-        (--ks-attribution) or required (the task's [kernel] min_own_share, which a candidate
-        under it fails here; the reference and baselines are reported, never refused)."""
+        (--ks-attribution) or required (--ks-min-own-share, else the task's [kernel]
+        min_own_share: a candidate under it fails here; the reference and baselines are
+        reported, never refused)."""
         cand = self.candidate
-        minimum = cand.task.spec.kernel.min_own_share
+        minimum, source = cand.ks.settings.min_own_share, "--ks-min-own-share"
+        if minimum is None:
+            minimum, source = (cand.task.spec.kernel.min_own_share,
+                               "the task's [kernel] min_own_share")
         if cand.attributed or not (cand.ks.settings.attribution or minimum is not None):
             return None
         cand.attributed = True
         self.attribution = evaluator.attribute(worker, self.case,
                                                cand.source.read_text(errors="replace"))
         if minimum is not None and cand.role == "candidate":
-            why = attribution.refusal(self.attribution, minimum)
+            why = attribution.refusal(self.attribution, minimum, source)
             if why:
                 raise CandidateFailure(why, wrong_result=True)
         return self.attribution
