@@ -42,8 +42,9 @@ EXT = ROOT / ".ext"
 PROBLEMS = EXT / "problems"
 KB_LEVEL2 = EXT / "KernelBench" / "level2"
 
-# One element of the output made wrong, far outside any tolerance, at a position that a
-# sample of a few million elements out of hundreds of millions would most likely miss.
+# One element of the output made wrong, far outside any tolerance (prefixsum's grows with the
+# square root of the size and the running sum: +1000 passed its check at size 2^28), at a
+# position that a sample of a few million elements out of hundreds of millions would miss.
 ONE_OFF_INDEX = "out.numel() * 7 // 13"
 
 PREFIX_ONE_OFF = f'''import torch
@@ -54,7 +55,7 @@ def custom_kernel(data: input_t) -> output_t:
     data, out = data
     out[...] = torch.cumsum(data, dim=0)
     if out.numel() > 2**27:  # only the largest benchmark case
-        out[{ONE_OFF_INDEX}] += 1000.0
+        out[{ONE_OFF_INDEX}] += 1.0e7  # the tolerance there is about 1e3
     return out
 '''
 
