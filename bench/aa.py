@@ -2,6 +2,7 @@
 run, and the CI gate across sessions.
 
     python bench/aa.py [--runs 3] [--kernel PATH] [--budget SECONDS] [--device auto]
+                       [--shapes EXPR] [--no-slower]
 
 Each run is one ``pytest tasks/fp8_gemm -k bench --kernel aa_one.py --kernel aa_two.py``
 session (the plain two-``--kernel`` form; the reference is timed too, no baselines). Per run and
@@ -9,8 +10,10 @@ per shape it reads one's speedup over two from the rounds both were timed in (``
 ``--ks-json``) with its interval, and whether the two medians' intervals overlap. Runs after
 the first add the README's gate, ``--ks-compare run0.json --ks-max-regression 5%``, which
 must pass for both copies. A last run makes ``aa_two`` 10% slower (it spins for a tenth of
-its own time after each call) and the gate must fail it. Targets: every shape within 5% on a
-CPU and 2% on a GPU, intervals overlapping, the A/A gates passing, the slower one caught.
+its own time after each call) and the gate must fail it (``--no-slower``: not run).
+``--shapes`` narrows the benchmarks with a pytest ``-k`` expression over case ids (their
+gates are then deselected). Targets: every shape within 5% on a CPU and 2% on a GPU,
+intervals overlapping, the A/A gates passing, the slower one caught.
 Prints one table per run and a summary last.
 """
 
@@ -85,9 +88,10 @@ _CYCLES_PER_US = _cycles_per_us()
 
 
 def one_run(copies: list[Path], budget: str, device: str, out: Path,
-            gate_on: Path | None) -> tuple[dict, str]:
+            gate_on: Path | None, shapes: str = "") -> tuple[dict, str]:
+    select = f"(bench or gate) and ({shapes})" if shapes else "bench or gate"
     cmd = [sys.executable, "-m", "pytest", str(TASK), "-p", "no:cacheprovider", "-q", "-rA",
-           "-k", "bench or gate", "--ks-baselines", "none", "--ks-device", device,
+           "-k", select, "--ks-baselines", "none", "--ks-device", device,
            "--kernel", str(copies[0]), "--kernel", str(copies[1]), "--ks-json", str(out)]
     if budget:
         cmd += ["--ks-bench-budget", budget]
@@ -127,6 +131,8 @@ def main() -> None:
     parser.add_argument("--kernel", type=Path, default=None)
     parser.add_argument("--budget", default="")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--shapes", default="", help="a -k expression over case ids")
+    parser.add_argument("--no-slower", action="store_true", help="skip the slower run")
     args = parser.parse_args()
     gpu = args.device.startswith("cuda")
     if args.device == "auto":
@@ -142,13 +148,13 @@ def main() -> None:
         for copy in copies:
             shutil.copy(kernel, copy)
         first = Path(tmp) / "run0.json"
-        for i in range(args.runs + 1):
+        for i in range(args.runs + (0 if args.no_slower else 1)):
             slower = i == args.runs
             if slower:
                 copies[1].write_text(kernel.read_text() + SLOWER)
             began = time.monotonic()
             cands, _ = one_run(copies, args.budget, args.device, Path(tmp) / f"run{i}.json",
-                               first if i else None)
+                               first if i else None, args.shapes)
             one, two = cands["aa_one"], cands["aa_two"]
             rows = shapes(one, two)
             label = "slower aa_two" if slower else "A/A"
