@@ -121,24 +121,26 @@ def test_a_reference_that_raises_is_a_one_line_reason(pytester: pytest.Pytester)
 
 
 def test_the_verdict_is_cached_by_the_task_files(pytester: pytest.Pytester) -> None:
+    """Five sessions of the validate item alone, in this process (it starts no worker, and the
+    verdicts travel through pytest's cache on disk): 18.3 s as subprocesses, each importing
+    torch again."""
     task = _loose(_copy(pytester.path))
-    first = pytester.runpytest_subprocess(str(task), "-q", "-k", "validate")
+    first = pytester.runpytest(str(task), "-q", "-k", "validate")
     first.assert_outcomes(failed=1)
     assert "(cached)" not in first.stdout.str()
-    again = pytester.runpytest_subprocess(str(task), "-q", "-k", "validate")
+    again = pytester.runpytest(str(task), "-q", "-k", "validate")
     again.assert_outcomes(failed=1)
     again.stdout.fnmatch_lines(["task 'axpy' lets trivial kernels pass: *all-zeros output "
                                 "passes*(cached)"])
     # A new seed kernel is not part of the task: still cached; a changed spec is a new key.
     shutil.copy(task / "seeds" / "good.py", task / "seeds" / "other.py")
-    assert "(cached)" in pytester.runpytest_subprocess(str(task), "-q", "-k",
-                                                       "validate").stdout.str()
+    assert "(cached)" in pytester.runpytest(str(task), "-q", "-k", "validate").stdout.str()
     spec = task / "task.toml"
     spec.write_text(spec.read_text().replace("atol = 1e3", "atol = 1e-6"))
-    fixed = pytester.runpytest_subprocess(str(task), "-q", "-k", "validate")
+    fixed = pytester.runpytest(str(task), "-q", "-k", "validate")
     fixed.assert_outcomes(passed=1)
     fixed.stdout.fnmatch_lines(["*task validation: passed on case n1000-s1"])
-    cached = pytester.runpytest_subprocess(str(task), "-q", "-k", "validate")
+    cached = pytester.runpytest(str(task), "-q", "-k", "validate")
     cached.stdout.fnmatch_lines(["*task validation: passed on case n1000-s1 (cached)"])
     (entries,) = pytester.path.glob("**/.pytest_cache/v/kscientist/task-validation")
     assert len(list(entries.iterdir())) == 2  # one per version of the spec
