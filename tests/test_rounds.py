@@ -11,7 +11,7 @@ from helpers import AXPY, DATA, run_pytest
 from test_baselines import _FakeEvaluator, _FakePartner
 
 from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.harness.rounds import Member, bench_together, order_items
+from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
 from pytest_kscientist.harness.stats import geomean
 
 
@@ -30,6 +30,23 @@ def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
     assert a.baselines["p"].speedup == pytest.approx(geomean([4.0, 2.0]))
     assert b.baselines["p"].speedup == pytest.approx(2.0)
     assert ev.samples["a"] == {None} and ev.samples["p"] == {1}  # members keep the full sample
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_every_member_takes_every_place_and_follows_every_other_alike(n: int) -> None:
+    """Mirrored rounds alone (A B C, C B A) keep the middle member in the middle, always after
+    the same neighbours; round_order's 2n rounds put each member in each place twice and
+    right after each other member twice, and any four rounds give equal mean places."""
+    orders = [round_order(n, r) for r in range(2 * n)]
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    for member in range(n):
+        assert sorted(o.index(member) for o in orders) == sorted(list(range(n)) * 2)
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(n - 1)]
+    assert all(follows.count((a, b)) == 2 for a in range(n) for b in range(n) if a != b)
+    assert orders[1] == orders[0][::-1]  # the first two rounds are the mirrored pair
+    places = [sum(round_order(n, r).index(m) for r in range(4)) for m in range(n)]
+    assert len(set(places)) == 1, places
+    assert round_order(n, 2 * n) == orders[0]  # then the design repeats
 
 
 def test_a_member_that_fails_is_its_own_verdict_and_leaves_the_rounds() -> None:

@@ -2,10 +2,11 @@
 
 A baseline runs in its own worker, never in a candidate's process, and is verified like a
 candidate (its sampled outputs are judged against the reference). A case's benchmark
-alternates rounds between the candidates' workers and each baseline's worker, in mirrored
-order (C B1 B2, then B2 B1 C, ...: ``rounds.py``), and the speedup is the geometric mean over
-rounds of the baseline's median over the candidate's median in the same round: clock drift
-(boost, thermal) shifts both sides of each ratio alike.
+alternates rounds between the candidates' workers and each baseline's worker, in an order
+that changes every round (C B1 B2, then B2 B1 C, then B1 B2 C, ...: ``rounds.round_order``),
+and the speedup is the geometric mean over rounds of the baseline's median over the
+candidate's median in the same round: clock drift (boost, thermal) shifts both sides of each
+ratio alike.
 """
 
 from __future__ import annotations

@@ -3,11 +3,15 @@
 Timed one after another, two copies of one kernel read 0.85x-1.25x of each other on a 2-core
 CPU and one shape 19.17 vs 17.50 us on the H200: the machine drifts between their turns. So the
 bench items of one case run back to back (``order_items``), and the first of them times every
-candidate of the case (and the reference) in rounds, in mirrored order (A B C P1 P2, then
-P2 P1 C B A, ...), beside the task's baselines (the partners of ``baselines.py``); the others
-take their result from that measurement. Every candidate keeps its own budget and its full
-verification sample, so the cost is the same as timing them in turn; the baselines are timed
-once per case for all of them.
+candidate of the case (and the reference) in rounds beside the task's baselines (the partners
+of ``baselines.py``); the others take their result from that measurement. The order changes
+from round to round (``round_order``: A B C, then C B A, then B C A, A C B, ...) so that every
+member takes every place and follows every other member alike: in mirrored rounds alone (A B
+C, C B A) the middle member never moves, and on the H200 the middle one of two copies of a
+kernel (beside the reference) read 0.92-0.95x the other's speed over four shapes (three split
+over K), in each of three runs. Every candidate keeps its own budget and its full verification
+sample, so the cost is the same as timing them in turn; the baselines are timed once per case
+for all of them.
 
 Each result carries ``fellows``: the speedup over every other member, from the rounds both
 were timed in, with its interval; ``score`` pools them into pairwise geomeans.
@@ -70,7 +74,7 @@ class Lineup:
 
 def bench_together(evaluator: Evaluator, members: list[Member], partners: list[Partner],
                    case: Case, device_name: str, budget_s: float) -> dict[str, Outcome]:
-    """Time every member and partner in mirrored rounds; each member's pooled result, its
+    """Time every member and partner in rounds (``round_order``); each member's pooled result, its
     speedups over the partners (``baselines``) and over the other members (``fellows``).
 
     A member's failure is its own verdict and ends its part in the rounds; a partner's costs
@@ -89,7 +93,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     failed: dict[str, str] = {}
     order: list[Member | Partner] = [*members, *partners]
     for r in range(rounds):
-        for who in order if r % 2 == 0 else order[::-1]:
+        for who in (order[i] for i in round_order(len(order), r)):
             if who.name in failed or who.name in out:
                 continue
             if isinstance(who, Member):
@@ -127,6 +131,24 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                                            f"{_reason(out[other.name])}"))
         out[m.name] = Outcome(result=result)
     return out
+
+
+def round_order(n: int, r: int) -> list[int]:
+    """The order of ``n`` members in round ``r``: a Williams design (each of ``2n`` rounds a
+    permutation, where every member takes every place twice and directly follows every other
+    member equally often), its rounds taken as base, mirror, next base, next mirror, ... so
+    that the first two rounds are the mirrored pair and four rounds already give every member
+    the same mean place."""
+    base = [0]
+    low, high = 1, n - 1
+    while len(base) < n:
+        base.append(low)
+        low += 1
+        if len(base) < n:
+            base.append(high)
+            high -= 1
+    seq = [(x + (r // 2)) % n for x in base]
+    return seq if r % 2 == 0 else seq[::-1]
 
 
 def _reason(outcome: Outcome) -> str:
