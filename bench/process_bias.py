@@ -80,7 +80,7 @@ def _serve(conn: Any, jitter: bool, seed: int, thp_off: bool, pin: int | None) -
 
 
 def pair(rounds: int, calls: int, jitter: bool, tag: int, thp_off: bool,
-         pin: int | None) -> tuple[float, int, list[int]]:
+         pin: int | None, warmup: int = 5) -> tuple[float, int, list[int]]:
     """(median of first/second over the rounds, rounds where the first was slower, each
     process's AnonHugePages in KiB at the end)."""
     ends = []
@@ -90,7 +90,7 @@ def pair(rounds: int, calls: int, jitter: bool, tag: int, thp_off: bool,
         proc.start()
         ends.append((proc, mine))
     for _, conn in ends:  # warm-up
-        conn.send(5)
+        conn.send(warmup)
         conn.recv()
     ratios = []
     for r in range(rounds):
@@ -115,12 +115,13 @@ def main() -> None:
     parser.add_argument("--jitter", action="store_true")
     parser.add_argument("--thp-off", action="store_true")
     parser.add_argument("--pin", type=int, default=None, metavar="CPU")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per process")
     args = parser.parse_args()
     print(f"{'pair':>4}  median first/second  rounds first slower  AnonHugePages KiB")
     worst = 0.0
     for tag in range(args.pairs):
         median, slower, huge = pair(args.rounds, args.calls, args.jitter, tag, args.thp_off,
-                                    args.pin)
+                                    args.pin, args.warmup)
         worst = max(worst, abs(median - 1))
         print(f"{tag:>4}  {median:>20.3f}  {slower:>6}/{args.rounds}  {huge[0]:>8} {huge[1]:>8}")
     print(f"worst pair {worst:.1%} off 1")
