@@ -143,11 +143,12 @@ CORE_OPTIONS = (
            "twin takes several, space-separated)", "NAME=FACTOR", ini="ks_min_speedup",
            ini_default=[], ini_type="args", action="append", group="gates"),
     Option("--ks-compare", "compare each candidate with its result in PATH, a --ks-json file of "
-           "an earlier run", "PATH", ini="ks_compare", group="gates"),
+           "an earlier run; the file it ran there (saved in PATH) is timed beside it as "
+           "<stem>_saved", "PATH", ini="ks_compare", group="gates"),
     Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower than in "
-           "--ks-compare (geomean over common benchmarks, read through the reference timed in "
-           "both runs); it fails only when the change's 95%% interval excludes no change, e.g. "
-           "5%%", "PERCENT",
+           "--ks-compare (geomean over common benchmarks, against its saved file timed beside "
+           "it, else through the reference timed in both runs); it fails only when the "
+           "change's 95%% interval excludes no change, e.g. 5%%", "PERCENT",
            ini="ks_max_regression", group="gates"),
 )
 

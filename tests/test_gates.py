@@ -211,8 +211,11 @@ def test_the_regression_gate_fails_only_beyond_the_noise(tmp_path: Path) -> None
 
 
 def _scale(cand: dict[str, Any], factor: float, name: str) -> dict[str, Any]:
+    """The candidate's result with its times scaled, as a file of schema 6 and older would
+    hold it: without its source, so the gate reads through the reference."""
     out = json.loads(json.dumps(cand))
     out["name"] = name
+    out.pop("source", None)
     for case in out["cases"]:
         if case["stats"]:
             for key in ("mean_us", "median_us", "min_us", "max_us", "ci_low_us", "ci_high_us"):
@@ -253,3 +256,67 @@ def test_regression_gate_against_a_saved_run(tmp_path: Path) -> None:
     assert head.split()[-1] == "vs_saved"
     gate = {c["name"]: c["gates"] for c in data["candidates"]}
     assert [g["outcome"] for g in gate["fast"]] == ["failed"]
+
+
+SLOW_AXPY = """import torch
+
+
+def custom_kernel(data):
+    x, y, out = data
+    for _ in range(20):  # the same result, twenty times the work
+        torch.add(y, x, alpha=2, out=out)
+    return out
+"""
+
+
+def test_the_regression_gate_times_the_saved_kernel_beside_the_new_one(tmp_path: Path) -> None:
+    """A results file of schema 7 holds each candidate's source; --ks-compare times that saved
+    file beside the candidate in the same rounds ('<stem>_saved'), and the gate reads the
+    change from them (issue 31: through the reference, the change read between two sessions
+    moved as much as the kernels did on the 2-core CPU)."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    kernel = tmp_path / "k.py"
+    kernel.write_text(SLOW_AXPY)
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py"]
+    code, output, slow_run = run_pytest(select, cwd=tmp_path)
+    assert code == 0 and slow_run is not None, output
+    saved = next(c for c in slow_run["candidates"] if c["name"] == "k")
+    assert slow_run["schema_version"] == 7 and saved["source"] == SLOW_AXPY
+    (tmp_path / "slow.json").write_text(json.dumps(slow_run))
+
+    shutil.copy(AXPY / "seeds" / "good.py", kernel)  # twenty times less work
+    gate = ["--ks-compare", "slow.json", "--ks-max-regression", "5%"]
+    code, output, fast_run = run_pytest([*select, *gate], cwd=tmp_path)
+    assert code == 0, output
+    assert "::k::gate[max-regression] PASSED" in output
+    case = next(c for c in fast_run["candidates"] if c["name"] == "k")["cases"][0]
+    assert case["kind"] == "bench" and case["baselines"]["k_saved"]["speedup"] > 2, case
+    (tmp_path / "fast.json").write_text(json.dumps(fast_run))
+
+    kernel.write_text(SLOW_AXPY)
+    code, output, _ = run_pytest([*select, "--ks-compare", "fast.json",
+                                  "--ks-max-regression", "5%"], cwd=tmp_path)
+    assert code == 1, output
+    assert "::k::gate[max-regression] FAILED" in output
+    assert "slower than in fast.json, 95% interval " in output
+    assert ("(geomean over 1 common benchmark(s), against its file as fast.json ran it, timed "
+            "beside it in this run), more than the allowed --ks-max-regression 5%") in output
+
+
+def test_a_saved_kernel_that_cannot_be_timed_leaves_the_gate_on_the_reference(
+        tmp_path: Path) -> None:
+    """The saved copy is a yardstick: when it fails here (a file that no longer loads), the
+    gate reads through the reference timed in both runs, and says so."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "k.py")
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py"]
+    code, output, run = run_pytest(select, cwd=tmp_path)
+    assert code == 0 and run is not None, output
+    for cand in run["candidates"]:
+        if cand["name"] == "k":
+            cand["source"] = "raise ImportError('gone')\n"
+    (tmp_path / "saved.json").write_text(json.dumps(run))
+    code, output, _ = run_pytest([*select, "--ks-compare", "saved.json",
+                                  "--ks-max-regression", "50%"], cwd=tmp_path)
+    assert "::k::gate[max-regression] PASSED" in output, output
+    assert "through the reference timed in both runs" in output

@@ -120,7 +120,8 @@ class TaskFile(pytest.File):
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
-        skip = self._baselines(ks, task, [p.stem for p in candidates])
+        beside += self._saved_beside(ks, task, candidates)
+        skip = self._baselines(ks, task, [p.stem for p in candidates], beside)
         yield TaskNode.from_parent(self, name=NODE_NAME, task=task)
         if profile.benchmarks and not ks.settings.skip_reference and _has_reference_kernel(task):
             yield CandidateNode.from_parent(
@@ -161,12 +162,40 @@ class TaskFile(pytest.File):
         return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
                 f"{requires.NAME}), this run's device is {found}; run it on such a device")
 
-    def _baselines(self, ks: KsSession, task: Task, stems: list[str]) -> dict[str, str]:
-        """Baselines to collect -> why their items skip ("" to run them); errors for bad names."""
+    def _saved_beside(self, ks: KsSession, task: Task, candidates: list[Path]) -> list[str]:
+        """With --ks-compare: each candidate's file as the saved run ran it (the results'
+        ``source``, schema 7), timed beside it as a partner named '<stem>_saved', so the
+        regression gate compares two kernels timed in the same rounds instead of two sessions'
+        numbers (gates.change_beside). A saved result without its source (schema 6 and older,
+        or a file over results.SOURCE_KEPT_BYTES) leaves the gate reading through the
+        reference timed in both runs. Returns the partners' names."""
+        run = next((r for r in ks.settings.compare_runs if r.task == task.name), None)
+        if run is None:
+            return []
+        saved = {c.name: c.source for c in run.candidates if c.role == "candidate" and c.source}
+        taken = {b.name for b in task.spec.baselines} | {p.stem for p in candidates}
+        names = []
+        for path in candidates:
+            name = path.stem + gates.SAVED_SUFFIX
+            if path.stem not in saved or name in taken or self._unmet(path, ks.device):
+                continue
+            copy = ks.saved_folder() / f"{name}.py"
+            copy.write_text(saved[path.stem], encoding="utf-8")
+            task.spec.baselines.append(BaselineSpec(
+                name=name, file=str(copy),
+                description=f"'{path.stem}' as {ks.settings.compare_path} ran it, timed beside "
+                            "it (--ks-compare)"))
+            names.append(name)
+        return names
+
+    def _baselines(self, ks: KsSession, task: Task, stems: list[str],
+                   beside: list[str]) -> dict[str, str]:
+        """Baselines to collect -> why their items skip ("" to run them); errors for bad names.
+        ``beside``: partners only timed beside candidates (--ks-beside, the saved copies)."""
         declared = [b.name for b in task.spec.baselines]
         picked = ks.settings.baselines
         if picked is not None:
-            picked = (*picked, *(p.stem for p in ks.settings.beside))
+            picked = (*picked, *beside)
         known = ", ".join(declared) or "none"
         for name in picked or ():
             if name not in declared:

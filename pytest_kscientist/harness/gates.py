@@ -113,11 +113,44 @@ def min_speedup(cand: CandidateResult | None, name: str, factor: float,
 
 def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...],
                  reference: CandidateResult | None = None) -> Change | None:
-    """The change against the same candidate in ``saved`` (``change_against``), or None."""
+    """The change against the same candidate in ``saved``: against its saved file timed
+    beside it in this run (``change_beside``) where that was timed, else through the
+    reference (``change_against``); None when ``saved`` has no result for it."""
     _, then, then_ref = _saved_pair(task, cand.name, saved)
     if then is None:
         return None
-    return change_against(cand, reference, then, then_ref)
+    return change_beside(cand) or change_against(cand, reference, then, then_ref)
+
+
+# The partner --ks-compare times beside a candidate (collect.SAVED_SUFFIX).
+SAVED_SUFFIX = "_saved"
+
+
+def change_beside(now: CandidateResult) -> Change | None:
+    """``now`` against its saved file timed beside it in this run's rounds (``--ks-compare``
+    with a saved result of schema 7: collect.TaskFile._saved_beside), over the benchmarks
+    where both were timed: per case the inverse of the speedup over the saved copy, with its
+    interval; over cases their geomean and the mean half-width. Both kernels shared every
+    round, so the machine's drift between sessions never enters. None when no benchmark
+    timed the saved copy (it failed to load or run here: the caller falls back)."""
+    name = now.name + SAVED_SUFFIX
+    ratios: dict[str, float] = {}
+    widths: list[float | None] = []
+    for k, case in _passed_bench(now).items():
+        beside = case.baselines.get(name)
+        if beside is None or not beside.speedup:
+            continue
+        ratios[k] = 1.0 / beside.speedup  # time now / then: > 1 when it got slower
+        lo, hi = beside.speedup_low, beside.speedup_high
+        widths.append(math.log(hi / lo) / 2 if lo and hi and lo > 0 else None)
+    if not ratios:
+        return None
+    centre = math.log(geomean(list(ratios.values())))
+    low = high = None
+    if all(w is not None for w in widths):
+        half = sum(w for w in widths if w is not None) / len(widths)
+        low, high = math.exp(centre - half) - 1.0, math.exp(centre + half) - 1.0
+    return Change(math.exp(centre) - 1.0, low, high, ratios, "beside")
 
 
 @dataclass(frozen=True)
@@ -129,7 +162,9 @@ class Change:
     low: float | None
     high: float | None
     cases: dict[str, float]  # case id -> time ratio now / then
-    through: str  # "the reference" or "" (raw medians: machine drift not cancelled)
+    # "beside" (the saved file timed in this run's rounds), "the reference" (timed in both
+    # runs) or "" (raw medians: machine drift not cancelled)
+    through: str
 
 
 def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
@@ -205,7 +240,8 @@ def max_regression(cand: CandidateResult | None, task: str, profile: str, limit:
                    reference: CandidateResult | None = None) -> Verdict:
     """Is ``cand`` at most ``limit`` (a fraction) slower than its result in ``saved``?
 
-    Measured through the reference timed in both sessions (``change_against``); the gate fails
+    Measured against the saved file timed beside it in this run (``change_beside``), else
+    through the reference timed in both sessions (``change_against``); the gate fails
     only when the change is beyond the limit and its 95% interval excludes no change, so an
     unchanged kernel on a noisy machine passes (issue 31: pytest-benchmark's median:5% check
     failed an unchanged kernel on the 2-core CPU at +7.4%).
@@ -223,16 +259,17 @@ def max_regression(cand: CandidateResult | None, task: str, profile: str, limit:
                                  f"(it has: {held}); pass the --ks-json file of a run of this task")
     if then_cand is None:
         return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
-    found = change_against(cand, reference, then_cand, then_ref)
+    found = change_beside(cand) or change_against(cand, reference, then_cand, then_ref)
     if found is None:
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
     worst = max(found.cases, key=lambda k: found.cases[k])
     span = ("" if found.low is None or found.high is None
             else f", 95% interval {found.low:+.1%} to {found.high:+.1%}")
-    how = ("through the reference timed in both runs" if found.through
-           else "from raw medians (the reference was not timed in both runs: machine drift "
-                "between the sessions is not cancelled)")
+    how = {"beside": f"against its file as {path} ran it, timed beside it in this run",
+           "the reference": "through the reference timed in both runs"}.get(
+        found.through, "from raw medians (the reference was not timed in both runs: machine "
+                       "drift between the sessions is not cancelled)")
     text = (f"{who}: {abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'} than "
             f"in {path}{span} (geomean over {len(found.cases)} common benchmark(s), {how})")
     beyond = found.change > limit and (found.low is None or found.low > 0)

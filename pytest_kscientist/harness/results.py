@@ -15,7 +15,10 @@ from pytest_kscientist.harness.attribution import Attribution
 # 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
 # 5: task_validation (the task::validate item: holes a trivial kernel passes through).
 # 6: attribution on a check (--ks-attribution: the kernels a profiled call's time went to).
-RESULTS_SCHEMA_VERSION = 6
+# 7: source on a candidate (its file's text, so --ks-compare can time the saved kernel beside).
+RESULTS_SCHEMA_VERSION = 7
+# A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
+SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
 # trusted (the harness's checks are layers, not proofs; README, "Threat model").
 SUSPICIOUS_SPEEDUP = 10.0
@@ -151,6 +154,10 @@ class CandidateResult(BaseModel):
     compiles: list[CompileResult] = Field(default_factory=list)
     # Why its items were not run on this device (its KS_REQUIRES), "" when they were.
     not_run: str = ""
+    # A candidate's file as it was run (up to SOURCE_KEPT_BYTES; None above it, for the
+    # reference and baselines, and in files of schema 6 and older): a later run given this file
+    # by --ks-compare times it beside the candidate (gates.change_beside).
+    source: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -18,6 +18,7 @@ from pytest_kscientist.harness.baselines import Partner
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.results import (
+    SOURCE_KEPT_BYTES,
     BaselineInfo,
     CandidateResult,
     CaseResult,
@@ -56,6 +57,7 @@ class KsSession:
         self.unmet: dict[str, dict[str, CandidateResult]] = {}
         # The bench items of each case and what their shared rounds gave (harness/rounds.py)
         self.lineup = Lineup()
+        self._saved_folder: Path | None = None
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
         # The candidate nodes (collect.CandidateNode) that started a worker this session
@@ -138,35 +140,48 @@ class KsSession:
         if "spares" in self.__dict__:
             self.spares.close()
 
+    def saved_folder(self) -> Path:
+        """A folder for this session's copies of saved kernels (--ks-compare), removed at its
+        end."""
+        if self._saved_folder is None:
+            import shutil
+            import tempfile
+
+            self._saved_folder = Path(tempfile.mkdtemp(prefix="ks-saved-"))
+            folder = self._saved_folder
+            self.config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        return self._saved_folder
+
     # -- results ----------------------------------------------------------------------------
 
     def record(self, task: str, candidate: str, path: str, sha: str, case: CaseResult,
                role: str = "candidate") -> None:
-        per_task = self.results.setdefault(task, {})
-        if candidate not in per_task:
-            per_task[candidate] = CandidateResult.model_validate(
-                {"name": candidate, "path": path, "sha256": sha, "role": role,
-                 "suspicious": scan_file(Path(path)) if role == "candidate" else []})
-        per_task[candidate].cases.append(case)
+        self._record_of(task, candidate, path, sha, role).cases.append(case)
 
     def record_gate(self, task: str, candidate: str, path: str, sha: str,
                     gate: GateResult) -> None:
-        per_task = self.results.setdefault(task, {})
-        if candidate not in per_task:
-            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha)
-        per_task[candidate].gates.append(gate)
+        self._record_of(task, candidate, path, sha).gates.append(gate)
 
     def record_compile(self, task: str, candidate: str, path: str, sha: str,
                        result: dict) -> None:
         """Keep a compile[<arch>] item's verdict (``compile_gate.CompileItem``)."""
         from pytest_kscientist.harness.results import CompileResult
 
+        self._record_of(task, candidate, path, sha).compiles.append(
+            CompileResult.model_validate(result))
+
+    def _record_of(self, task: str, candidate: str, path: str, sha: str,
+                   role: str = "candidate") -> CandidateResult:
+        """The candidate's record, made by whichever of its items comes first (compile items
+        of HIP candidates, checks, gates): a candidate's gets its source scan and its text."""
         per_task = self.results.setdefault(task, {})
         if candidate not in per_task:
-            # Compile items come first: the record gets its source scan here, as in record().
-            per_task[candidate] = CandidateResult(name=candidate, path=path, sha256=sha,
-                                                  suspicious=scan_file(Path(path)))
-        per_task[candidate].compiles.append(CompileResult.model_validate(result))
+            own = role == "candidate"
+            per_task[candidate] = CandidateResult.model_validate(
+                {"name": candidate, "path": path, "sha256": sha, "role": role,
+                 "suspicious": scan_file(Path(path)) if own else [],
+                 "source": _kept_source(Path(path)) if own else None})
+        return per_task[candidate]
 
     def finalize(self) -> None:
         """Fill geomeans and speedups (only candidates whose every benchmark passed), and
@@ -203,6 +218,16 @@ class KsSession:
         body = runs[0] if len(runs) == 1 else runs
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(body, indent=2))
+
+
+def _kept_source(path: Path) -> str | None:
+    """The file's text for the results, or None when it is too large or not text."""
+    try:
+        if path.stat().st_size > SOURCE_KEPT_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool | None:
