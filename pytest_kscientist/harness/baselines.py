@@ -11,6 +11,7 @@ ratio alike.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,8 +78,10 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
                         protect=task.spec_path, spares=spares)
+        began = time.monotonic()
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
                                    prepare=prepare, init_seed=init_seed)
+        worker.load_s = time.monotonic() - began
     except WorkerDied as exc:
         raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
     if not header.get("ok"):

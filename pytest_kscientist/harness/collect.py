@@ -325,6 +325,8 @@ class CandidateNode(pytest.Collector):
             self.load_shown = True
             raise
         self.ks.holders.add(self)  # closed at the session's end if its last item never ran
+        if self.worker.load_s is not None:
+            self.ks.loads.setdefault((self.task.name, self.name), self.worker.load_s)
         return self.worker
 
     def start_early(self) -> None:

@@ -202,6 +202,43 @@ def attribution_lines(cands: list[CandidateResult]) -> list[str]:
     return lines
 
 
+# A candidate whose import took this long gets a line saying so, and why (issue 32).
+SLOW_LOAD_S = 5.0
+
+
+def build_hint(source: str) -> str:
+    """What a slow import most likely spent its time on, read from the candidate's source,
+    and how the CUDA seed's split build avoids it."""
+    if "load_inline" not in source and "cpp_extension" not in source:
+        if "triton" in source:
+            return "Triton kernels compiled at import (cached after the first run)"
+        return "its module-level code"
+    split = re.search(r"no_implicit_headers\s*=\s*True", source)
+    pch = re.search(r"use_pch\s*=\s*True", source)
+    if "cuda_sources" in source and not split:
+        return ("its load_inline build, which puts torch's headers in every CUDA source: the "
+                "kernels and a raw-pointer launcher in cuda_sources with "
+                "no_implicit_headers=True and the torch-facing wrapper in cpp_sources with "
+                "use_pch=True build in parallel without them (the CUDA seed's split build, "
+                "tasks/fp8_gemm/seeds/cuda_wgmma.py: 56.5 s -> 11-17 s from an empty cache on "
+                "the H200)")
+    if not pch:
+        return ("its load_inline build; use_pch=True on the torch-facing wrapper reuses "
+                "torch's precompiled extension header")
+    return ("its load_inline build (kept per file hash: an unchanged file loads from the cache "
+            "next time)")
+
+
+def load_lines(cands: list[CandidateResult]) -> list[str]:
+    """One line per candidate whose import took SLOW_LOAD_S or more: how long, and why."""
+    lines = []
+    for c in cands:
+        if c.role == "candidate" and c.load_s is not None and c.load_s >= SLOW_LOAD_S:
+            lines.append(f"load of {c.name}: {c.load_s:.1f} s before its first call, most "
+                         f"likely {build_hint(c.source or '')}")
+    return lines
+
+
 def write_summary(tr: Any, session: Any) -> None:
     """Write the kscientist section of the terminal summary."""
     if not session.results and not session.validations:
@@ -229,7 +266,7 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("  " + line)
         for line in run_notes(session, task_name, cands) + summary_lines(cands):
             tr.write_line("  " + line)
-        for line in attribution_lines(cands):
+        for line in attribution_lines(cands) + load_lines(cands):
             tr.write_line("  " + line)
         for c in cands:
             if c.review:
@@ -239,8 +276,9 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("  " + validated)
     if session.settings.compare_path is not None:
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
-                      "(--ks-compare), through the reference timed in both runs, with its 95% "
-                      "interval; + is slower")
+                      "(--ks-compare): against the saved file timed beside it in this run "
+                      "(<name>_saved), else through the reference timed in both runs; with its "
+                      "95% interval; + is slower")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
     tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")
 

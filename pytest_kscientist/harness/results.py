@@ -15,7 +15,8 @@ from pytest_kscientist.harness.attribution import Attribution
 # 4: compiles (the compile[<arch>] items of HIP candidates, with each kernel's resources).
 # 5: task_validation (the task::validate item: holes a trivial kernel passes through).
 # 6: attribution on a check (--ks-attribution: the kernels a profiled call's time went to).
-# 7: source on a candidate (its file's text, so --ks-compare can time the saved kernel beside).
+# 7: source on a candidate (its file's text, so --ks-compare can time the saved kernel beside),
+# load_s (its import's seconds: a load_inline build is most of it).
 RESULTS_SCHEMA_VERSION = 7
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
@@ -158,6 +159,9 @@ class CandidateResult(BaseModel):
     # reference and baselines, and in files of schema 6 and older): a later run given this file
     # by --ks-compare times it beside the candidate (gates.change_beside).
     source: str | None = None
+    # Seconds its first worker's import took (a load_inline build or a Triton compile at
+    # import is most of it); None when it never loaded.
+    load_s: float | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -62,6 +62,8 @@ class KsSession:
         self.validations: dict[str, TaskValidation] = {}
         # The candidate nodes (collect.CandidateNode) that started a worker this session
         self.holders: set[Any] = set()
+        # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
+        self.loads: dict[tuple[str, str], float] = {}
 
     def task_names(self) -> list[str]:
         """The tasks this run reports on: those with results, then those only validated."""
@@ -190,6 +192,8 @@ class KsSession:
             per_task = self.results.setdefault(task, {})
             for name, record in self.unmet.get(task, {}).items():
                 per_task.setdefault(name, record).not_run = record.not_run
+            for name, record in per_task.items():
+                record.load_s = self.loads.get((task, name))
             score_all(per_task, REFERENCE_NAME)
             for info in self.baselines.get(task, []):
                 info.verified = baseline_verified(info.name, per_task)

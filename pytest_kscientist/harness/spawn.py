@@ -375,6 +375,8 @@ class Worker:
         self._send(hello, key=b"")
         answer = self._receive("hello", timeout * 2)[0]
         self.overhead_us = answer.get("overhead_us", 0.0)
+        # Seconds its candidate's import took, from the load request (baselines.start_worker).
+        self.load_s: float | None = None
         # The package modules the worker had loaded before any candidate code ran (the runner
         # refuses others; tests/test_units.py holds this list to the worker side).
         self.worker_modules: list[str] = answer.get("modules", [])
