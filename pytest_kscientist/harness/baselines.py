@@ -18,7 +18,7 @@ from pathlib import Path
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
-from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
+from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied, build_folder
 from pytest_kscientist.harness.stats import geomean, ratio_interval, summarize
 
 
@@ -77,7 +77,7 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
     ``spares``: runner processes started ahead of need (the session's)."""
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
-                        protect=task.spec_path, spares=spares)
+                        protect=task.spec_path, spares=spares, builds=build_folder(source))
         began = time.monotonic()
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
                                    prepare=prepare, init_seed=init_seed)

@@ -17,6 +17,7 @@ A worker dies with the pytest process that started it, however that process ends
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import secrets
@@ -115,11 +116,41 @@ def protected_paths(reference: Path) -> list[Path]:
     return chosen
 
 
-def sandbox_prefix(protect: Sequence[Path]) -> list[str]:
-    """The command prefix that sandboxes what follows it (see the module docstring)."""
+def extension_root() -> Path:
+    """Torch's extension build folder for this Python and accelerator, under which every
+    candidate file builds in its own ``ks-<sha>`` folder (runner.extension_dir), created."""
+    import torch
+
+    from pytest_kscientist.worker.runner import extension_dir
+
+    root = Path(extension_dir(torch, "0" * 16)).parent
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pch.lock").touch()  # runner.serialize_pch locks it; it cannot create it read-only
+    return root
+
+
+def build_folder(source: Path) -> Path | None:
+    """The one folder of the extension root a worker loading ``source`` may write: its own
+    (runner.extension_dir of the file's bytes), created, when the file builds torch extensions
+    (mentions load_inline or cpp_extension); None otherwise (nothing there is writable)."""
+    data = source.read_bytes()
+    if b"load_inline" not in data and b"cpp_extension" not in data:
+        return None
+    folder = extension_root() / f"ks-{hashlib.sha256(data).hexdigest()[:16]}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def sandbox_prefix(protect: Sequence[Path], writable: Sequence[Path] = ()) -> list[str]:
+    """The command prefix that sandboxes what follows it (see the module docstring);
+    ``writable``: folders inside ``protect`` bound writable again (a candidate's own build
+    folder inside the read-only extension root)."""
     mounts = "".join(
         f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && "
         for q in (shlex.quote(str(p)) for p in protect)
+    ) + "".join(
+        f"mount --bind {q} {q} && mount -o remount,bind,rw {q} && "
+        for q in (shlex.quote(str(p)) for p in writable)
     )
     script = (f"{mounts}exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
               '--no-new-privs -- "$@"')
@@ -128,13 +159,15 @@ def sandbox_prefix(protect: Sequence[Path]) -> list[str]:
 
 
 @functools.cache
-def sandbox_available(protect: tuple[Path, ...] = ()) -> str | None:
-    """None when the sandbox works here with ``protect`` read-only, else why it does not."""
+def sandbox_available(protect: tuple[Path, ...] = (),
+                      writable: tuple[Path, ...] = ()) -> str | None:
+    """None when the sandbox works here with ``protect`` read-only (``writable`` within it
+    writable), else why it does not."""
     missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
     if missing:
         return f"{', '.join(missing)} not found"
     try:
-        proc = subprocess.run([*sandbox_prefix(protect), "true"], capture_output=True,
+        proc = subprocess.run([*sandbox_prefix(protect, writable), "true"], capture_output=True,
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -144,17 +177,34 @@ def sandbox_available(protect: tuple[Path, ...] = ()) -> str | None:
     return None
 
 
-def _spawn_prefix(reference: Path, sandbox: bool | None) -> list[str]:
+def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
+                  ) -> list[str]:
+    """The sandbox prefix of a worker: the project and the working folder read-only, and
+    torch's extension root too, except ``builds``, the candidate's own build folder
+    (build_folder), so no candidate writes another's build (issue 32)."""
     if sandbox is False:
         return []
     protect = tuple(protected_paths(reference))
     why = sandbox_available(protect)
     if why is None:
+        writable = (builds,) if builds is not None else ()
+        caches = (*protect, extension_root())
+        cache_why = sandbox_available(caches, writable)
+        if cache_why is None:
+            return sandbox_prefix(caches, writable)
+        _warn_cache_writable(cache_why)
         return sandbox_prefix(protect)
     if sandbox:
         raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
     _warn_unsandboxed(why)
     return []
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_cache_writable(why: str) -> None:
+    warnings.warn(KsSandboxUnavailable(
+        f"the worker sandbox cannot keep torch's extension folder read-only here ({why}): a "
+        "candidate can write into another's load_inline build"), stacklevel=3)
 
 
 @functools.lru_cache(maxsize=1)
@@ -315,7 +365,10 @@ class Spares:
         self._lock = threading.Lock()  # workers may be started from several threads at once
         self._starting: set[tuple[Any, ...]] = set()
 
-    def take(self, prefix: Sequence[str], env: dict[str, str]) -> RunnerProcess:
+    def take(self, prefix: Sequence[str], env: dict[str, str],
+             ahead: bool = True) -> RunnerProcess:
+        """A started runner for ``prefix`` and ``env``; ``ahead``: start the next one now (not
+        for a prefix of one candidate's own, which no other worker can use)."""
         key = (tuple(prefix), tuple(sorted(env.items())))
         with self._lock:
             process = self._ready.pop(key, None)
@@ -324,7 +377,7 @@ class Spares:
             process = None
         if process is None:
             process = RunnerProcess(prefix, env)
-        if self.ahead:
+        if self.ahead and ahead:
             with self._lock:  # one spare per kind, however many threads take at once
                 start = key not in self._ready and key not in self._starting
                 if start:
@@ -352,11 +405,13 @@ class Worker:
 
     def __init__(self, problem: dict[str, Any], device: str, output_index: int | None,
                  timeout: float, sandbox: bool | None = None, protect: Path | None = None,
-                 spares: Spares | None = None):
+                 spares: Spares | None = None, builds: Path | None = None):
         # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
-        # of the task whose project the sandbox keeps read-only (default: the problem's path).
-        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox)
-        process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device))
+        # of the task whose project the sandbox keeps read-only (default: the problem's path);
+        # ``builds``: the one extension folder it may write (build_folder of its candidate).
+        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox, builds)
+        process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device),
+                                                       ahead=builds is None)
         self.sandboxed = bool(prefix)
         self.timeout = timeout
         self.key = secrets.token_bytes(32)

@@ -63,11 +63,12 @@ CAPTURED = ("torch", "Tensor", "clone", "equal", "fill_", "set_versions", "gener
             "key", "apply_changes", "refill", "profile", "activity", "clock", "set_profile")
 
 
-def _extension_dir(torch: Any, key: str) -> str:
+def extension_dir(torch: Any, key: str) -> str:
     """The torch extension build root of the file whose SHA-256 is ``key``: one per source, so
     two different files that name their ``load_inline`` module alike (two variants of one seed)
     never build into one folder at once (a worker importing the other's half-written ``.so``),
-    and an unchanged file finds its build from an earlier session."""
+    and an unchanged file finds its build from an earlier session. The pytest process computes
+    the same folder (spawn.build_folder) to leave only it writable in the worker's sandbox."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
     accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else
@@ -88,8 +89,15 @@ def serialize_pch(cpp_extension: Any, folder: str) -> None:
         return
 
     def serialized(*args: Any, **kwargs: Any) -> Any:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "pch.lock"), "a") as lock:
+        path = os.path.join(folder, "pch.lock")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            lock = open(path, "a")  # noqa: SIM115
+        except OSError:
+            # In the sandbox the extension root is read-only (spawn.build_folder): the pytest
+            # process made the lock file, and a lock needs no write access.
+            lock = open(path)  # noqa: SIM115
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             return build(*args, **kwargs)
 
@@ -231,7 +239,7 @@ class Runner:
         # its own folder, and takes turns at torch's precompiled header.
         with open(req["path"], "rb") as file:
             source = file.read()
-        folder = _extension_dir(self.torch, hashlib.sha256(source).hexdigest())
+        folder = extension_dir(self.torch, hashlib.sha256(source).hexdigest())
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
         if b"use_pch" in source:
             from torch.utils import cpp_extension

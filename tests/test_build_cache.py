@@ -1,0 +1,76 @@
+"""In the worker sandbox, torch's extension folder is read-only except the candidate's own
+``ks-<sha>`` build folder: no candidate writes into another's load_inline build (issue 32)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import AXPY, run_pytest
+
+from pytest_kscientist.harness.spawn import build_folder, extension_root, sandbox_available
+
+# A candidate that says load_inline (so it gets a build folder) and, at import, tries to write
+# into its own folder, a sibling's, and a new folder of the extension root; its kernel fails
+# unless only the first worked.
+PROBE = '''import os
+
+# builds with torch.utils.cpp_extension.load_inline (not here: only its folder is probed)
+OWN = os.environ["TORCH_EXTENSIONS_DIR"]
+ROOT = os.path.dirname(OWN)
+FOUND = {}
+for what, path in (("own", os.path.join(OWN, "probe")),
+                   ("other", os.path.join(ROOT, "ks-0123456789abcdef", "planted.so")),
+                   ("new", os.path.join(ROOT, "ks-fedcba9876543210"))):
+    try:
+        if what == "new":
+            os.mkdir(path)
+        else:
+            with open(path, "w") as f:
+                f.write("x")
+        FOUND[what] = "written"
+    except OSError as exc:
+        FOUND[what] = type(exc).__name__
+
+
+def custom_kernel(data):
+    x, y, out = data
+    if FOUND != {"own": "written", "other": "OSError", "new": "OSError"}:
+        raise RuntimeError(f"extension folder writes: {FOUND}")
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+def test_a_candidate_writes_only_its_own_build_folder(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    root = extension_root()
+    other = root / "ks-0123456789abcdef"
+    other.mkdir()  # another candidate's build folder
+    if sandbox_available((root,), (other,)) is not None:
+        pytest.skip("the worker sandbox does not work here (unshare)")
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "probe.py").write_text(PROBE)
+    own = build_folder(tmp_path / "probe.py")
+    assert own is not None and own.parent == root and own.name.startswith("ks-")
+    code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py"], cwd=tmp_path)
+    assert code == 0, output
+    assert (own / "probe").read_text() == "x"
+    assert not (other / "planted.so").exists() and not (root / "ks-fedcba9876543210").exists()
+
+
+def test_only_files_that_build_extensions_get_a_folder(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    plain = tmp_path / "plain.py"
+    plain.write_text((AXPY / "seeds" / "good.py").read_text())
+    assert build_folder(plain) is None
+    builds = tmp_path / "builds.py"
+    builds.write_text("from torch.utils.cpp_extension import load_inline\n")
+    first = build_folder(builds)
+    assert first is not None and first.is_dir() and (first.parent / "pch.lock").exists()
+    copy = tmp_path / "copy.py"
+    copy.write_bytes(builds.read_bytes())
+    assert build_folder(copy) == first  # one folder per content, as the worker computes it
