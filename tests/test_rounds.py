@@ -32,6 +32,19 @@ def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
     assert ev.samples["a"] == {None} and ev.samples["p"] == {1}  # members keep the full sample
 
 
+def test_a_kernel_beside_is_verified_like_a_candidate() -> None:
+    """A trusted baseline verifies one output a round; a kernel timed beside as the
+    candidates' own kind (--ks-beside, --ks-compare's saved copy) the task's full sample, so
+    both sides of an A/A do the same untimed work between calls."""
+    ev = _FakeEvaluator({"a": [1.0, 1.0], "saved": [1.0, 1.0], "cublas": [2.0, 2.0]},
+                        rounds=2)
+    saved = _FakePartner("saved")
+    saved.full_sample = True  # type: ignore[attr-defined]
+    bench_together(ev, [Member("a", lambda: "a")], [saved, _FakePartner("cublas")],  # type: ignore[list-item]
+                   {"n": 1, "seed": 1}, "cpu", budget_s=1.0)
+    assert ev.samples == {"a": {None}, "saved": {None}, "cublas": {1}}
+
+
 @pytest.mark.parametrize("n", range(1, 8))
 def test_every_member_takes_every_place_and_follows_every_other_alike(n: int) -> None:
     """Mirrored rounds alone (A B C, C B A) keep the middle member in the middle, always after

@@ -104,6 +104,10 @@ class Partner:
     errors: dict[str, str] = field(default_factory=dict)  # case id -> why it failed there
     init_seed: int = 0  # KernelBench: the weight seed, the Evaluator's (Evaluator.init_seed)
     spares: Spares | None = None  # the session's runners started ahead of need
+    # True for kernels timed beside as yardsticks of their own kind (--ks-beside, a saved
+    # copy of --ks-compare): verified like a candidate, so the two sides of the comparison
+    # do the same untimed work between calls; a trusted baseline verifies one output a round.
+    full_sample: bool = False
 
     @property
     def name(self) -> str:

@@ -121,6 +121,7 @@ class TaskFile(pytest.File):
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
         beside += self._saved_beside(ks, task, candidates)
+        ks.beside.update((task.name, name) for name in beside)
         skip = self._baselines(ks, task, [p.stem for p in candidates], beside)
         yield TaskNode.from_parent(self, name=NODE_NAME, task=task)
         if profile.benchmarks and not ks.settings.skip_reference and _has_reference_kernel(task):

@@ -110,7 +110,8 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 # report its precision (each verified output of a large shape costs a
                 # transfer and a judge); candidates keep the task's full sample.
                 theirs[who.name].append(evaluator.bench(
-                    who.live(), case, device_name, share, tolerate=who.tolerate, samples=1,
+                    who.live(), case, device_name, share, tolerate=who.tolerate,
+                    samples=None if getattr(who, "full_sample", False) else 1,
                     precise_after=after))
             except CandidateFailure as exc:
                 who.failed(case_id, exc)

@@ -57,6 +57,9 @@ class KsSession:
         self.unmet: dict[str, dict[str, CandidateResult]] = {}
         # The bench items of each case and what their shared rounds gave (harness/rounds.py)
         self.lineup = Lineup()
+        # (task, name) of partners timed beside as kernels of the candidates' kind
+        # (--ks-beside, --ks-compare's saved copies): Partner.full_sample.
+        self.beside: set[tuple[str, str]] = set()
         self._saved_folder: Path | None = None
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
@@ -123,7 +126,8 @@ class KsSession:
                 if key not in self.partners:
                     self.partners[key] = Partner(task, spec, self.device, self.settings.timeout_s,
                                                  init_seed=self.evaluator(task).init_seed,
-                                                 spares=self.spares)
+                                                 spares=self.spares,
+                                                 full_sample=key in self.beside)
                 out.append(self.partners[key])
         return out
 
