@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +121,6 @@ class Row:
     own_modes: tuple[str, ...] = ("test",)
     harness_args: tuple[str, ...] = ()
     source: str | None = None       # the file's text when the row makes the candidate
-    result: dict = field(default_factory=dict)
 
 
 def gpumode_rows() -> list[Row]:
@@ -170,11 +169,6 @@ def _case_line(case: dict) -> str:
     return "; ".join(f"{k}: {v}" for k, v in case.items())
 
 
-def _cases(task_yml: Path, key: str) -> list[dict]:
-    import yaml
-    return yaml.safe_load(task_yml.read_text()).get(key) or []
-
-
 def gpumode_own_eval(folder: Path, candidate: Path, mode: str, timeout: float) -> dict:
     """Run the folder's eval.py as GPU MODE's runner does; its verdict and first error."""
     import yaml
@@ -184,7 +178,7 @@ def gpumode_own_eval(folder: Path, candidate: Path, mode: str, timeout: float) -
         for entry in spec["files"]:
             src = candidate if entry["source"] == "@SUBMISSION@" else folder / entry["source"]
             shutil.copy(src, work / entry["name"])
-        cases = _cases(folder / "task.yml", "tests" if mode == "test" else "benchmarks")
+        cases = spec.get("tests" if mode == "test" else "benchmarks") or []
         (work / "cases.txt").write_text("\n".join(_case_line(c) for c in cases) + "\n")
         read, write = os.pipe()
         env = dict(os.environ, POPCORN_FD=str(write))

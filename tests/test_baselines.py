@@ -107,6 +107,7 @@ class _FakePartner:
     def __init__(self, name: str, tolerate: bool = False) -> None:
         self.name = name
         self.tolerate = tolerate
+        self.full_sample = False
         self.failures: list[str] = []
 
     def live(self) -> str:

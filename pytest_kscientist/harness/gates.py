@@ -122,7 +122,8 @@ def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...]
     return change_beside(cand) or change_against(cand, reference, then, then_ref)
 
 
-# The partner --ks-compare times beside a candidate (collect.SAVED_SUFFIX).
+# The name of the partner --ks-compare times beside a candidate: its stem and this
+# (collect.TaskFile._saved_beside).
 SAVED_SUFFIX = "_saved"
 
 
@@ -143,14 +144,7 @@ def change_beside(now: CandidateResult) -> Change | None:
         ratios[k] = 1.0 / beside.speedup  # time now / then: > 1 when it got slower
         lo, hi = beside.speedup_low, beside.speedup_high
         widths.append(math.log(hi / lo) / 2 if lo and hi and lo > 0 else None)
-    if not ratios:
-        return None
-    centre = math.log(geomean(list(ratios.values())))
-    low = high = None
-    if all(w is not None for w in widths):
-        half = sum(w for w in widths if w is not None) / len(widths)
-        low, high = math.exp(centre - half) - 1.0, math.exp(centre + half) - 1.0
-    return Change(math.exp(centre) - 1.0, low, high, ratios, "beside")
+    return _pooled(ratios, widths, "beside") if ratios else None
 
 
 @dataclass(frozen=True)
@@ -218,6 +212,12 @@ def change_against(now: CandidateResult, now_ref: CandidateResult | None,
             ratios[k] = x.median_us / y.median_us
             bounds = ratio_interval(x, y)
             widths.append(math.log(bounds[1] / bounds[0]) / 2 if bounds else None)
+    return _pooled(ratios, widths, through)
+
+
+def _pooled(ratios: dict[str, float], widths: list[float | None], through: str) -> Change:
+    """Per-case time ratios (now / then) and their interval's log half-widths as one Change:
+    their geomean, and the mean half-width around it (None when a case has none)."""
     centre = math.log(geomean(list(ratios.values())))
     low = high = None
     if all(w is not None for w in widths):

@@ -111,7 +111,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 # transfer and a judge); candidates keep the task's full sample.
                 theirs[who.name].append(evaluator.bench(
                     who.live(), case, device_name, share, tolerate=who.tolerate,
-                    samples=None if getattr(who, "full_sample", False) else 1,
+                    samples=None if who.full_sample else 1,
                     precise_after=after))
             except CandidateFailure as exc:
                 who.failed(case_id, exc)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime
 import json
 import platform
+import shutil
 import socket
 import sys
+import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -150,9 +152,6 @@ class KsSession:
         """A folder for this session's copies of saved kernels (--ks-compare), removed at its
         end."""
         if self._saved_folder is None:
-            import shutil
-            import tempfile
-
             self._saved_folder = Path(tempfile.mkdtemp(prefix="ks-saved-"))
             folder = self._saved_folder
             self.config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))

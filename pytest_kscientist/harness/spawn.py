@@ -116,14 +116,19 @@ def protected_paths(reference: Path) -> list[Path]:
     return chosen
 
 
-def extension_root() -> Path:
-    """Torch's extension build folder for this Python and accelerator, under which every
-    candidate file builds in its own ``ks-<sha>`` folder (runner.extension_dir), created."""
+def _extension_dir(key: str) -> Path:
+    """runner.extension_dir in this process (the worker's environment is this one's)."""
     import torch
 
     from pytest_kscientist.worker.runner import extension_dir
 
-    root = Path(extension_dir(torch, "0" * 16)).parent
+    return Path(extension_dir(torch, key))
+
+
+def extension_root() -> Path:
+    """Torch's extension build folder for this Python and accelerator, under which every
+    candidate file builds in its own ``ks-<sha>`` folder (runner.extension_dir), created."""
+    root = _extension_dir("0" * 16).parent
     root.mkdir(parents=True, exist_ok=True)
     (root / "pch.lock").touch()  # runner.serialize_pch locks it; it cannot create it read-only
     return root
@@ -136,7 +141,8 @@ def build_folder(source: Path) -> Path | None:
     data = source.read_bytes()
     if b"load_inline" not in data and b"cpp_extension" not in data:
         return None
-    folder = extension_root() / f"ks-{hashlib.sha256(data).hexdigest()[:16]}"
+    folder = _extension_dir(hashlib.sha256(data).hexdigest())
+    extension_root()
     folder.mkdir(exist_ok=True)
     return folder
 
