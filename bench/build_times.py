@@ -1,18 +1,22 @@
-"""How long the CUDA seed takes to build: load_inline from an empty cache, warm, and a harness run.
+"""How long the CUDA seed takes to build and to evaluate (issue 32), as one table.
 
-    python3 bench/build_times.py [--seed SEED.py] [--cold-pch] [--skip-pytest]
+    python3 bench/build_times.py [--seed SEED.py] [--skip-pytest] [--skip-evolve]
 
-One GPU machine with nvcc (issue 32). Each step is a fresh process with TORCH_EXTENSIONS_DIR
-set to a new temp dir (torch's extension cache), timed from outside by its wall clock:
-(a) importing the seed, whose load_inline builds it from the empty cache; (b) the same import
-again, with that cache warm (nothing rebuilt); (c) `pytest tasks/fp8_gemm --kernel SEED -q -p
-no:cacheprovider` with another empty cache (the harness's own build of the seed, then its
-checks and benchmarks). (a) and (b) also report the import's own time, measured in the child
-around the module's execution (the rest is Python and torch starting up).
-torch's precompiled header for the seed's C++ wrapper (use_pch) lives beside torch's headers,
-not in the cache: the table says whether it existed before (a); --cold-pch removes it first so
-(a) builds it too. --seed times another seed file (for instance an older one under its own
-build name). Prints a table; quote it in notes/fp8_gemm_h200.md with the machine's cores.
+One GPU machine with nvcc. Each step is a fresh process with TORCH_EXTENSIONS_DIR set to a new
+temp dir (torch's extension cache), timed from outside by its wall clock:
+(a) importing the seed, whose load_inline builds it from the empty cache, with the build split
+    as ninja logged it (each object file and the link, its .ninja_log);
+(b) the same import again, the cache warm (nothing rebuilt);
+(c) the seed's first evaluation alone: `pytest tasks/fp8_gemm --kernel SEED --ks-baselines none
+    --ks-skip-reference` with another empty cache;
+(d) the default run, `pytest tasks/fp8_gemm --kernel SEED` (the reference and the task's
+    baselines timed beside it), again from an empty cache;
+(e) `pytest --evolve 1 tasks/fp8_gemm` in a fresh population and cache: each generation's
+    evaluation as the loop reports it ("evaluate: done in N s").
+(a) and (b) also report the import's own time, measured in the child around the module's
+execution (the rest is Python and torch starting up). --seed times another seed file (for
+instance an older one under its own build name). Prints a table; quote it in
+notes/fp8_gemm_h200.md with the machine's cores.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +56,7 @@ class Step:
     import_s: float | None = None
     last_line: str = ""
     tail: str = ""
+    output: str = ""
 
 
 def timed(label: str, command: list[str], extensions_dir: Path, timeout_s: float) -> Step:
@@ -63,7 +69,8 @@ def timed(label: str, command: list[str], extensions_dir: Path, timeout_s: float
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         code, out, err = 124, _text(exc.stdout), _text(exc.stderr) + f"\n(timed out: {exc})"
-    step = Step(label, time.perf_counter() - start, code, tail=(out + err)[-2000:])
+    step = Step(label, time.perf_counter() - start, code, tail=(out + err)[-2000:],
+                output=out + err)
     lines = out.strip().splitlines()
     if lines and lines[-1].startswith('{"import_s"'):
         step.import_s = json.loads(lines.pop())["import_s"]
@@ -75,52 +82,73 @@ def _text(data: bytes | str | None) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
-def pch_path() -> Path:
-    """Where torch's load_inline(use_pch=True) keeps its precompiled torch/extension.h."""
-    from torch.utils.cpp_extension import include_paths
+def ninja_split(extensions_dir: Path) -> list[tuple[str, float]]:
+    """Each target ninja built under ``extensions_dir`` and its seconds, from .ninja_log
+    (start and end in ms): the object files compile in parallel, then the link."""
+    split = []
+    for log in sorted(extensions_dir.glob("*/.ninja_log")):
+        for line in log.read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 4 and fields[0].isdigit():
+                split.append((fields[3], (int(fields[1]) - int(fields[0])) / 1000))
+    return split
 
-    return Path(include_paths()[0]) / "torch" / "extension.h.gch"
+
+def generations(output: str) -> list[float]:
+    """The evaluation time of each generation an --evolve run printed."""
+    return [float(x) for x in re.findall(r"\| evaluate \| done in ([\d.]+) s", output)]
 
 
-def table(steps: list[Step], pch_before: bool, seed: Path) -> str:
-    """The steps as a markdown table, with the PCH's state before the first."""
-    lines = [f"seed: {seed}; torch's PCH before (a): {'present' if pch_before else 'absent'}",
-             "", "| step | wall s | import s | exit | last line |", "|---|---|---|---|---|"]
+def table(steps: list[Step], seed: Path, split: list[tuple[str, float]],
+          gens: list[float]) -> str:
+    """The steps as a markdown table, then the build's split and the generations."""
+    lines = [f"seed: {seed}", "", "| step | wall s | import s | exit | last line |",
+             "|---|---|---|---|---|"]
     for s in steps:
         own = f"{s.import_s:.1f}" if s.import_s is not None else "-"
         lines.append(f"| {s.label} | {s.wall_s:.1f} | {own} | {s.returncode} | {s.last_line} |")
+    if split:
+        lines.append("\n(a)'s build as ninja logged it: " + ", ".join(
+            f"{target} {seconds:.1f} s" for target, seconds in split))
+    if gens:
+        lines.append("(e)'s generations, evaluation: " + ", ".join(
+            f"gen {g} {seconds:.1f} s" for g, seconds in enumerate(gens)))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=Path, default=SEED)
-    parser.add_argument("--cold-pch", action="store_true",
-                        help="remove torch's precompiled header first, so (a) builds it too")
-    parser.add_argument("--skip-pytest", action="store_true", help="leave out step (c)")
+    parser.add_argument("--skip-pytest", action="store_true", help="leave out (c) and (d)")
+    parser.add_argument("--skip-evolve", action="store_true", help="leave out (e)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a step, at most")
     args = parser.parse_args(argv)
     seed = args.seed.resolve()
-    if args.cold_pch:
-        from torch.utils.cpp_extension import remove_extension_h_precompiler_headers
-
-        remove_extension_h_precompiler_headers()
-    pch_before = pch_path().exists()
-    steps = []
+    steps, gens = [], []
     with tempfile.TemporaryDirectory(prefix="ks_build_times_") as tmp:
-        cache, other = Path(tmp) / "import", Path(tmp) / "pytest"
+        caches = {name: Path(tmp) / name for name in ("import", "alone", "default", "evolve")}
         command = [sys.executable, "-c", IMPORT, str(seed)]
-        steps.append(timed("(a) import, empty cache", command, cache, args.timeout))
-        steps.append(timed("(b) import, warm cache", command, cache, args.timeout))
+        steps.append(timed("(a) import, empty cache", command, caches["import"], args.timeout))
+        split = ninja_split(caches["import"])
+        steps.append(timed("(b) import, warm cache", command, caches["import"], args.timeout))
+        pytest = [sys.executable, "-m", "pytest", "tasks/fp8_gemm", "--kernel", str(seed),
+                  "-q", "-p", "no:cacheprovider"]
         if not args.skip_pytest:
-            pytest = [sys.executable, "-m", "pytest", "tasks/fp8_gemm", "--kernel", str(seed),
-                      "-q", "-p", "no:cacheprovider"]
-            steps.append(timed("(c) pytest tasks/fp8_gemm, empty cache", pytest, other,
+            steps.append(timed("(c) the seed alone, empty cache",
+                               [*pytest, "--ks-baselines", "none", "--ks-skip-reference"],
+                               caches["alone"], args.timeout))
+            steps.append(timed("(d) the default run, empty cache", pytest, caches["default"],
                                args.timeout))
+        if not args.skip_evolve:
+            evolve = [sys.executable, "-m", "pytest", "--evolve", "1", "tasks/fp8_gemm",
+                      "-p", "no:cacheprovider", "--ks-population", str(Path(tmp) / "population")]
+            step = timed("(e) --evolve 1, empty cache", evolve, caches["evolve"], args.timeout)
+            steps.append(step)
+            gens = generations(step.output)
     for step in steps:
         if step.returncode != 0:
             print(f"{step.label} exited {step.returncode}:\n{step.tail}\n", file=sys.stderr)
-    print(table(steps, pch_before, seed))
+    print(table(steps, seed, split, gens))
     return max(s.returncode for s in steps)
 
 

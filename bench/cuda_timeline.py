@@ -71,19 +71,25 @@ const char* ks_timeline_copy(void* out, bool reset) {
 """
 HOST_CPP = r"""
 const char* ks_timeline_copy(void* out, bool reset);
-torch::Tensor ks_timeline(bool reset) {
-    auto out = torch::empty({@SLOTS@}, torch::dtype(torch::kLong));
-    const char* why = ks_timeline_copy(out.data_ptr(), reset);
-    TORCH_CHECK(why == nullptr, "ks_timeline: ", why);
-    return out;
+// ks_timeline(out, reset): the stamps copied to the host buffer at address `out`
+static PyObject* ks_timeline(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "ks_timeline(out, reset)");
+    void* out = PyLong_AsVoidPtr(args[0]);
+    const int reset = PyObject_IsTrue(args[1]);
+    if (PyErr_Occurred()) return nullptr;
+    const char* why = ks_timeline_copy(out, reset != 0);
+    if (why != nullptr) return PyErr_Format(PyExc_RuntimeError, "ks_timeline: %s", why);
+    Py_RETURN_NONE;
 }
-""".replace("@SLOTS@", str(CTAS * 3 * EVENTS))
+"""
+SLOTS = CTAS * 3 * EVENTS
 
 # (old, new): every old must occur exactly once in the seed's source.
 PATCHES = [
     ('name="ks_cuda_wgmma', 'name="ks_timeline_cuda_wgmma'),
-    ('functions=["fp8_gemm"]', 'functions=["fp8_gemm", "ks_timeline"]'),
-    ("cpp_sources=[WRAPPER_SRC]", "cpp_sources=[WRAPPER_SRC + KS_HOST_CPP]"),
+    ("static PyMethodDef METHODS[] = {\n",
+     HOST_CPP + "static PyMethodDef METHODS[] = {\n"
+     '    {"ks_timeline", (PyCFunction)(void (*)(void))ks_timeline, METH_FASTCALL, "stamps"},\n'),
     ("template <int BN>\n__device__ __forceinline__ void wgmma_step(",
      DEVICE + "template <int BN>\n__device__ __forceinline__ void wgmma_step("),
     # the producer: its waits for a free stage
@@ -151,8 +157,19 @@ def patched(source: str) -> str:
             raise SystemExit(f"cuda_timeline: the seed holds {source.count(old)} copies of "
                              f"{old!r}, not one; update PATCHES to the seed's source")
         source = source.replace(old, new)
-    return source.replace("\n\ndef _build(", f"\nKS_HOST_CU = r'''{HOST_CU}'''\n"
-                          f"KS_HOST_CPP = r'''{HOST_CPP}'''\n\n\ndef _build(", 1)
+    if source.count("\ndef _build(") != 1:
+        raise SystemExit("cuda_timeline: the seed has no one `def _build(` to put the stamps' "
+                         "host code before; update patched() to the seed's source")
+    return source.replace("\ndef _build(", f"\nKS_HOST_CU = r'''{HOST_CU}'''\n\n\ndef _build(")
+
+
+def stamps(seed, reset: bool):
+    """The stamped build's slots, copied to the host (and zeroed on the device when ``reset``)."""
+    import torch
+
+    out = torch.empty(SLOTS, dtype=torch.long)
+    seed.module.ks_timeline(out.data_ptr(), reset)
+    return out
 
 
 def summary(raw: list[int]) -> dict[str, dict[str, float]]:
@@ -234,10 +251,10 @@ def main() -> None:
         for module in (plain, stamped):
             module.custom_kernel(data)  # warm-up (and the stamps of it, reset below)
         torch.cuda.synchronize()
-        stamped.module.ks_timeline(True)
+        stamps(stamped, True)
         plain_us, stamped_us = event_us(plain, data), event_us(stamped, data)
         torch.cuda.synchronize()
-        print(table(label, summary(stamped.module.ks_timeline(False).tolist()), plain_us,
+        print(table(label, summary(stamps(stamped, False).tolist()), plain_us,
                     stamped_us), flush=True)
         print()
 

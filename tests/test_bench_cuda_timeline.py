@@ -27,8 +27,9 @@ def test_the_patch_applies_to_the_committed_seed_under_its_own_build_name() -> N
     tl = _module()
     source = tl.patched(SEED.read_text())
     assert 'name="ks_timeline_cuda_wgmma' in source
-    assert 'functions=["fp8_gemm", "ks_timeline"]' in source
-    assert "torch::Tensor ks_timeline(bool reset)" in source  # in the torch-side wrapper
+    # in the Python wrapper, bound beside fp8_gemm
+    assert "static PyObject* ks_timeline(PyObject*" in source
+    assert '{"ks_timeline", (PyCFunction)' in source
     assert "const char* ks_timeline_copy(void* out, bool reset) {" in source  # in cuda.cu
     # a mark after each stage of a K step, one a tile, and the producer's waits
     assert [int(e) for e in re.findall(r"KS_MARK\((\d+)\);", source)] == [
@@ -84,7 +85,8 @@ def test_the_stamped_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(
     namespace: dict = {"__name__": "cuda_wgmma_timeline"}
     exec(compile(_module().patched(SEED.read_text()), str(SEED), "exec"), namespace)
     (build,) = calls
-    assert build["functions"] == ["fp8_gemm", "ks_timeline"]
+    assert "ks_timeline_copy(out, reset != 0)" in build["cpp_sources"][0]
+    assert "const char* ks_timeline_copy(void* out, bool reset) {" in build["cuda_sources"][0]
     cu = tmp_path / "stamped.cu"
     cu.write_text(namespace["kernel_source"]())
     proc = subprocess.run(

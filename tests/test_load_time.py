@@ -25,10 +25,15 @@ ext = load_inline("k", cpp_sources=WRAPPER, cuda_sources=KERNELS, functions=["f"
 
 def test_the_hint_names_what_the_build_spends_its_time_on() -> None:
     assert "no_implicit_headers=True" in build_hint(WHOLE)
-    assert "use_pch=True" in build_hint(WHOLE)
+    assert "Python's C API" in build_hint(WHOLE)
     no_pch = SPLIT.replace(", use_pch=True", "")
-    assert build_hint(no_pch).startswith("its load_inline build; use_pch=True on the")
+    assert "use_pch=True reuses torch's precompiled header" in build_hint(no_pch)
     assert build_hint(SPLIT).startswith("its load_inline build (kept per file hash")
+    # a wrapper with no torch header (the CUDA seed's) needs no precompiled header
+    c_api = SPLIT.replace(', functions=["f"]', "").replace(", use_pch=True", "")
+    assert build_hint(c_api).startswith("its load_inline build (kept per file hash")
+    seed = Path(__file__).parent.parent / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
+    assert build_hint(seed.read_text()).startswith("its load_inline build (kept per file hash")
     assert build_hint("import triton\n@triton.jit\ndef k(): pass\n").startswith("Triton kernels")
     assert build_hint("import time\ntime.sleep(9)\n") == "its module-level code"
 

@@ -208,23 +208,26 @@ SLOW_LOAD_S = 5.0
 
 def build_hint(source: str) -> str:
     """What a slow import most likely spent its time on, read from the candidate's source,
-    and how the CUDA seed's split build avoids it."""
+    and how the CUDA seed's build avoids it."""
     if "load_inline" not in source and "cpp_extension" not in source:
         if "triton" in source:
             return "Triton kernels compiled at import (cached after the first run)"
         return "its module-level code"
     split = re.search(r"no_implicit_headers\s*=\s*True", source)
     pch = re.search(r"use_pch\s*=\s*True", source)
+    # a wrapper of torch tensors (load_inline's functions= are bound through torch's pybind11)
+    torch_wrapper = re.search(r"torch/extension\.h|torch::|\bfunctions\s*=", source)
+    seed = ("tasks/fp8_gemm/seeds/cuda_wgmma.py: the kernels and a raw-pointer launcher in "
+            "cuda_sources with no_implicit_headers=True, a wrapper on Python's C API in "
+            "cpp_sources, the tensors checked and allocated in Python; its kernels alone take "
+            "about 4 s of nvcc")
     if "cuda_sources" in source and not split:
-        return ("its load_inline build, which puts torch's headers in every CUDA source: the "
-                "kernels and a raw-pointer launcher in cuda_sources with "
-                "no_implicit_headers=True and the torch-facing wrapper in cpp_sources with "
-                "use_pch=True build in parallel without them (the CUDA seed's split build, "
-                "tasks/fp8_gemm/seeds/cuda_wgmma.py: 56.5 s -> 11-17 s from an empty cache on "
-                "the H200)")
-    if not pch:
-        return ("its load_inline build; use_pch=True on the torch-facing wrapper reuses "
-                "torch's precompiled extension header")
+        return ("its load_inline build, which puts torch's headers in every CUDA source (the "
+                f"CUDA seed built in 56.5 s so on an H200); see {seed}")
+    if torch_wrapper and not pch:
+        return ("its load_inline build, whose C++ wrapper parses torch's headers (9-40 s of "
+                "the host compiler): use_pch=True reuses torch's precompiled header, or see "
+                f"{seed}")
     return ("its load_inline build (kept per file hash: an unchanged file loads from the cache "
             "next time)")
 

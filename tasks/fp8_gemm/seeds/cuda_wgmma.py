@@ -22,9 +22,8 @@ the last to count adds the others' and writes C: no CTA waits for another.
 
 from __future__ import annotations
 
-import os
-
-from torch.utils.cpp_extension import include_paths, load_inline
+import torch
+from torch.utils.cpp_extension import load_inline
 
 KS_REQUIRES = "sm_90"
 
@@ -680,118 +679,80 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
 }
 """
 
-# The torch wrapper (checks, allocations, the current stream), built by the host compiler.
+# The Python wrapper, built by the host compiler against Python's C API alone: 0.2 s, where a
+# wrapper on torch's extension header took 9-40 s, so the build is nvcc's alone. custom_kernel
+# below checks the tensors, allocates, plans the schedule and passes integers.
 WRAPPER_SRC = r"""
-#include <torch/extension.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 """ + API_SRC + r"""
-// C = (A * a_scale) @ (B * b_scale)^T into c: B's upcast, then the GEMM. The stream-K slots
-// (2 * sms of 128 x block_n fp32) and counters (2 a tile) are this call's own.
-torch::Tensor fp8_gemm(torch::Tensor a, torch::Tensor b, torch::Tensor as, torch::Tensor bs,
-                       torch::Tensor c, int64_t block_n, int64_t stages, int64_t group_m,
-                       int64_t stream_k, int64_t persistent, int64_t pingpong,
-                       int64_t tma_store, int64_t overlap, int64_t c_buffers) {
-    TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
-                "cuda_wgmma: a and b must be float8_e4m3fn, got ", a.dtype(), " and ", b.dtype());
-    TORCH_CHECK(a.size(1) == b.size(1), "cuda_wgmma: a and b must share k, got ", a.sizes(),
-                " and ", b.sizes());
-    TORCH_CHECK(as.scalar_type() == at::kFloat && bs.scalar_type() == at::kFloat,
-                "cuda_wgmma: a_scale and b_scale must be float32");
-    TORCH_CHECK(c.scalar_type() == at::kBFloat16 && c.stride(1) == 1,
-                "cuda_wgmma: c must be row-major bf16, got ", c.dtype(), " strides ", c.strides());
-    TORCH_CHECK(block_n == 64 || block_n == 128, "cuda_wgmma: BLOCK_N must be 64 or 128, got ",
-                block_n);
-    TORCH_CHECK(c_buffers == 1 || c_buffers == 2, "cuda_wgmma: C_BUFFERS must be 1 or 2, got ",
-                c_buffers);
-    const int m = a.size(0), k = a.size(1), n = b.size(0), steps = (k + BK - 1) / BK;
-    TORCH_CHECK(as.dim() == 2 && as.size(0) == m && as.size(1) == steps && bs.dim() == 2 &&
-                    bs.size(0) == (n + 127) / 128 && bs.size(1) == steps,
-                "cuda_wgmma: a_scale must be [m, ceil(k/128)] = [", m, ", ", steps,
-                "] and b_scale [ceil(n/128), ceil(k/128)] = [", (n + 127) / 128, ", ", steps,
-                "], got ", as.sizes(), " and ", bs.sizes());
-    if (m == 0 || n == 0) return c;
-    if (k == 0) return c.zero_();
-    const c10::cuda::CUDAGuard guard(a.device());
-    Sched s;
-    s.m = m, s.n = n, s.steps = steps, s.group_m = std::max<int>(1, group_m);
-    s.tiles_m = (m + BM - 1) / BM, s.tiles_n = (n + block_n - 1) / block_n;
-    const int tiles = s.tiles_m * s.tiles_n;
-    static int sm_counts[64] = {};  // per device, asked once
-    int& sms = sm_counts[a.get_device() % 64];
-    if (sms == 0)
-        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                              a.get_device()));
-    // stream-K: the last, partial wave's tiles (and one full wave more when 2) are cut by K.
-    const int rest = tiles % sms, sk_tiles = stream_k == 0 || rest == 0 ? 0
-        : rest + (stream_k == 2 && tiles > sms ? sms : 0);
-    s.dp_tiles = tiles - sk_tiles;
-    s.sk_units = (long)sk_tiles * steps;
-    s.sk_ctas = (int)std::min<long>(sms, s.sk_units);
-    const int grid = sk_tiles > 0 ? (s.dp_tiles > 0 ? sms : s.sk_ctas)
-        : persistent ? std::min(tiles, sms) : tiles;
-    torch::Tensor ws, counts;  // kept alive until the launches are queued
-    if (sk_tiles > 0) {
-        ws = torch::empty({2L * sms * BM * block_n}, c.options().dtype(at::kFloat));
-        counts = torch::empty({2 * tiles}, c.options().dtype(at::kInt));
+// fp8_gemm(*ARGS): the integers below, in this order; raises RuntimeError with the CUDA error.
+static const char* const ARGS[] = {
+    "b", "b0", "b1", "bs", "bs0", "bs1", "nb", "b16", "bsq", "ws", "counts", "at", "lda", "k",
+    "as", "lds", "c", "ldc", "m", "n", "steps", "tiles_m", "tiles_n", "group_m", "dp_tiles",
+    "sk_ctas", "sk_units", "grid", "block_n", "stages", "pingpong", "tma_store", "overlap",
+    "c_buffers", "stream"};
+constexpr Py_ssize_t NARGS = sizeof(ARGS) / sizeof(ARGS[0]);
+
+static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != NARGS)
+        return PyErr_Format(PyExc_TypeError, "cuda_wgmma.fp8_gemm takes %zd integers (b, b0, "
+                            "..., stream), got %zd arguments", NARGS, nargs);
+    long long v[NARGS];
+    for (Py_ssize_t i = 0; i < NARGS; ++i) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred())
+            return PyErr_Format(PyExc_TypeError, "cuda_wgmma.fp8_gemm: argument '%s' must be "
+                                "an int, got %R", ARGS[i], args[i]);
     }
-    // B's scales, a 16-byte slot each, and B in fp16 (the upcast writes them)
-    const torch::Tensor bsq = torch::empty({(long)steps * bs.size(0) * 4}, bs.options());
-    const torch::Tensor b16 = torch::empty({n, steps * BK}, b.options().dtype(at::kHalf));
-    // A's scales, a step's rows in whole 16-byte lines: the task's a_scale, else a copy.
-    torch::Tensor as_ = as;
-    long lds = as.stride(1);
-    if (as.stride(0) != 1 || lds % 4 != 0 || lds < m || m % 4 != 0 ||
-            reinterpret_cast<uintptr_t>(as.data_ptr()) % 16 != 0) {
-        lds = (m + 3) / 4 * 4;
-        as_ = torch::zeros({steps, lds}, as.options());
-        as_.narrow(1, 0, m).copy_(as.t());
-    }
-    // TMA reads A in the task's layout ([k][m]) when its rows are 16-byte aligned, else a copy.
-    torch::Tensor at_ = a.t();
-    if (a.stride(0) != 1 || a.stride(1) % 16 != 0 ||
-            reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) {
-        at_ = torch::zeros({k, (m + 15) / 16 * 16}, a.options());
-        at_.narrow(1, 0, m).copy_(a.t());
-    }
+    auto ptr = [&](int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(v[i])); };
     const Operands x = {
-        .b = b.data_ptr(), .b0 = b.stride(0), .b1 = b.stride(1), .bs = bs.data_ptr<float>(),
-        .bs0 = bs.stride(0), .bs1 = bs.stride(1), .nb = (int)bs.size(0), .b16 = b16.data_ptr(),
-        .bsq = bsq.data_ptr<float>(), .ws = sk_tiles > 0 ? ws.data_ptr<float>() : nullptr,
-        .counts = sk_tiles > 0 ? counts.data_ptr<int>() : nullptr, .at = at_.data_ptr(),
-        .lda = at_.stride(0), .k = k, .as = as_.data_ptr<float>(), .lds = lds,
-        .c = c.data_ptr(), .ldc = c.stride(0)};
-    const char* why = ks_wgmma_fp8_gemm(x, s, grid, block_n, stages, pingpong, tma_store,
-                                        overlap != 0, c_buffers,
-                                        c10::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(why == nullptr, "cuda_wgmma: ", why);
-    return c;
+        .b = ptr(0), .b0 = (long)v[1], .b1 = (long)v[2], .bs = (const float*)ptr(3),
+        .bs0 = (long)v[4], .bs1 = (long)v[5], .nb = (int)v[6], .b16 = ptr(7),
+        .bsq = (float*)ptr(8), .ws = (float*)ptr(9), .counts = (int*)ptr(10), .at = ptr(11),
+        .lda = (long)v[12], .k = (int)v[13], .as = (const float*)ptr(14), .lds = (long)v[15],
+        .c = ptr(16), .ldc = (long)v[17]};
+    Sched s;
+    s.m = (int)v[18], s.n = (int)v[19], s.steps = (int)v[20], s.tiles_m = (int)v[21];
+    s.tiles_n = (int)v[22], s.group_m = (int)v[23], s.dp_tiles = (int)v[24];
+    s.sk_ctas = (int)v[25], s.sk_units = (long)v[26];
+    const char* why;
+    Py_BEGIN_ALLOW_THREADS
+    why = ks_wgmma_fp8_gemm(x, s, (int)v[27], (int)v[28], (int)v[29], (int)v[30], (int)v[31],
+                            (int)v[32], (int)v[33], reinterpret_cast<cudaStream_t>(ptr(34)));
+    Py_END_ALLOW_THREADS
+    if (why != nullptr) return PyErr_Format(PyExc_RuntimeError, "cuda_wgmma: %s", why);
+    Py_RETURN_NONE;
 }
+
+static PyMethodDef METHODS[] = {
+    {"fp8_gemm", (PyCFunction)(void (*)(void))fp8_gemm, METH_FASTCALL,
+     "B's upcast, then the GEMM, queued on a stream (custom_kernel passes the integers)"},
+    {nullptr, nullptr, 0, nullptr}};
+#define KS_STR(x) #x
+#define KS_NAME(x) KS_STR(x)
+static PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, KS_NAME(TORCH_EXTENSION_NAME), nullptr, -1,
+                             METHODS};
+#define KS_CAT(a, b) a##b
+#define KS_INIT(name) KS_CAT(PyInit_, name)
+PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MODULE); }
 """
 
-# Issue 32: with all host code in cuda_sources (nvcc parsing torch's headers) the build took
-# 56.5 s from an empty cache on the H200 (the kernels alone 3.9 s); split so, 14.7 s, and 6.5 s
-# with torch's precompiled header once built. Older torch lacks either keyword; the PCH is
-# written beside torch's headers, so only where those are writable.
-FAST_BUILD = {"no_implicit_headers": True,
-              "use_pch": os.access(os.path.join(include_paths()[0], "torch"), os.W_OK)}
-
-
+# Issue 32: torch's headers in cuda.cu made the build 56.5 s on an H200 (the kernels alone 4 s);
+# no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
 def _build(**fast):
     return load_inline(
-        name="ks_cuda_wgmma_v6",
+        name="ks_cuda_wgmma_v7",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
-        functions=["fp8_gemm"],
         extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
         **fast,
     )
 
 
 try:
-    module = _build(**FAST_BUILD)
-except TypeError:  # a torch whose load_inline names neither keyword: the slow build
+    module = _build(no_implicit_headers=True)
+except TypeError:
     module = _build()
 
 
@@ -802,13 +763,103 @@ def shape_of(data):
     return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
 
 
+def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
+         persistent: int, sms: int) -> tuple[list[int], int, int]:
+    """Sched's fields (the wrapper's order), the grid, and how many tiles stream-K cuts."""
+    tiles_m, tiles_n = -(-m // BLOCK_M), -(-n // block_n)
+    tiles = tiles_m * tiles_n
+    rest = tiles % sms
+    sk_tiles = 0 if stream_k == 0 or rest == 0 else rest + (
+        sms if stream_k == 2 and tiles > sms else 0)
+    dp_tiles = tiles - sk_tiles
+    sk_units = sk_tiles * steps
+    sk_ctas = min(sms, sk_units)
+    grid = ((sms if dp_tiles > 0 else sk_ctas) if sk_tiles else
+            min(tiles, sms) if persistent else tiles)
+    return ([m, n, steps, tiles_m, tiles_n, max(1, group_m), dp_tiles, sk_ctas, sk_units], grid,
+            sk_tiles)
+
+
+_SMS: dict[int, int] = {}  # device index -> its SM count
+_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
+def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
+    """C = (A * a_scale) @ (B * b_scale)^T into ``c`` on A's device's current stream; every
+    other buffer the kernels use is this call's own."""
+    if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"cuda_wgmma: a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
+    if a_scale.dtype != torch.float32 or b_scale.dtype != torch.float32:
+        raise TypeError(f"cuda_wgmma: a_scale and b_scale must be float32, got "
+                        f"{a_scale.dtype} and {b_scale.dtype}")
+    if c.dtype != torch.bfloat16 or c.stride(1) != 1:
+        raise ValueError(f"cuda_wgmma: c must be row-major bf16, got {c.dtype} with strides "
+                         f"{c.stride()}")
+    (m, k), n = a.shape, b.shape[0]
+    steps = -(-k // BLOCK_K)
+    if b.shape[1] != k or a_scale.shape != (m, steps) or b_scale.shape != (-(-n // 128), steps):
+        raise ValueError(f"cuda_wgmma: a [m, k], b [n, k], a_scale [m, ceil(k/128)] and b_scale "
+                         f"[ceil(n/128), ceil(k/128)] expected, got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)}, {tuple(a_scale.shape)} and {tuple(b_scale.shape)}")
+    if not all(t.is_cuda and t.device == a.device for t in (b, a_scale, b_scale, c)):
+        raise ValueError(f"cuda_wgmma: every tensor must be on one CUDA device, got "
+                         f"{[str(t.device) for t in (a, b, a_scale, b_scale, c)]}")
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        return c.zero_()
+    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
+    if block_n not in (64, 128) or c_buffers not in (1, 2):
+        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128 and C_BUFFERS 1 or 2, got "
+                         f"{block_n} and {c_buffers}")
+    device = a.device.index
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return fp8_gemm(a, b, a_scale, b_scale, c, knobs)
+    sms = _SMS.get(device)
+    if sms is None:
+        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    sched, grid, sk_tiles = plan(m, n, steps, block_n, knobs["GROUP_M"], knobs["STREAM_K"],
+                                 knobs["PERSISTENT"], sms)
+    # One allocation: B in fp16, B's scales' 16-byte slots, stream-K's partials and counters
+    nb = b_scale.shape[0]
+    sizes = [n * steps * BLOCK_K * 2, steps * nb * 16]
+    if sk_tiles:
+        sizes += [2 * sms * BLOCK_M * block_n * 4, 2 * sched[3] * sched[4] * 4]
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + _aligned(size))
+    scratch = torch.empty(offsets[-1], dtype=torch.uint8, device=a.device)
+    base = scratch.data_ptr()
+    b16, bsq, ws, counts = ([base + o for o in offsets[:len(sizes)]] + [0, 0])[:4]
+    # A's scales, a step's rows in whole 16-byte lines: the task's a_scale, else a copy.
+    as_, lds = a_scale, a_scale.stride(1)
+    if (a_scale.stride(0) != 1 or lds % 4 or lds < m or m % 4
+            or a_scale.data_ptr() % 16):
+        lds = -(-m // 4) * 4
+        as_ = torch.zeros((steps, lds), dtype=torch.float32, device=a.device)
+        as_[:, :m].copy_(a_scale.t())
+    # TMA reads A in the task's layout ([k][m]) when its rows are 16-byte aligned, else a copy.
+    at_, lda = a, a.stride(1)
+    if a.stride(0) != 1 or lda % 16 or a.data_ptr() % 16:
+        lda = -(-m // 16) * 16
+        at_ = torch.zeros((k, lda), dtype=a.dtype, device=a.device)
+        at_[:, :m].copy_(a.t())
+    stream = _stream(device) if _stream else torch.cuda.current_stream(device).cuda_stream
+    module.fp8_gemm(b.data_ptr(), b.stride(0), b.stride(1), b_scale.data_ptr(),
+                    b_scale.stride(0), b_scale.stride(1), nb, b16, bsq, ws, counts,
+                    at_.data_ptr(), lda, k, as_.data_ptr(), lds, c.data_ptr(), c.stride(0),
+                    *sched, grid, block_n, stages_for(block_n, knobs["STAGE_DROP"], c_buffers),
+                    knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, stream)
+    return c
+
+
 def custom_kernel(data):
     """C = (A * a_scale) @ (B * b_scale)^T in bf16, written into ``c`` and returned."""
     a, b, a_scale, b_scale, c = data
     (m, k), n = a.shape, b.shape[0]
-    knobs = tunables_for(m=m, n=n, k=k)
-    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
-    return module.fp8_gemm(a, b, a_scale, b_scale, c, block_n,
-                           stages_for(block_n, knobs["STAGE_DROP"], c_buffers), knobs["GROUP_M"],
-                           knobs["STREAM_K"], knobs["PERSISTENT"], knobs["PINGPONG"],
-                           knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers)
+    return fp8_gemm(a, b, a_scale, b_scale, c, tunables_for(m=m, n=n, k=k))
