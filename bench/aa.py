@@ -2,7 +2,7 @@
 run, and the CI gate across sessions.
 
     python bench/aa.py [--runs 3] [--kernel PATH] [--budget SECONDS] [--device auto]
-                       [--shapes EXPR] [--no-slower]
+                       [--shapes EXPR] [--no-slower] [--workers N]
 
 Each run is one ``pytest tasks/fp8_gemm -k bench --kernel aa_one.py --kernel aa_two.py``
 session (the plain two-``--kernel`` form; the reference is timed too, no baselines). Per run and
@@ -12,7 +12,8 @@ the first add the README's gate, ``--ks-compare run0.json --ks-max-regression 5%
 must pass for both copies. A last run makes ``aa_two`` 10% slower (it spins for a tenth of
 its own time after each call) and the gate must fail it (``--no-slower``: not run).
 ``--shapes`` narrows the benchmarks with a pytest ``-k`` expression over case ids (their
-gates are then deselected). Targets: every shape within 5% on a CPU and 2% on a GPU,
+gates are then deselected). ``--workers N`` times each kernel in N workers
+(``--ks-bench-workers``). Targets: every shape within 5% on a CPU and 2% on a GPU,
 intervals overlapping, the A/A gates passing, the slower one caught.
 Prints one table per run and a summary last.
 """
@@ -88,13 +89,15 @@ _CYCLES_PER_US = _cycles_per_us()
 
 
 def one_run(copies: list[Path], budget: str, device: str, out: Path,
-            gate_on: Path | None, shapes: str = "") -> tuple[dict, str]:
+            gate_on: Path | None, shapes: str = "", workers: int = 1) -> tuple[dict, str]:
     select = f"(bench or gate) and ({shapes})" if shapes else "bench or gate"
     cmd = [sys.executable, "-m", "pytest", str(TASK), "-p", "no:cacheprovider", "-q", "-rA",
            "-k", select, "--ks-baselines", "none", "--ks-device", device,
            "--kernel", str(copies[0]), "--kernel", str(copies[1]), "--ks-json", str(out)]
     if budget:
         cmd += ["--ks-bench-budget", budget]
+    if workers > 1:
+        cmd += ["--ks-bench-workers", str(workers)]
     if gate_on is not None:
         cmd += ["--ks-compare", str(gate_on), "--ks-max-regression", "5%"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -133,6 +136,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--shapes", default="", help="a -k expression over case ids")
     parser.add_argument("--no-slower", action="store_true", help="skip the slower run")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="--ks-bench-workers: worker processes each kernel is timed in")
     args = parser.parse_args()
     gpu = args.device.startswith("cuda")
     if args.device == "auto":
@@ -154,7 +159,7 @@ def main() -> None:
                 copies[1].write_text(kernel.read_text() + SLOWER)
             began = time.monotonic()
             cands, _ = one_run(copies, args.budget, args.device, Path(tmp) / f"run{i}.json",
-                               first if i else None, args.shapes)
+                               first if i else None, args.shapes, args.workers)
             one, two = cands["aa_one"], cands["aa_two"]
             rows = shapes(one, two)
             label = "slower aa_two" if slower else "A/A"
@@ -165,18 +170,22 @@ def main() -> None:
                 print(f"| {case_id} | {ratio:.4f} | {low:.4f}-{high:.4f} | {overlap} |")
             worst = max((abs(r[1] - 1) for r in rows), default=math.nan)
             apart = sum(not r[4] for r in rows)
+            excluded = sum(not r[2] <= 1 <= r[3] for r in rows)  # a difference read
             g1, g2 = gate_of(one), gate_of(two)
             geo = one.get("fellow_speedups", {}).get("aa_two", math.nan)
             print(f"geomean one/two {geo:.4f}; worst shape {worst:.2%} off; {apart} shape(s) "
-                  f"with disjoint CIs; gate one: {g1[0]}, gate two: {g2[0]}")
+                  f"with disjoint CIs, {excluded} whose ratio's interval excludes 1; gate one: "
+                  f"{g1[0]}, gate two: {g2[0]}")
             for who, g in (("one", g1), ("two", g2)):
                 if g[1]:
                     print(f"  gate {who}: {g[1]}")
-            summary.append((i, label, f"{geo:.4f}", f"{worst:.2%}", apart, g1[0], g2[0]))
+            summary.append((i, label, f"{geo:.4f}", f"{worst:.2%}", apart, excluded, g1[0],
+                            g2[0]))
     print(f"\nkernel {kernel.name}, device {'cuda' if gpu else 'cpu'}, per-shape target "
-          f"{tol:.0%}")
-    print("| run | form | geomean one/two | worst shape | disjoint CIs | gate one | gate two |")
-    print("|---|---|---|---|---|---|---|")
+          f"{tol:.0%}, {args.workers} worker(s) a kernel")
+    print("| run | form | geomean one/two | worst shape | disjoint CIs | ratio CI excludes 1 "
+          "| gate one | gate two |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in summary:
         print("| " + " | ".join(str(x) for x in row) + " |")
 

@@ -45,6 +45,8 @@ class Settings:
     # --ks-min-own-share: the least share of a candidate's time in its own kernels, for every
     # task (None: each task's [kernel] min_own_share).
     min_own_share: float | None = None
+    # --ks-bench-workers: the worker processes each kernel's timing rounds are spread over.
+    bench_workers: int = 1
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -126,6 +128,11 @@ CORE_OPTIONS = (
            "test fails (default 120)", "SECONDS", ini="ks_timeout", ini_default="120"),
     Option("--ks-bench-budget", "time spent timing each benchmark case (default: the task's "
            "bench.budget_s)", "SECONDS", ini="ks_bench_budget"),
+    Option("--ks-bench-workers", "worker processes each kernel is timed in, taking the rounds "
+           "in turn (default 1): a process that runs a kernel slower for its whole life (seen "
+           "at 5-24%% on a 2-core CPU) then widens the intervals instead of moving the ratio; "
+           "costs a worker start per kernel and extra worker", "N", ini="ks_bench_workers",
+           ini_default="1"),
     Option("--evolve", "evolve the task folder given with the Kernel Scientist (selector, "
            "designer, writer) until its population has N generations after the seeds, each "
            "evaluated as a child pytest run; rerun to resume after an interruption", "N",
@@ -307,8 +314,23 @@ def resolve(config: pytest.Config) -> Settings:
         solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
         lenient_task=bool(_value(config, "ks_lenient_task")),
         attribution=bool(_value(config, "ks_attribution")),
-        min_own_share=_share(config),
+        min_own_share=_share(config), bench_workers=_bench_workers(config),
     )
+
+
+def _bench_workers(config: pytest.Config) -> int:
+    raw = _value(config, "ks_bench_workers")
+    if raw in (None, ""):
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 8:
+        raise pytest.UsageError(f"--ks-bench-workers expects a number of worker processes per "
+                                f"kernel from 1 to 8 (2 spreads each kernel's rounds over two), "
+                                f"got '{raw}'")
+    return value
 
 
 def _share(config: pytest.Config) -> float | None:

@@ -97,7 +97,7 @@ class _FakeEvaluator:
 def bench_beside(ev: Any, name: str, partners: list[Any], case: Any, device: str,
                  budget_s: float) -> CaseResult:
     """One member's result from rounds beside ``partners``."""
-    outcome = bench_together(ev, [Member(name, lambda: name)], partners, case, device,  # type: ignore[arg-type, return-value]
+    outcome = bench_together(ev, [Member(name, lambda turn: name)], partners, case, device,  # type: ignore[arg-type, return-value]
                              budget_s)[name]
     assert outcome.result is not None
     return outcome.result
@@ -110,7 +110,7 @@ class _FakePartner:
         self.full_sample = False
         self.failures: list[str] = []
 
-    def live(self) -> str:
+    def live(self, turn: int = 0) -> str:
         return self.name
 
     def failed(self, case_id: str, exc: CandidateFailure) -> None:

@@ -31,6 +31,8 @@ from helpers import AXPY
          "got 'soon'"),
         (["--ks-device", "tpu"], "--ks-device expects auto, cpu, cuda or cuda:N, got 'tpu'"),
         (["--evolve", "0"], "--evolve expects a positive integer, got '0'"),
+        (["--ks-bench-workers", "0"], "--ks-bench-workers expects a number of worker processes "
+         "per kernel from 1 to 8 (2 spreads each kernel's rounds over two), got '0'"),
         pytest.param(["--ks-device", "cuda"], "--ks-device cuda: no CUDA/ROCm device is visible "
                      "to torch", marks=pytest.mark.skipif(
                          torch.cuda.is_available(), reason="a CUDA device is visible here")),

@@ -12,13 +12,14 @@ from test_baselines import _FakeEvaluator, _FakePartner
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
-from pytest_kscientist.harness.stats import geomean
+from pytest_kscientist.harness.stats import geomean, spread_interval
 
 
 def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
     ev = _FakeEvaluator({"a": [1.0, 2.0], "b": [2.0, 2.0], "p": [4.0, 4.0]}, rounds=2)
     dropped: list[str] = []
-    members = [Member("a", lambda: "a"), Member("b", lambda: "b", on_failure=dropped.append)]
+    members = [Member("a", lambda turn: "a"),
+               Member("b", lambda turn: "b", on_failure=dropped.append)]
     done = bench_together(ev, members, [_FakePartner("p")], {"n": 1, "seed": 1}, "cpu",  # type: ignore[arg-type, list-item]
                           budget_s=1.0)
     assert ev.log == ["a", "b", "p", "p", "b", "a"]
@@ -40,9 +41,43 @@ def test_a_kernel_beside_is_verified_like_a_candidate() -> None:
                         rounds=2)
     saved = _FakePartner("saved")
     saved.full_sample = True  # type: ignore[attr-defined]
-    bench_together(ev, [Member("a", lambda: "a")], [saved, _FakePartner("cublas")],  # type: ignore[list-item]
+    bench_together(ev, [Member("a", lambda turn: "a")], [saved, _FakePartner("cublas")],  # type: ignore[list-item]
                    {"n": 1, "seed": 1}, "cpu", budget_s=1.0)
     assert ev.samples == {"a": {None}, "saved": {None}, "cublas": {1}}
+
+
+def test_rounds_in_two_workers_put_a_workers_bias_into_the_interval() -> None:
+    """--ks-bench-workers 2: each member's rounds alternate between its two workers. One worker
+    of "a" runs 20% slower for its whole life (as a process on the 2-core CPU did): the ratio
+    of a to its identical twin b moves, but the rounds disagree, and the interval, widened to
+    their spread, holds no difference."""
+    ev = _FakeEvaluator({"a0": [1.0, 1.0], "a1": [1.2, 1.2], "b0": [1.0, 1.0],
+                         "b1": [1.0, 1.0]}, rounds=4)
+    members = [Member("a", lambda turn: f"a{turn % 2}"),
+               Member("b", lambda turn: f"b{turn % 2}")]
+    done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
+    assert ev.log == [f"{'ab'[i]}{r % 2}" for r in range(4) for i in round_order(2, r)]
+    a = done["a"].result
+    assert a is not None
+    ab = a.fellows["b"]
+    assert ab.speedup == pytest.approx(geomean([1.0, 1 / 1.2, 1.0, 1 / 1.2]))
+    assert ab.speedup_low < 0.8 and ab.speedup_high > 1.0, ab  # each round alone: exact
+    # the same bias in one worker of each kind would have read as a difference
+    ev = _FakeEvaluator({"a": [1.2] * 4, "b": [1.0] * 4}, rounds=4)
+    members = [Member("a", lambda turn: "a"), Member("b", lambda turn: "b")]
+    done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
+    one = done["a"].result
+    assert one is not None and one.fellows["b"].speedup_high == pytest.approx(1 / 1.2)
+
+
+def test_the_spread_interval_is_students_t_on_the_rounds_logs() -> None:
+    assert spread_interval([1.1]) is None  # one round: no spread to read
+    low, high = spread_interval([1.0, 1.0, 1.0])  # type: ignore[misc]
+    assert low == high == pytest.approx(1.0)
+    # logs 0 and log 1.21: mean log 1.1, sd log(1.21) / sqrt 2, t(1) = 12.71
+    low, high = spread_interval([1.0, 1.21])  # type: ignore[misc]
+    half = 12.71 * (2 * 0.09531017980432493 / 2 ** 0.5) / 2 ** 0.5
+    assert (low, high) == pytest.approx((1.1 * 2.718281828 ** -half, 1.1 * 2.718281828 ** half))
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -65,7 +100,7 @@ def test_every_member_takes_every_place_and_follows_every_other_alike(n: int) ->
 def test_a_member_that_fails_is_its_own_verdict_and_leaves_the_rounds() -> None:
     ev = _FakeEvaluator({"a": [1.0, 1.0]}, rounds=2)
     dropped: list[CandidateFailure] = []
-    members = [Member("a", lambda: "a"), Member("broken", lambda: "broken",
+    members = [Member("a", lambda turn: "a"), Member("broken", lambda turn: "broken",
                                                 on_failure=dropped.append)]
     done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
     assert ev.log == ["a", "broken", "a"]  # not asked again
@@ -96,6 +131,21 @@ def two_copies(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]
     shutil.copy(DATA / "candidates" / "wrong.py", root / "wrong.py")
     return run_pytest(["axpy", "-v", "--ks-baselines", "none", "--kernel", "a.py",
                        "--kernel", "b.py", "--kernel", "wrong.py"], cwd=root, timeout=300)
+
+
+def test_two_workers_a_kernel_run_end_to_end(tmp_path) -> None:
+    """--ks-bench-workers 2 on the CPU: every kernel's rounds spread over two workers, the
+    comparison of two copies and the reference made as without it."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    for name in ("a", "b"):
+        shutil.copy(AXPY / "seeds" / "good.py", tmp_path / f"{name}.py")
+    code, output, data = run_pytest(["axpy", "-k", "bench", "--ks-baselines", "none",
+                                     "--ks-bench-workers", "2", "--kernel", "a.py", "--kernel",
+                                     "b.py"], cwd=tmp_path, timeout=300)
+    assert code == 0 and data is not None, output
+    by_name = {c["name"]: c for c in data["candidates"]}
+    for case in (c for c in by_name["a"]["cases"] if c["kind"] == "bench"):
+        assert case["fellows"]["b"]["rounds"] == 4 and case["fellows"]["b"]["speedup"] > 0
 
 
 def test_two_kernels_are_timed_in_the_same_rounds_and_compared(two_copies) -> None:

@@ -19,7 +19,7 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
 from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied, build_folder
-from pytest_kscientist.harness.stats import geomean, ratio_interval, summarize
+from pytest_kscientist.harness.stats import geomean, ratio_interval, spread_interval, summarize
 
 
 def describe(need: str) -> str:
@@ -108,6 +108,8 @@ class Partner:
     # copy of --ks-compare): verified like a candidate, so the two sides of the comparison
     # do the same untimed work between calls; a trusted baseline verifies one output a round.
     full_sample: bool = False
+    workers: int = 1  # --ks-bench-workers: the rounds go to this many workers in turn
+    twins: dict[int, Worker] = field(default_factory=dict)  # turn (1..workers-1) -> worker
 
     @property
     def name(self) -> str:
@@ -118,19 +120,26 @@ class Partner:
         """Whether a precision miss keeps its times as a yardstick (verify = "report")."""
         return self.spec.verify == "report"
 
-    def live(self) -> Worker:
+    def live(self, turn: int = 0) -> Worker:
+        """The worker of round ``turn`` (turn modulo ``workers``), started on first use."""
         if self.broken:
             raise CandidateFailure(self.broken)
-        if self.worker is None or not self.worker.alive():
+        which = turn % self.workers
+        worker = self.twins.get(which) if which else self.worker
+        if worker is None or not worker.alive():
             entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
             try:
-                self.worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
-                                           prepare, self.device, self.timeout_s, self.init_seed,
-                                           self.spares)
+                worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
+                                      prepare, self.device, self.timeout_s, self.init_seed,
+                                      self.spares)
             except CandidateFailure as exc:
                 self.broken = exc.reason
                 raise
-        return self.worker
+            if which:
+                self.twins[which] = worker
+            else:
+                self.worker = worker
+        return worker
 
     def start_early(self) -> None:
         """Start the worker now (collect.start_workers); a failure is kept in ``broken``."""
@@ -146,9 +155,11 @@ class Partner:
         self.close()
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        for worker in [self.worker, *self.twins.values()]:
+            if worker is not None:
+                worker.close()
+        self.worker = None
+        self.twins.clear()
 
 
 def pool(rounds: list[CaseResult]) -> CaseResult:
@@ -165,7 +176,9 @@ def pool(rounds: list[CaseResult]) -> CaseResult:
 
 def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
     """The baseline's pooled stats and its per-round speedup ratio, geometric mean, with an
-    interval: the geometric means of each round's ratio interval (``ratio_interval``)."""
+    interval: the geometric means of each round's ratio interval (``ratio_interval``), widened
+    to the rounds' own spread where that is wider (``spread_interval``: with the rounds in
+    several workers, a worker's lasting bias shows there)."""
     pairs = [
         (b.stats, c.stats)
         for c, b in zip(mine, theirs, strict=False)
@@ -179,6 +192,9 @@ def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
     if all(i is not None for i in intervals):
         low = geomean([i[0] for i in intervals if i is not None])
         high = geomean([i[1] for i in intervals if i is not None])
+        spread = spread_interval(ratios)
+        if spread is not None:
+            low, high = min(low, spread[0]), max(high, spread[1])
     missed = [r.reason for r in theirs if r.outcome == "xfailed"]
     return BaselineTiming(stats=pool(theirs).stats, speedup=geomean(ratios), rounds=len(ratios),
                           speedup_low=low, speedup_high=high,

@@ -262,6 +262,7 @@ class CandidateNode(pytest.Collector):
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
+        self.twins: dict[int, Worker] = {}  # --ks-bench-workers: round turn -> its worker
         self.load_failure: CandidateFailure | None = None
         self.load_shown = False  # its load_failure was raised by an item
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
@@ -317,18 +318,34 @@ class CandidateNode(pytest.Collector):
             raise CandidateFailure(self.load_failure.reason, where)
         if self.worker is not None and self.worker.alive():
             return self.worker
+        self.worker = self._start()
+        if self.worker.load_s is not None:
+            self.ks.loads.setdefault((self.task.name, self.name), self.worker.load_s)
+        return self.worker
+
+    def _start(self) -> Worker:
         try:
-            self.worker = start_worker(self.task, self.source, self.entry, self.prepare,
-                                       self.ks.device, self.ks.settings.timeout_s,
-                                       self.ks.evaluator(self.task).init_seed, self.ks.spares)
+            worker = start_worker(self.task, self.source, self.entry, self.prepare,
+                                  self.ks.device, self.ks.settings.timeout_s,
+                                  self.ks.evaluator(self.task).init_seed, self.ks.spares)
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True
             raise
         self.ks.holders.add(self)  # closed at the session's end if its last item never ran
-        if self.worker.load_s is not None:
-            self.ks.loads.setdefault((self.task.name, self.name), self.worker.load_s)
-        return self.worker
+        return worker
+
+    def round_worker(self, turn: int) -> Worker:
+        """The worker of timing round ``turn``: with --ks-bench-workers N, the rounds go to N
+        workers in turn (the first is the one its checks ran in)."""
+        which = turn % self.ks.settings.bench_workers
+        if not which:
+            return self.live_worker()
+        self.live_worker()  # a load failure is the candidate's, shown as at every item
+        twin = self.twins.get(which)
+        if twin is None or not twin.alive():
+            twin = self.twins[which] = self._start()
+        return twin
 
     def start_early(self) -> None:
         """Start and load the worker now (start_workers); a failure waits for the first item."""
@@ -347,12 +364,14 @@ class CandidateNode(pytest.Collector):
             if not exc.wrong_result:
                 self.drop_worker()
 
-        return Member(self.name, self.live_worker, tolerate=self.tolerate, on_failure=failed)
+        return Member(self.name, self.round_worker, tolerate=self.tolerate, on_failure=failed)
 
     def drop_worker(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        for worker in [self.worker, *self.twins.values()]:
+            if worker is not None:
+                worker.close()
+        self.worker = None
+        self.twins.clear()
 
     def teardown(self) -> None:
         # Not here: the run's order (checks first, then each case's benchmarks side by side)

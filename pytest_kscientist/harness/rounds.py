@@ -33,10 +33,11 @@ from pytest_kscientist.harness.spawn import Worker
 
 @dataclass
 class Member:
-    """One candidate (or the reference) timed in the rounds: its name and its live worker."""
+    """One candidate (or the reference) timed in the rounds: its name and its live worker for
+    a round (``--ks-bench-workers``: the rounds go to its workers in turn)."""
 
     name: str
-    live: Callable[[], Worker]
+    live: Callable[[int], Worker]
     tolerate: bool = False
     # Called when the member fails in the rounds (its worker may hold a sticky error).
     on_failure: Callable[[CandidateFailure], None] = lambda exc: None
@@ -99,7 +100,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
             if isinstance(who, Member):
                 try:
                     mine[who.name].append(evaluator.bench(
-                        who.live(), case, device_name, share, tolerate=who.tolerate,
+                        who.live(r), case, device_name, share, tolerate=who.tolerate,
                         precise_after=after))
                 except CandidateFailure as exc:
                     who.on_failure(exc)
@@ -110,7 +111,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 # report its precision (each verified output of a large shape costs a
                 # transfer and a judge); candidates keep the task's full sample.
                 theirs[who.name].append(evaluator.bench(
-                    who.live(), case, device_name, share, tolerate=who.tolerate,
+                    who.live(r), case, device_name, share, tolerate=who.tolerate,
                     samples=None if who.full_sample else 1,
                     precise_after=after))
             except CandidateFailure as exc:

@@ -62,6 +62,24 @@ def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | 
     return num_low / den_high, num_high / den_low  # type: ignore[operator]
 
 
+# Student's t, two-sided 95%, by degrees of freedom (1-10); beyond 10, 2.2 down to Z95.
+T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
+def spread_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
+    """A 95% interval of the geometric mean of per-round ratios from their spread (Student's t
+    on the logs): how far the rounds disagree, which one round's own interval cannot show.
+    None below two rounds."""
+    n = len(ratios)
+    if n < 2 or any(r <= 0 for r in ratios):
+        return None
+    logs = [math.log(r) for r in ratios]
+    centre = statistics.fmean(logs)
+    t = T95[n - 2] if n - 1 <= len(T95) else max(Z95, 2.2 - (n - 11) * 0.01)
+    half = t * statistics.stdev(logs) / math.sqrt(n)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 def geomean(values: Sequence[float]) -> float:
     """Geometric mean of positive values."""
     if not values or any(v <= 0 for v in values):
