@@ -15,6 +15,8 @@ import pytest
 import torch
 from evolve_fakes import REFERENCE, SEED, TASK_TOML
 
+from pytest_kscientist.evolve.sessions import ChildSession
+
 TESTS = Path(__file__).parent
 
 CONFTEST = f"""
@@ -528,3 +530,13 @@ def test_a_provider_that_cannot_go_on_exits_3_and_a_rerun_resumes(
     resumed = toy.runpytest_subprocess("--evolve", "1", "toy", "--ks-llm", "offline")
     assert resumed.ret == 0, resumed.stdout.str()
     resumed.stdout.fnmatch_lines(["*1 generation in *"])
+
+
+def test_child_sessions_get_the_parents_timing_flags(pytester: pytest.Pytester) -> None:
+    """How to evaluate is the user's choice for every generation: the budget and the workers
+    a kernel is timed in reach each child session; the reference and baselines stay off."""
+    config = pytester.parseconfig("--ks-bench-budget", "0.5", "--ks-bench-workers", "2")
+    args = ChildSession.for_config(config, pytester.path, pytester.path / "logs").args
+    joined = " ".join(args)
+    assert "--ks-bench-budget 0.5" in joined and "--ks-bench-workers 2" in joined, args
+    assert "--ks-skip-reference" in args and "--ks-baselines none" in joined, args

@@ -38,6 +38,7 @@ PASS_THROUGH = {
     "ks_device": "--ks-device",
     "ks_timeout": "--ks-timeout",
     "ks_bench_budget": "--ks-bench-budget",
+    "ks_bench_workers": "--ks-bench-workers",
     "ks_baselines": "--ks-baselines",
     "ks_drawn": "--ks-drawn",
     "ks_kernelbench_tol": "--ks-kernelbench-tol",
