@@ -118,9 +118,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
             # --evolve is its own mode: child sessions run the task's items. The file is still
             # claimed, empty, so `pytest --evolve 3 path/task.yml` is not "file not found".
             return EvolveTarget.from_parent(parent, path=file_path)
-
+        if not parent.config.option.collectonly:
+            parent.config.stash[KS_SESSION].start_early(file_path, min(2, _cores()))
         return TaskFile.from_parent(parent, path=file_path)
     return None
+
+
+def _cores() -> int:
+    """How many CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class EvolveTarget(pytest.File):
@@ -155,8 +161,8 @@ class KsHooks:
                     or config.pluginmanager.has_plugin("dsession")):  # xdist's controller
                 from pytest_kscientist.harness.collect import start_workers
 
-                start_workers(session.items, len(os.sched_getaffinity(0))
-                              if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+                if start_workers(session.items, _cores()):
+                    self.ks.drop_early()  # every worker the session needs is started
             return None
         if session.testsfailed:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
@@ -177,6 +183,10 @@ class KsHooks:
         from pytest_kscientist.harness.collect import plan_rounds
 
         items[:] = plan_rounds(items, self.ks.lineup)
+
+    def pytest_runtest_logfinish(self) -> None:
+        if self.ks.holders:  # an item took its worker: the early runners left have no taker
+            self.ks.drop_early()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,13 +118,26 @@ def protected_paths(reference: Path) -> list[Path]:
     return chosen
 
 
+def _torch_version() -> Any:
+    """``torch.version``, without importing torch where this process has not yet: its
+    ``version.py`` run on its own (it imports only typing), so a worker's sandbox is known
+    before this process's own import of torch (Spares.start)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].version
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    namespace: dict[str, Any] = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - torch's own
+    return types.SimpleNamespace(**namespace)
+
+
 def _extension_dir(key: str) -> Path:
     """runner.extension_dir in this process (the worker's environment is this one's)."""
-    import torch
-
     from pytest_kscientist.worker.runner import extension_dir
 
-    return Path(extension_dir(torch, key))
+    return Path(extension_dir(types.SimpleNamespace(version=_torch_version()), key))
 
 
 def extension_root() -> Path:
@@ -204,6 +219,21 @@ def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = N
         raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
     _warn_unsandboxed(why)
     return []
+
+
+def quiet_prefix(reference: Path) -> list[str] | None:
+    """The prefix ``_spawn_prefix`` gives a worker of ``reference``'s task that builds no
+    extension, where it works here as is; None where it would warn (left to the worker)."""
+    protect = tuple(protected_paths(reference))
+    caches = (*protect, extension_root())
+    if sandbox_available(protect) is None and sandbox_available(caches, ()) is None:
+        return sandbox_prefix(caches, ())
+    return None
+
+
+def gpu_visible() -> bool:
+    """Whether this machine shows a GPU's device files (NVIDIA, ROCm, WSL)."""
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -370,6 +400,22 @@ class Spares:
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
         self._starting: set[tuple[Any, ...]] = set()
+        self._early: list[tuple[tuple[Any, ...], RunnerProcess]] = []  # start(), not yet taken
+
+    def start(self, prefix: Sequence[str], env: dict[str, str], count: int) -> None:
+        """Start ``count`` runners for ``prefix`` and ``env`` now, before any is asked for;
+        ``take`` hands them out first, ``drop_early`` ends those never taken."""
+        key = (tuple(prefix), tuple(sorted(env.items())))
+        started = [(key, RunnerProcess(prefix, env)) for _ in range(count)]
+        with self._lock:
+            self._early += started
+
+    def drop_early(self) -> None:
+        """End the runners of ``start`` that no worker took (before they share a timed core)."""
+        with self._lock:
+            early, self._early = self._early, []
+        for _, process in early:
+            process.discard()
 
     def take(self, prefix: Sequence[str], env: dict[str, str],
              ahead: bool = True) -> RunnerProcess:
@@ -378,6 +424,10 @@ class Spares:
         key = (tuple(prefix), tuple(sorted(env.items())))
         with self._lock:
             process = self._ready.pop(key, None)
+            if process is None:
+                found = next((i for i, (k, _) in enumerate(self._early) if k == key), None)
+                if found is not None:
+                    process = self._early.pop(found)[1]
         if process is not None and process.proc.poll() is not None:
             process.discard()  # died while waiting (killed from outside): start another
             process = None
@@ -400,6 +450,7 @@ class Spares:
             ready, self._ready = list(self._ready.values()), {}
         for process in ready:
             process.discard()
+        self.drop_early()
 
 
 class Worker:
