@@ -6,7 +6,13 @@ import pytest
 from helpers import REPO
 
 from pytest_kscientist.formats.task import load_task
-from pytest_kscientist.harness.spawn import Spares, Worker
+from pytest_kscientist.harness.spawn import (
+    Spares,
+    Worker,
+    _spawn_prefix,
+    clean_environment,
+    quiet_prefix,
+)
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 
@@ -78,3 +84,28 @@ def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool
     session = KsSession.__new__(KsSession)
     session.__dict__["device"] = device
     assert session.spares.ahead is ahead
+
+
+def test_runners_started_early_are_taken_first_and_the_rest_dropped() -> None:
+    """KsSession.start_early: runners started before any worker is asked for (beside the
+    pytest process's own import of torch) serve the first workers of their kind."""
+    spares = Spares(ahead=False)
+    spares.start([], clean_environment("cpu"), 2)
+    early = [p for _, p in spares._early]
+    worker = _worker(spares)
+    try:
+        assert worker.proc.pid in {p.proc.pid for p in early} and worker.alive()
+        (left,) = [p for _, p in spares._early]
+        spares.drop_early()
+        assert left.proc.poll() is not None and spares._early == [] and worker.alive()
+    finally:
+        worker.close()
+        spares.close()
+
+
+def test_the_early_prefix_is_the_one_a_worker_of_the_task_gets() -> None:
+    spec = FP8 / "task.toml"
+    prefix = quiet_prefix(spec)
+    if prefix is None:
+        pytest.skip("the worker sandbox does not work here")
+    assert prefix == _spawn_prefix(spec, None)
