@@ -307,3 +307,28 @@ def test_writer_drafts_in_hip_are_compiled_before_any_gpu_time(toolchain) -> Non
     fixed = broken.replace("x[i] *= 2.0f\n", "x[i] *= 2.0f;\n")
     assert check(fixed, KnownSources()) == ""
     assert check("def custom_kernel(data):\n    return data\n", KnownSources()) == ""
+
+
+def test_a_sessions_compiles_run_ahead_at_once_each_keeping_its_result(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_ahead runs the compile items' compiles ``jobs`` at a time before the first item
+    (a barrier only two compiles at once pass), and each item then holds its own result."""
+    import threading
+
+    from pytest_kscientist.harness.results import CompileResult
+
+    both = threading.Barrier(2, timeout=30)
+
+    def compile(item: compile_gate.CompileItem) -> CompileResult:
+        both.wait()  # raises BrokenBarrierError when the compiles run one after another
+        return CompileResult(arch=item.arch, outcome="passed")
+
+    monkeypatch.setattr(compile_gate.CompileItem, "compile", compile)
+    items = []
+    for arch in ("gfx942", "gfx950"):
+        item = object.__new__(compile_gate.CompileItem)
+        item.arch, item.result = arch, None
+        items.append(item)
+    assert compile_gate.compile_ahead([*items, "another item"], jobs=2) == 2
+    assert [item.result.arch for item in items] == ["gfx942", "gfx950"]
+    assert compile_gate.compile_ahead(items, jobs=2) == 0  # compiled once
