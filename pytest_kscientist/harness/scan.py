@@ -71,6 +71,8 @@ def scan_source(text: str) -> list[str]:
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
 
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
     def note(key: str, line: int, text: str) -> None:
         if key not in found or line < found[key][0]:
             found[key] = (line, text)
@@ -84,6 +86,8 @@ def scan_source(text: str) -> list[str]:
                 if top in MODULES:
                     note(f"import {top}", node.lineno, f"imports {top} ({MODULES[top]})")
         elif isinstance(node, ast.Attribute) and node.attr in ATTRIBUTES:
+            if node.attr == "data_ptr" and _passes_address(node, parents):
+                continue
             note(node.attr, node.lineno, f"uses .{node.attr} ({ATTRIBUTES[node.attr]})")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in BUILTINS:
@@ -103,6 +107,37 @@ def scan_source(text: str) -> list[str]:
     for line, what in _module_caches(tree):
         note(what, line, what)
     return [f"line {line}: {text}" for line, text in sorted(found.values())]
+
+
+# Calls that turn an address into a lookup: an address handed to one is a cache key.
+KEYING = {"hash", "id", "tuple", "frozenset", "str", "repr", "get", "setdefault", "pop",
+          "__getitem__", "__contains__", "index", "count"}
+
+
+def _passes_address(attr: ast.Attribute, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether ``x.data_ptr()`` only hands the address to a call (a compiled launcher's
+    argument, with an offset added or a choice between two such values on the way) or tests
+    its alignment (``% 16``): the ways a raw-pointer wrapper uses it. Kept, compared, returned
+    or used as a key, it is reported."""
+    call = parents.get(attr)
+    if not isinstance(call, ast.Call) or call.func is not attr:
+        return False
+    node: ast.AST = call
+    parent = parents.get(node)
+    while isinstance(parent, ast.IfExp) and node is not parent.test or (
+            isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub))):
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mod) and node is parent.left:
+        return True
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(parent)
+    elif not isinstance(parent, ast.Call) or node not in parent.args:
+        return False
+    if not isinstance(parent, ast.Call):
+        return False
+    func = parent.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name not in KEYING
 
 
 def _module_caches(tree: ast.Module) -> list[tuple[int, str]]:

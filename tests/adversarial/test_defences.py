@@ -181,6 +181,8 @@ def test_tripwire_names_what_was_changed(monkeypatch: pytest.MonkeyPatch) -> Non
 @pytest.mark.parametrize(("source", "expected"), [
     ("import gc\n", "line 1: imports gc"),
     ("def f(t):\n    return t.data_ptr()\n", "line 2: uses .data_ptr"),
+    ("C = {}\ndef f(t):\n    return C.get(t.data_ptr())\n", "line 3: uses .data_ptr"),
+    ("def f(t, last):\n    return t.data_ptr() + 0 == last\n", "line 2: uses .data_ptr"),
     ("import sys\ndef f():\n    return sys._getframe(1)\n", "line 3: uses ._getframe"),
     ("import ctypes\n", "imports ctypes"),
     ("import threading\n", "imports threading"),
@@ -193,6 +195,16 @@ def test_tripwire_names_what_was_changed(monkeypatch: pytest.MonkeyPatch) -> Non
 ])
 def test_scan_flags_constructs_cheaters_use(source: str, expected: str) -> None:
     assert any(expected in line for line in scan_source(source)), scan_source(source)
+
+
+def test_an_address_handed_to_a_launcher_is_not_reported() -> None:
+    """A raw-pointer wrapper (the CUDA seed's) passes addresses to its compiled function, with
+    offsets added, and tests their alignment: none of that keys a cache."""
+    source = ("def f(lib, t, w, cut):\n"
+              "    if t.data_ptr() % 16:\n"
+              "        t = t.clone()\n"
+              "    lib.run(t.data_ptr(), w.data_ptr() + 256 if cut else 0, out=w.data_ptr())\n")
+    assert scan_source(source) == []
 
 
 def test_scan_is_quiet_on_the_seeds_and_on_constant_tables() -> None:

@@ -780,7 +780,6 @@ def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
             sk_tiles)
 
 
-_SMS: dict[int, int] = {}  # device index -> its SM count
 _stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -820,9 +819,7 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return fp8_gemm(a, b, a_scale, b_scale, c, knobs)
-    sms = _SMS.get(device)
-    if sms is None:
-        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = torch.cuda.get_device_properties(device).multi_processor_count  # kept by torch
     sched, grid, sk_tiles = plan(m, n, steps, block_n, knobs["GROUP_M"], knobs["STREAM_K"],
                                  knobs["PERSISTENT"], sms)
     # One allocation: B in fp16, B's scales' 16-byte slots, stream-K's partials and counters
@@ -834,8 +831,6 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
     for size in sizes:
         offsets.append(offsets[-1] + _aligned(size))
     scratch = torch.empty(offsets[-1], dtype=torch.uint8, device=a.device)
-    base = scratch.data_ptr()
-    b16, bsq, ws, counts = ([base + o for o in offsets[:len(sizes)]] + [0, 0])[:4]
     # A's scales, a step's rows in whole 16-byte lines: the task's a_scale, else a copy.
     as_, lds = a_scale, a_scale.stride(1)
     if (a_scale.stride(0) != 1 or lds % 4 or lds < m or m % 4
@@ -851,7 +846,10 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
         at_[:, :m].copy_(a.t())
     stream = _stream(device) if _stream else torch.cuda.current_stream(device).cuda_stream
     module.fp8_gemm(b.data_ptr(), b.stride(0), b.stride(1), b_scale.data_ptr(),
-                    b_scale.stride(0), b_scale.stride(1), nb, b16, bsq, ws, counts,
+                    b_scale.stride(0), b_scale.stride(1), nb, scratch.data_ptr() + offsets[0],
+                    scratch.data_ptr() + offsets[1],
+                    scratch.data_ptr() + offsets[2] if sk_tiles else 0,
+                    scratch.data_ptr() + offsets[3] if sk_tiles else 0,
                     at_.data_ptr(), lda, k, as_.data_ptr(), lds, c.data_ptr(), c.stride(0),
                     *sched, grid, block_n, stages_for(block_n, knobs["STAGE_DROP"], c_buffers),
                     knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, stream)
