@@ -11,6 +11,7 @@ from helpers import AXPY, DATA, run_pytest
 from test_baselines import _FakeEvaluator, _FakePartner
 
 from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.harness.baselines import Turns
 from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
 from pytest_kscientist.harness.stats import geomean, spread_interval
 
@@ -68,6 +69,35 @@ def test_rounds_in_two_workers_put_a_workers_bias_into_the_interval() -> None:
     done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
     one = done["a"].result
     assert one is not None and one.fellows["b"].speedup_high == pytest.approx(1 / 1.2)
+
+
+def test_turns_give_each_round_its_worker_and_start_twins_once() -> None:
+    """Turns (--ks-bench-workers 3): round r takes turn r % 3; turn 0 is the kernel's own
+    worker, the twins are started on first use and again only once one died."""
+    class FakeWorker:
+        def __init__(self, name: str) -> None:
+            self.name, self.up = name, True
+
+        def alive(self) -> bool:
+            return self.up
+
+        def close(self) -> None:
+            self.up = False
+
+    started: list[FakeWorker] = []
+
+    def start() -> FakeWorker:
+        started.append(FakeWorker(f"twin{len(started)}"))
+        return started[-1]
+
+    own = FakeWorker("own")
+    turns = Turns(3)
+    names = [turns.worker(r, own, start).name for r in range(6)]  # type: ignore[arg-type]
+    assert names == ["own", "twin0", "twin1", "own", "twin0", "twin1"]
+    started[0].up = False  # twin0 died: the next round of its turn starts another
+    assert turns.worker(1, own, start).name == "twin2"  # type: ignore[arg-type]
+    turns.close()
+    assert turns.twins == {} and not any(w.up for w in started) and own.up
 
 
 def test_the_spread_interval_is_students_t_on_the_rounds_logs() -> None:

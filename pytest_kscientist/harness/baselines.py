@@ -12,6 +12,7 @@ ratio alike.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,30 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
 
 
 @dataclass
+class Turns:
+    """The workers a kernel's timing rounds go to in turn (--ks-bench-workers): round ``r``
+    takes turn ``r % count``; turn 0 is the kernel's own worker (its owner keeps it), the
+    others its twins, each started on first use and again after it died."""
+
+    count: int = 1
+    twins: dict[int, Worker] = field(default_factory=dict)
+
+    def worker(self, turn: int, own: Worker, start: Callable[[], Worker]) -> Worker:
+        which = turn % self.count
+        if not which:
+            return own
+        twin = self.twins.get(which)
+        if twin is None or not twin.alive():
+            twin = self.twins[which] = start()
+        return twin
+
+    def close(self) -> None:
+        for twin in self.twins.values():
+            twin.close()
+        self.twins.clear()
+
+
+@dataclass
 class Partner:
     """A baseline's worker, kept by the session and shared by every candidate's benchmarks."""
 
@@ -108,8 +133,7 @@ class Partner:
     # copy of --ks-compare): verified like a candidate, so the two sides of the comparison
     # do the same untimed work between calls; a trusted baseline verifies one output a round.
     full_sample: bool = False
-    workers: int = 1  # --ks-bench-workers: the rounds go to this many workers in turn
-    twins: dict[int, Worker] = field(default_factory=dict)  # turn (1..workers-1) -> worker
+    turns: Turns = field(default_factory=Turns)  # --ks-bench-workers
 
     @property
     def name(self) -> str:
@@ -121,25 +145,21 @@ class Partner:
         return self.spec.verify == "report"
 
     def live(self, turn: int = 0) -> Worker:
-        """The worker of round ``turn`` (turn modulo ``workers``), started on first use."""
+        """The worker of round ``turn`` (``turns``), started on first use."""
+        if self.worker is None or not self.worker.alive():
+            self.worker = self._start()
+        return self.turns.worker(turn, self.worker, self._start)
+
+    def _start(self) -> Worker:
         if self.broken:
             raise CandidateFailure(self.broken)
-        which = turn % self.workers
-        worker = self.twins.get(which) if which else self.worker
-        if worker is None or not worker.alive():
-            entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
-            try:
-                worker = start_worker(self.task, self.task.baseline_path(self.spec), entry,
-                                      prepare, self.device, self.timeout_s, self.init_seed,
-                                      self.spares)
-            except CandidateFailure as exc:
-                self.broken = exc.reason
-                raise
-            if which:
-                self.twins[which] = worker
-            else:
-                self.worker = worker
-        return worker
+        entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
+        try:
+            return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
+                                self.device, self.timeout_s, self.init_seed, self.spares)
+        except CandidateFailure as exc:
+            self.broken = exc.reason
+            raise
 
     def start_early(self) -> None:
         """Start the worker now (collect.start_workers); a failure is kept in ``broken``."""
@@ -155,11 +175,10 @@ class Partner:
         self.close()
 
     def close(self) -> None:
-        for worker in [self.worker, *self.twins.values()]:
-            if worker is not None:
-                worker.close()
-        self.worker = None
-        self.twins.clear()
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        self.turns.close()
 
 
 def pool(rounds: list[CaseResult]) -> CaseResult:

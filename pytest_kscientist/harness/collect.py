@@ -19,6 +19,7 @@ from pytest_kscientist.formats import requires
 from pytest_kscientist.formats.task import BaselineSpec, Case, Task, load_task
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import (
+    Turns,
     describe,
     first_unmet,
     start_worker,
@@ -262,7 +263,7 @@ class CandidateNode(pytest.Collector):
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
-        self.twins: dict[int, Worker] = {}  # --ks-bench-workers: round turn -> its worker
+        self.turns = Turns(self.ks.settings.bench_workers)  # its rounds' workers
         self.load_failure: CandidateFailure | None = None
         self.load_shown = False  # its load_failure was raised by an item
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
@@ -336,16 +337,9 @@ class CandidateNode(pytest.Collector):
         return worker
 
     def round_worker(self, turn: int) -> Worker:
-        """The worker of timing round ``turn``: with --ks-bench-workers N, the rounds go to N
-        workers in turn (the first is the one its checks ran in)."""
-        which = turn % self.ks.settings.bench_workers
-        if not which:
-            return self.live_worker()
-        self.live_worker()  # a load failure is the candidate's, shown as at every item
-        twin = self.twins.get(which)
-        if twin is None or not twin.alive():
-            twin = self.twins[which] = self._start()
-        return twin
+        """The worker of timing round ``turn`` (``turns``; turn 0's is the one its checks ran
+        in; a load failure is the candidate's, shown as at every item)."""
+        return self.turns.worker(turn, self.live_worker(), self._start)
 
     def start_early(self) -> None:
         """Start and load the worker now (start_workers); a failure waits for the first item."""
@@ -367,11 +361,10 @@ class CandidateNode(pytest.Collector):
         return Member(self.name, self.round_worker, tolerate=self.tolerate, on_failure=failed)
 
     def drop_worker(self) -> None:
-        for worker in [self.worker, *self.twins.values()]:
-            if worker is not None:
-                worker.close()
-        self.worker = None
-        self.twins.clear()
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        self.turns.close()
 
     def teardown(self) -> None:
         # Not here: the run's order (checks first, then each case's benchmarks side by side)

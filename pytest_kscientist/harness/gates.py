@@ -259,7 +259,7 @@ def max_regression(cand: CandidateResult | None, task: str, profile: str, limit:
                                  f"(it has: {held}); pass the --ks-json file of a run of this task")
     if then_cand is None:
         return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
-    found = change_beside(cand) or change_against(cand, reference, then_cand, then_ref)
+    found = saved_change(cand, task, saved, reference)
     if found is None:
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")

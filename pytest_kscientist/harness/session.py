@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.formats.task import Task
-from pytest_kscientist.harness.baselines import Partner
+from pytest_kscientist.harness.baselines import Partner, Turns
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.results import (
@@ -143,7 +143,7 @@ class KsSession:
                                                  init_seed=self.evaluator(task).init_seed,
                                                  spares=self.spares,
                                                  full_sample=key in self.beside,
-                                                 workers=self.settings.bench_workers)
+                                                 turns=Turns(self.settings.bench_workers))
                 out.append(self.partners[key])
         return out
 

@@ -198,37 +198,46 @@ def sandbox_available(protect: tuple[Path, ...] = (),
     return None
 
 
-def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
-                  ) -> list[str]:
-    """The sandbox prefix of a worker: the project and the working folder read-only, and
-    torch's extension root too, except ``builds``, the candidate's own build folder
-    (build_folder), so no candidate writes another's build (issue 32)."""
-    if sandbox is False:
-        return []
+def _sandbox_plan(reference: Path, builds: Path | None
+                  ) -> tuple[list[str], str | None, str | None]:
+    """The sandbox prefix of a worker of ``reference``'s task: the project and the working
+    folder read-only, and torch's extension root too, except ``builds``, the candidate's own
+    build folder (build_folder), so no candidate writes another's build (issue 32). Returns
+    (prefix, why the sandbox does not work here (the prefix then empty), why the extension
+    root cannot be kept read-only (the prefix then protects the project only))."""
     protect = tuple(protected_paths(reference))
     why = sandbox_available(protect)
-    if why is None:
-        writable = (builds,) if builds is not None else ()
-        caches = (*protect, extension_root())
-        cache_why = sandbox_available(caches, writable)
-        if cache_why is None:
-            return sandbox_prefix(caches, writable)
+    if why is not None:
+        return [], why, None
+    writable = (builds,) if builds is not None else ()
+    caches = (*protect, extension_root())
+    cache_why = sandbox_available(caches, writable)
+    if cache_why is None:
+        return sandbox_prefix(caches, writable), None, None
+    return sandbox_prefix(protect), None, cache_why
+
+
+def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
+                  ) -> list[str]:
+    """``_sandbox_plan``'s prefix, warning once for what it cannot protect (with ``sandbox``
+    True, a sandbox that does not work is the worker's death)."""
+    if sandbox is False:
+        return []
+    prefix, why, cache_why = _sandbox_plan(reference, builds)
+    if why is not None:
+        if sandbox:
+            raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
+        _warn_unsandboxed(why)
+    elif cache_why is not None:
         _warn_cache_writable(cache_why)
-        return sandbox_prefix(protect)
-    if sandbox:
-        raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
-    _warn_unsandboxed(why)
-    return []
+    return prefix
 
 
 def quiet_prefix(reference: Path) -> list[str] | None:
     """The prefix ``_spawn_prefix`` gives a worker of ``reference``'s task that builds no
-    extension, where it works here as is; None where it would warn (left to the worker)."""
-    protect = tuple(protected_paths(reference))
-    caches = (*protect, extension_root())
-    if sandbox_available(protect) is None and sandbox_available(caches, ()) is None:
-        return sandbox_prefix(caches, ())
-    return None
+    extension, where it needs no warning; None where it would warn (left to the worker)."""
+    prefix, why, cache_why = _sandbox_plan(reference, None)
+    return prefix if why is None and cache_why is None else None
 
 
 def gpu_visible() -> bool:
