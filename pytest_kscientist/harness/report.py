@@ -225,7 +225,7 @@ def build_hint(source: str) -> str:
         return ("its load_inline build, which puts torch's headers in every CUDA source (the "
                 f"CUDA seed built in 56.5 s so on an H200); see {seed}")
     if torch_wrapper and not pch:
-        return ("its load_inline build, whose C++ wrapper parses torch's headers (9-40 s of "
+        return ("its load_inline build, whose C++ wrapper parses torch's headers (14-42 s of "
                 "the host compiler): use_pch=True reuses torch's precompiled header, or see "
                 f"{seed}")
     return ("its load_inline build (kept per file hash: an unchanged file loads from the cache "

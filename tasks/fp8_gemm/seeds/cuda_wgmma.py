@@ -680,7 +680,7 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
 """
 
 # The Python wrapper, built by the host compiler against Python's C API alone: 0.2 s, where a
-# wrapper on torch's extension header took 9-40 s, so the build is nvcc's alone. custom_kernel
+# wrapper on torch's extension header took 14-42 s, so the build is nvcc's alone. custom_kernel
 # below checks the tensors, allocates, plans the schedule and passes integers.
 WRAPPER_SRC = r"""
 #define PY_SSIZE_T_CLEAN
