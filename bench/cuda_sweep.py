@@ -70,12 +70,12 @@ VARIANTS = {
          "    if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n"
          "    while (more) {\n        g = ahead;\n        const int m0 = am0, n0 = an0;\n"
          "        bool taken = false;\n        // The fragment's"),
-        ("            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[s]);",
+        ("            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[here]);",
          "            if (!taken) {  // the next segment, while this step's MMAs run\n"
          "                taken = true;\n                more = walk.next(sched, ahead);\n"
          "                if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n"
          "            }\n"
-         "            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[s]);"),
+         "            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[here]);"),
         ("        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&",
          "        if (!taken) {  // a segment without steps (none is cut so)\n"
          "            more = walk.next(sched, ahead);\n"

@@ -4,7 +4,8 @@
 
 One sm_90 GPU. The seed's kernel source is patched (PATCHES, below; the seed itself is not
 changed) so that thread 0 of each consumer warpgroup adds the SM clock cycles between marks in
-its K loop to one bucket each: waiting for the stage (`full`), A's fragments (`load_a`), waiting
+its K loop to one bucket each: waiting for the stage (`full`), A's fragments (`load_a`: the
+conversion at the step's top, and the next step's ldmatrix issued under the MMAs), waiting
 for its turn (`turn`, PINGPONG), issuing the step's MMAs (`issue`), waiting for them
 (`mma_wait`), the scaling (`scale`), and between a tile's last step and the next tile's first:
 up to the wait for the TMA store that last used C's buffer to have read it (`epi_wait`, with
@@ -110,21 +111,31 @@ PATCHES = [
      '    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");\n'
      "    uint32_t ks_acc[KS_TL_EVENTS] = {};\n"
      "    const uint32_t ks_t0 = ks_clk();\n    uint32_t ks_t = ks_t0, ks_u;\n"),
-    ("        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
-     "            const uint8_t* st = smem + s * STAGE_BYTES;\n"
-     "            bar_wait(&full[s], phase);\n",
+    ("        bar_wait(&full[s], phase);\n        fetch(s);\n"
+     "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n",
      "        KS_MARK(6);\n        ++ks_acc[9];\n"
-     "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
-     "            const uint8_t* st = smem + s * STAGE_BYTES;\n"
-     "            bar_wait(&full[s], phase);\n            KS_MARK(0);\n            ++ks_acc[8];\n"),
-    ("            load_a(st, chunk, lane, frag);\n"
-     "            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
-     "            load_a(st, chunk, lane, frag);\n            KS_MARK(1);\n"
+     "        bar_wait(&full[s], phase);\n        KS_MARK(0);\n        fetch(s);\n"
+     "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n            ++ks_acc[8];\n"),
+    ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
+     "            KS_MARK(1);\n"
      "            if (pingpong) named_sync(3 + half, 256);  // my turn\n            KS_MARK(2);\n"),
     ("            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n"
+     "            if (++s == stages) s = 0, phase ^= 1;\n"
+     "            if (kb + 1 < g.kb1) {\n"
+     "                bar_wait(&full[s], phase);\n"
+     "                fetch(s);\n"
+     "            }\n"
      "            wgmma_wait();\n",
      "            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n"
-     "            KS_MARK(3);\n            wgmma_wait();\n            KS_MARK(4);\n"),
+     "            KS_MARK(3);\n"
+     "            if (++s == stages) s = 0, phase ^= 1;\n"
+     "            if (kb + 1 < g.kb1) {\n"
+     "                bar_wait(&full[s], phase);\n"
+     "                KS_MARK(0);\n"
+     "                fetch(s);\n"
+     "                KS_MARK(1);\n"
+     "            }\n"
+     "            wgmma_wait();\n            KS_MARK(4);\n"),
     ("                acc[4 * j + 3] += part[4 * j + 3] * s1;\n            }\n",
      "                acc[4 * j + 3] += part[4 * j + 3] * s1;\n            }\n"
      "            KS_MARK(5);\n"),

@@ -31,9 +31,10 @@ def test_the_patch_applies_to_the_committed_seed_under_its_own_build_name() -> N
     assert "static PyObject* ks_timeline(PyObject*" in source
     assert '{"ks_timeline", (PyCFunction)' in source
     assert "const char* ks_timeline_copy(void* out, bool reset) {" in source  # in cuda.cu
-    # a mark after each stage of a K step, one a tile, and the producer's waits
+    # a mark after each stage of a K step (the next stage's wait and ldmatrix under the MMAs),
+    # one a tile, and the producer's waits
     assert [int(e) for e in re.findall(r"KS_MARK\((\d+)\);", source)] == [
-        6, 0, 1, 2, 3, 4, 5, 10, 11, 12, 6]
+        6, 0, 1, 2, 3, 0, 1, 4, 5, 10, 11, 12, 6]
     assert "ks_pw += ks_clk() - ks_p" in source
 
 

@@ -5,8 +5,9 @@ whole scale blocks) and writes B's scales into 16-byte slots. The GEMM's CTA com
 BLOCK_N tiles of C: a producer warp loads each 128-wide K step by TMA into a ring of stages (A's
 fp8 tile from the task's column-major layout, B's fp16 tile, the step's scales); two consumer
 warpgroups, a 64-row half each, convert their A rows to fp16 in registers (transposed
-ldmatrix), issue 8 wgmma.m64nNk16 into a fresh fp32 product, wait, give the stage back and add
-product * a_scale * b_scale to their accumulators. PINGPONG: the consumers take turns at
+ldmatrix), issue 8 wgmma.m64nNk16 into a fresh fp32 product, read the next step's A bytes (its
+ldmatrix) while they run, wait, give the stage back and add product * a_scale * b_scale to their
+accumulators. PINGPONG: the consumers take turns at
 issuing (named barriers 3 and 4), one converting and scaling while the other's MMAs run. C is
 rounded once to bf16; TMA_STORE writes it through shared memory by TMA stores not waited for
 (else from registers), C_BUFFERS 2 through two buffers a consumer taken in turn (a write waits
@@ -346,21 +347,26 @@ __device__ __forceinline__ void tile_origin(const Sched& s, int tile, int& m0, i
     n0 = ((tile % in_group) / rows) * BN;
 }
 
-// The warp's A fragments for one stage, 8 k16 slices: 32 k rows a load (row k's 16-byte
-// chunks swizzled by k % 8), converted to f16x2.
-__device__ __forceinline__ void load_a(const uint8_t* st, int chunk, int lane,
-                                       uint32_t (&frag)[BK / 16][4]) {
+// The warp's A bytes for one stage, 8 k16 slices: 32 k rows a transposed ldmatrix (row k's
+// 16-byte chunks swizzled by k % 8); `convert_a` makes them the wgmma's f16x2 fragments.
+__device__ __forceinline__ void ldsm_a(const uint8_t* st, int chunk, int lane,
+                                       uint32_t (&raw)[BK / 32][4]) {
 #pragma unroll
     for (int q = 0; q < BK / 32; ++q) {
         const int k = q * 32 + lane;
-        uint32_t r[4];
-        ldsm_t(smem_u32(st) + k * 128 + ((chunk ^ (k & 7)) << 4), r);
+        ldsm_t(smem_u32(st) + k * 128 + ((chunk ^ (k & 7)) << 4), raw[q]);
+    }
+}
+__device__ __forceinline__ void convert_a(const uint32_t (&raw)[BK / 32][4],
+                                          uint32_t (&frag)[BK / 16][4]) {
+#pragma unroll
+    for (int q = 0; q < BK / 32; ++q) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            frag[2 * q + j][0] = f16x2_of(r[2 * j], 0x20);
-            frag[2 * q + j][1] = f16x2_of(r[2 * j], 0x31);
-            frag[2 * q + j][2] = f16x2_of(r[2 * j + 1], 0x20);
-            frag[2 * q + j][3] = f16x2_of(r[2 * j + 1], 0x31);
+            frag[2 * q + j][0] = f16x2_of(raw[q][2 * j], 0x20);
+            frag[2 * q + j][1] = f16x2_of(raw[q][2 * j], 0x31);
+            frag[2 * q + j][2] = f16x2_of(raw[q][2 * j + 1], 0x20);
+            frag[2 * q + j][3] = f16x2_of(raw[q][2 * j + 1], 0x31);
         }
     }
 }
@@ -482,7 +488,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     const int chunk = half * 4 + warp;  // the warp's 16 m bytes in each 128-byte k row
     const int m = sched.m, n = sched.n;
     float acc[NR], part[NR];
-    uint32_t frag[BK / 16][4];
+    uint32_t frag[BK / 16][4], raw[BK / 32][4];
     int c_buf = 0;  // CB 2: the buffer of this tile's C
 #pragma unroll
     for (int i = 0; i < NR; ++i) part[i] = 0.f;
@@ -495,29 +501,47 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const int row = m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
+        // A step's scales (they came with its tiles) and A's bytes; the next step's are read
+        // while this step's MMAs run, and converted once they are done.
+        float sa0, sa1, sb;
+        const auto fetch = [&](int st_i) {
+            const float* sc = reinterpret_cast<const float*>(scales + st_i * BM * 4);
+            sb = *reinterpret_cast<const float*>(scales + stages * BM * 4 + st_i * 16);
+            sa0 = row < m ? sc[row - m0] : 0.f;
+            sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
+            ldsm_a(smem + st_i * STAGE_BYTES, chunk, lane, raw);
+        };
+        bar_wait(&full[s], phase);
+        fetch(s);
         for (int kb = g.kb0; kb < g.kb1; ++kb) {
-            const uint8_t* st = smem + s * STAGE_BYTES;
-            bar_wait(&full[s], phase);
-            // the step's scales came with its tiles (read before the stage is given back)
-            const float* sc = reinterpret_cast<const float*>(scales + s * BM * 4);
-            const float sb = *reinterpret_cast<const float*>(scales + stages * BM * 4 + s * 16);
-            const float sa0 = row < m ? sc[row - m0] : 0.f;
-            const float sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
-            load_a(st, chunk, lane, frag);
+            const int here = s;
+            const float s0 = sa0 * sb, s1 = sa1 * sb;
+            convert_a(raw, frag);
+            // Pinned here, before the turn and the fence: left to ptxas, the conversions moved
+            // between the wgmma and it injected a warpgroup.arrive before each (C7519), 3.5%
+            // slower on the H200 (notes/fp8_gemm_h200.md, "A's bytes a step ahead").
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+                asm volatile("" : "+r"(frag[kk][0]), "+r"(frag[kk][1]), "+r"(frag[kk][2]),
+                             "+r"(frag[kk][3]));
             if (pingpong) named_sync(3 + half, 256);  // my turn
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
                 const int h = kk / 4, off = (kk % 4) * 32;
-                wgmma_step<BN>(part, frag[kk], smem_desc(st + A_BYTES + h * B_HALF + off),
+                wgmma_step<BN>(part, frag[kk],
+                               smem_desc(smem + here * STAGE_BYTES + A_BYTES + h * B_HALF + off),
                                kk > 0);
             }
             wgmma_commit();
             if (pingpong) named_arrive(4 - half, 256);  // the other's turn
-            wgmma_wait();
-            if (lane == 0) bar_arrive(&empty[s]);
             if (++s == stages) s = 0, phase ^= 1;
-            const float s0 = sa0 * sb, s1 = sa1 * sb;
+            if (kb + 1 < g.kb1) {
+                bar_wait(&full[s], phase);
+                fetch(s);
+            }
+            wgmma_wait();
+            if (lane == 0) bar_arrive(&empty[here]);
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
                 acc[4 * j] += part[4 * j] * s0;
@@ -742,7 +766,7 @@ PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MOD
 # no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
 def _build(**fast):
     return load_inline(
-        name="ks_cuda_wgmma_v7",
+        name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
         extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
