@@ -119,7 +119,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
             # claimed, empty, so `pytest --evolve 3 path/task.yml` is not "file not found".
             return EvolveTarget.from_parent(parent, path=file_path)
         if not parent.config.option.collectonly:
-            parent.config.stash[KS_SESSION].start_early(file_path, min(2, _cores()))
+            parent.config.stash[KS_SESSION].start_early(file_path)
         return TaskFile.from_parent(parent, path=file_path)
     return None
 
@@ -163,8 +163,7 @@ class KsHooks:
                 from pytest_kscientist.hip.compile_gate import compile_ahead
 
                 compile_ahead(session.items, _cores())
-                if start_workers(session.items, _cores()):
-                    self.ks.drop_early()  # every worker the session needs is started
+                start_workers(session.items, _cores())
             return None
         if session.testsfailed:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
@@ -185,10 +184,6 @@ class KsHooks:
         from pytest_kscientist.harness.collect import plan_rounds
 
         items[:] = plan_rounds(items, self.ks.lineup)
-
-    def pytest_runtest_logfinish(self) -> None:
-        if self.ks.holders:  # an item took its worker: the early runners left have no taker
-            self.ks.drop_early()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation

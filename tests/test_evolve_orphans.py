@@ -76,8 +76,13 @@ def _wait_gone(procs: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return left
 
 
-def _is_runner(argv: list[str]) -> bool:
-    return argv[1:3] == ["-m", "pytest_kscientist.worker.runner"]
+def _is_runner(pid: int) -> bool:
+    """A worker's runner: exec'd (its command line) or forked from a zygote (its name)."""
+    try:
+        forked = Path(f"/proc/{pid}/comm").read_text().strip() == "ks-runner"
+    except OSError:
+        forked = False
+    return forked or _argv(pid)[1:3] == ["-m", "pytest_kscientist.worker.runner"]
 
 
 def _sandbox_modes() -> list[object]:
@@ -157,7 +162,7 @@ def test_a_worker_hung_in_a_call_dies_with_its_pytest_process(sandbox: bool) -> 
         assert line.strip().isdigit(), "the pytest side never got its worker into a call"
         leader = int(line)
         group = [p for p in (_identity(leader), *map(_identity, _descendants(leader))) if p]
-        assert any(_is_runner(_argv(p)) for p, _ in group), group
+        assert any(_is_runner(p) for p, _ in group), group
         side.send_signal(signal.SIGKILL)
         side.wait()
         left = _wait_gone(group)
@@ -215,7 +220,7 @@ def test_kill_9_of_an_evolve_run_takes_its_child_session_and_workers_along(
             time.sleep(0.05)
         tree = [p for p in map(_identity, _descendants(run.pid)) if p]
         sessions = [p for p in tree if _argv(p[0])[1:3] == ["-m", "pytest"]]
-        assert len(sessions) == 1 and any(_is_runner(_argv(p)) for p, _ in tree), tree
+        assert len(sessions) == 1 and any(_is_runner(p) for p, _ in tree), tree
         run.send_signal(signal.SIGKILL)
         run.wait()
         left = [(p, _argv(p)[:3]) for p, _ in _wait_gone(tree)]

@@ -6,6 +6,7 @@ import pytest
 from helpers import REPO
 
 from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness.forked import ForkedRunner
 from pytest_kscientist.harness.spawn import (
     Spares,
     Worker,
@@ -83,24 +84,26 @@ def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool
 
     session = KsSession.__new__(KsSession)
     session.__dict__["device"] = device
-    assert session.spares.ahead is ahead
+    assert session.spares.ahead is ahead and session.spares.fork is not ahead
 
 
-def test_runners_started_early_are_taken_first_and_the_rest_dropped() -> None:
-    """KsSession.start_early: runners started before any worker is asked for (beside the
-    pytest process's own import of torch) serve the first workers of their kind."""
-    spares = Spares(ahead=False)
-    spares.start([], clean_environment("cpu"), 2)
-    early = [p for _, p in spares._early]
-    worker = _worker(spares)
+def test_the_zygote_started_early_forks_the_first_workers() -> None:
+    """KsSession.start_early: the zygote started before any worker is asked for (beside the
+    pytest process's own import of torch) forks the task's sandboxed workers."""
+    if quiet_prefix(FP8 / "task.toml") is None:
+        pytest.skip("the worker sandbox does not work here")
+    spares = Spares(ahead=False, fork=True)
+    spares.start_zygote(clean_environment("cpu"))
+    (zygote,) = spares._zygotes.values()
+    task = load_task(FP8)
+    worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, spares=spares)
     try:
-        assert worker.proc.pid in {p.proc.pid for p in early} and worker.alive()
-        (left,) = [p for _, p in spares._early]
-        spares.drop_early()
-        assert left.proc.poll() is not None and spares._early == [] and worker.alive()
+        assert isinstance(worker.process, ForkedRunner) and worker.alive()
+        assert list(spares._zygotes.values()) == [zygote] and zygote.proc.poll() is None
     finally:
         worker.close()
         spares.close()
+    assert zygote.proc.poll() is not None  # close() ended it
 
 
 def test_the_early_prefix_is_the_one_a_worker_of_the_task_gets() -> None:

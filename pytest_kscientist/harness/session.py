@@ -149,28 +149,25 @@ class KsSession:
 
     @cached_property
     def spares(self) -> Spares:
-        """Runner processes started ahead of need (GPU runs only: worker.Spares)."""
-        return Spares(ahead=self.device.startswith("cuda"))
+        """Runner processes started ahead of need (GPU runs only: worker.Spares); on the CPU,
+        sandboxed workers forked from a zygote (harness/forked.py)."""
+        gpu = self.device.startswith("cuda")
+        return Spares(ahead=gpu, fork=not gpu)
 
-    def start_early(self, spec_path: Path, count: int) -> None:
-        """Start ``count`` runners for the first workers of ``spec_path``'s task now, where
-        this process has not imported torch yet and the device is surely the CPU: their
-        imports of torch then run beside this process's own (in collection, for the device)
-        instead of after it. On the 2-core CPU a session's start spent 1.1-1.7 s importing
-        torch here, then 1.2 s more for its workers' (2026-12-04)."""
+    def start_early(self, spec_path: Path) -> None:
+        """Start the zygote of the CPU workers of ``spec_path``'s task now, where this process
+        has not imported torch yet and the device is surely the CPU: its import of torch then
+        runs beside this process's own (in collection, for the device) instead of after it,
+        and every worker is forked from it (harness/forked.py). On the 2-core CPU a session's
+        start spent 1.1-1.7 s importing torch here, then 1.2 s more for its workers'
+        (2026-12-04, when two runners were started early instead)."""
         wanted = self.settings.device
         if ("torch" in sys.modules or "spares" in self.__dict__ or wanted not in ("auto", "cpu")
                 or (wanted == "auto" and gpu_visible())):
             return
-        spares = self.spares = Spares(ahead=False)  # the device will be the CPU
-        prefix = quiet_prefix(spec_path)
-        if prefix is not None:
-            spares.start(prefix, clean_environment("cpu"), count)
-
-    def drop_early(self) -> None:
-        """End the runners of ``start_early`` that no worker took."""
-        if "spares" in self.__dict__:
-            self.spares.drop_early()
+        spares = self.spares = Spares(ahead=False, fork=True)  # the device will be the CPU
+        if quiet_prefix(spec_path) is not None:  # the sandbox works: its workers are forked
+            spares.start_zygote(clean_environment("cpu"))
 
     def close_workers(self) -> None:
         """End the candidates' and baselines' workers and any runner started ahead of need."""

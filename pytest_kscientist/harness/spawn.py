@@ -12,6 +12,8 @@ before the runner starts. Without it, one warning says so and the worker runs un
 
 A worker dies with the pytest process that started it, however that process ends: a
 ``Lifeline`` (also what ties an ``--evolve`` child session to its parent; notes/processes.md).
+A CPU session's sandboxed workers are forked from a zygote instead (``forked.py``), with the
+same sandbox set up by system calls after the fork (``worker/sandbox.py``).
 """
 
 from __future__ import annotations
@@ -198,46 +200,58 @@ def sandbox_available(protect: tuple[Path, ...] = (),
     return None
 
 
+Mounts = tuple[tuple[Path, ...], tuple[Path, ...]]  # (read-only, writable again within them)
+
+
 def _sandbox_plan(reference: Path, builds: Path | None
-                  ) -> tuple[list[str], str | None, str | None]:
-    """The sandbox prefix of a worker of ``reference``'s task: the project and the working
+                  ) -> tuple[Mounts | None, str | None, str | None]:
+    """The sandbox mounts of a worker of ``reference``'s task: the project and the working
     folder read-only, and torch's extension root too, except ``builds``, the candidate's own
     build folder (build_folder), so no candidate writes another's build (issue 32). Returns
-    (prefix, why the sandbox does not work here (the prefix then empty), why the extension
-    root cannot be kept read-only (the prefix then protects the project only))."""
+    (mounts, why the sandbox does not work here (no mounts then), why the extension root
+    cannot be kept read-only (the mounts then protect the project only))."""
     protect = tuple(protected_paths(reference))
     why = sandbox_available(protect)
     if why is not None:
-        return [], why, None
+        return None, why, None
     writable = (builds,) if builds is not None else ()
     caches = (*protect, extension_root())
     cache_why = sandbox_available(caches, writable)
     if cache_why is None:
-        return sandbox_prefix(caches, writable), None, None
-    return sandbox_prefix(protect), None, cache_why
+        return (caches, writable), None, None
+    return (protect, ()), None, cache_why
 
 
-def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
-                  ) -> list[str]:
-    """``_sandbox_plan``'s prefix, warning once for what it cannot protect (with ``sandbox``
-    True, a sandbox that does not work is the worker's death)."""
+def _spawn_mounts(reference: Path, sandbox: bool | None, builds: Path | None = None
+                  ) -> Mounts | None:
+    """``_sandbox_plan``'s mounts, warning once for what it cannot protect (with ``sandbox``
+    True, a sandbox that does not work is the worker's death); None: no sandbox."""
     if sandbox is False:
-        return []
-    prefix, why, cache_why = _sandbox_plan(reference, builds)
+        return None
+    mounts, why, cache_why = _sandbox_plan(reference, builds)
     if why is not None:
         if sandbox:
             raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
         _warn_unsandboxed(why)
     elif cache_why is not None:
         _warn_cache_writable(cache_why)
-    return prefix
+    return mounts
+
+
+def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
+                  ) -> list[str]:
+    """The command prefix of ``_spawn_mounts``' sandbox (empty: none)."""
+    mounts = _spawn_mounts(reference, sandbox, builds)
+    return sandbox_prefix(*mounts) if mounts is not None else []
 
 
 def quiet_prefix(reference: Path) -> list[str] | None:
     """The prefix ``_spawn_prefix`` gives a worker of ``reference``'s task that builds no
     extension, where it needs no warning; None where it would warn (left to the worker)."""
-    prefix, why, cache_why = _sandbox_plan(reference, None)
-    return prefix if why is None and cache_why is None else None
+    mounts, why, cache_why = _sandbox_plan(reference, None)
+    if mounts is None or why is not None or cache_why is not None:
+        return None
+    return sandbox_prefix(*mounts)
 
 
 def gpu_visible() -> bool:
@@ -401,42 +415,62 @@ class Spares:
     A new worker (every candidate, and again after a failed item) then skips the runner's
     ``import torch``. Used on GPUs only: there the spare's start runs on other host cores while
     device time is measured; on a CPU it would take a core from the worker being timed.
+    With ``fork``, a sandboxed worker is forked from a zygote of its environment instead
+    (``harness/forked.py``), which imported torch once and then waits idle; one that cannot
+    fork (its zygote died twice) gets a runner of its own, as without.
     State of one pytest session (``KsSession.spares``); ``close`` at its end.
     """
 
-    def __init__(self, ahead: bool) -> None:
+    def __init__(self, ahead: bool, fork: bool = False) -> None:
         self.ahead = ahead
+        self.fork = fork
+        self._zygotes: dict[tuple[Any, ...], Any] = {}  # environment -> forked.Zygote
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
         self._starting: set[tuple[Any, ...]] = set()
-        self._early: list[tuple[tuple[Any, ...], RunnerProcess]] = []  # start(), not yet taken
 
-    def start(self, prefix: Sequence[str], env: dict[str, str], count: int) -> None:
-        """Start ``count`` runners for ``prefix`` and ``env`` now, before any is asked for;
-        ``take`` hands them out first, ``drop_early`` ends those never taken."""
-        key = (tuple(prefix), tuple(sorted(env.items())))
-        started = [(key, RunnerProcess(prefix, env)) for _ in range(count)]
+    def start_zygote(self, env: dict[str, str]) -> None:
+        """Start the zygote of ``env`` now, before any worker is asked for (``fork`` only)."""
+        self._zygote(tuple(sorted(env.items())), env)
+
+    def _zygote(self, key: tuple[Any, ...], env: dict[str, str], fresh: bool = False) -> Any:
+        from pytest_kscientist.harness.forked import Zygote
+
         with self._lock:
-            self._early += started
+            old = self._zygotes.pop(key, None) if fresh else None
+            zygote = self._zygotes.get(key)
+            if zygote is None:
+                zygote = self._zygotes[key] = Zygote(env)
+        if old is not None:
+            old.close()
+        return zygote
 
-    def drop_early(self) -> None:
-        """End the runners of ``start`` that no worker took (before they share a timed core)."""
-        with self._lock:
-            early, self._early = self._early, []
-        for _, process in early:
-            process.discard()
+    def _forked(self, env: dict[str, str], mounts: Mounts) -> Any:
+        """A worker forked from the zygote of ``env``, sandboxed with ``mounts``; None where
+        neither the zygote nor a fresh one could fork it."""
+        from pytest_kscientist.harness.forked import ForkedRunner
 
-    def take(self, prefix: Sequence[str], env: dict[str, str],
-             ahead: bool = True) -> RunnerProcess:
+        key = tuple(sorted(env.items()))
+        for fresh in (False, True):
+            try:
+                return ForkedRunner(self._zygote(key, env, fresh), *mounts)
+            except OSError:
+                continue  # a dead zygote: one fresh try, then a runner of its own
+        self.fork = False  # the kernel refuses it here: every worker of the session is exec'd
+        return None
+
+    def take(self, prefix: Sequence[str], env: dict[str, str], ahead: bool = True,
+             mounts: Mounts | None = None) -> Any:
         """A started runner for ``prefix`` and ``env``; ``ahead``: start the next one now (not
-        for a prefix of one candidate's own, which no other worker can use)."""
+        for a prefix of one candidate's own, which no other worker can use). With ``fork``
+        and ``mounts`` (``prefix``'s sandbox), a forked one (``RunnerProcess``'s interface)."""
+        if self.fork and mounts is not None:
+            forked = self._forked(env, mounts)
+            if forked is not None:
+                return forked
         key = (tuple(prefix), tuple(sorted(env.items())))
         with self._lock:
             process = self._ready.pop(key, None)
-            if process is None:
-                found = next((i for i, (k, _) in enumerate(self._early) if k == key), None)
-                if found is not None:
-                    process = self._early.pop(found)[1]
         if process is not None and process.proc.poll() is not None:
             process.discard()  # died while waiting (killed from outside): start another
             process = None
@@ -459,7 +493,10 @@ class Spares:
             ready, self._ready = list(self._ready.values()), {}
         for process in ready:
             process.discard()
-        self.drop_early()
+        with self._lock:
+            zygotes, self._zygotes = list(self._zygotes.values()), {}
+        for zygote in zygotes:
+            zygote.close()
 
 
 class Worker:
@@ -475,9 +512,10 @@ class Worker:
         # ``problem``: how the worker draws inputs (task.Task.describe()); ``protect``: a file
         # of the task whose project the sandbox keeps read-only (default: the problem's path);
         # ``builds``: the one extension folder it may write (build_folder of its candidate).
-        prefix = _spawn_prefix(Path(protect or problem["path"]), sandbox, builds)
+        mounts = _spawn_mounts(Path(protect or problem["path"]), sandbox, builds)
+        prefix = sandbox_prefix(*mounts) if mounts is not None else []
         process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device),
-                                                       ahead=builds is None)
+                                                       ahead=builds is None, mounts=mounts)
         self.sandboxed = bool(prefix)
         self.timeout = timeout
         self.key = secrets.token_bytes(32)

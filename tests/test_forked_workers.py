@@ -1,0 +1,167 @@
+"""Workers forked from a zygote (harness/forked.py, worker/zygote.py, worker/sandbox.py): the
+same sandbox, descriptors and exit codes as a runner exec'd through the sandbox prefix."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import AXPY
+
+from pytest_kscientist.formats.task import load_task
+from pytest_kscientist.harness.forked import ForkedRunner
+from pytest_kscientist.harness.spawn import (
+    RunnerProcess,
+    Spares,
+    Worker,
+    WorkerDied,
+    clean_environment,
+    protected_paths,
+    sandbox_available,
+)
+
+WHY = sandbox_available(tuple(protected_paths(AXPY / "reference.py")))
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no worker sandbox here: {WHY}")
+
+# Imported by the worker's load: what the process can see and do, raised as JSON.
+PROBE = '''
+import errno, json, os, socket
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+seen = {k: status[k].strip() for k in ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd",
+                                        "CapAmb", "NoNewPrivs", "Seccomp")}
+seen["pid"] = os.getpid()
+seen["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+seen["parent"] = os.getppid()
+seen["group_leader"] = os.getpgrp() == os.getsid(0)
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    kind = target.split(":")[0] if ":" in target else ("log" if target.endswith(".log")
+                                                       else target)
+    fds[kind] = fds.get(kind, 0) + 1
+seen["fds"] = fds
+seen["cwd"] = os.path.basename(os.getcwd())[:10]
+try:
+    open(os.path.join(PROJECT, "planted.txt"), "w")
+    seen["project"] = "writable"
+except OSError as exc:
+    seen["project"] = errno.errorcode[exc.errno]
+try:
+    socket.create_connection(("127.0.0.1", 9), timeout=2)
+    seen["net"] = "connected"
+except OSError as exc:
+    seen["net"] = errno.errorcode.get(exc.errno, str(exc))
+raise LookupError("SEEN" + json.dumps(seen, sort_keys=True))
+'''
+
+
+def _seen(spares: Spares, probe: Path) -> dict:
+    task = load_task(AXPY)
+    worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                    spares=spares)
+    try:
+        header, _ = worker.request("load", path=str(probe), entry="custom_kernel")
+    finally:
+        worker.close()
+    assert not header["ok"], header
+    return json.loads(header["detail"].rsplit("SEEN", 1)[1].strip().splitlines()[0])
+
+
+def test_a_forked_worker_is_sandboxed_as_an_execd_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"PROJECT = {str(AXPY)!r}\n" + PROBE)
+    forked = Spares(ahead=False, fork=True)
+    try:
+        seen = _seen(forked, probe)
+        assert forked._zygotes  # it came from the zygote...
+    finally:
+        forked.close()
+    execd = _seen(Spares(ahead=False), probe)  # ...and this one through the prefix
+    assert seen == execd
+    assert seen["CapEff"] == seen["CapBnd"] == seen["CapAmb"] == "0000000000000000"
+    assert seen["NoNewPrivs"] == "1" and seen["pids"] == [1] and seen["pid"] == 1
+    assert seen["project"] == "EROFS" and seen["net"] == "ENETUNREACH"
+    assert not (AXPY / "planted.txt").exists()
+
+
+EXITS = '''
+import os
+os._exit(3)
+'''
+
+
+def test_a_forked_worker_reports_its_exit_code_and_a_kill(tmp_path: Path) -> None:
+    exits = tmp_path / "exits3.py"
+    exits.write_text(EXITS)
+    task = load_task(AXPY)
+    spares = Spares(ahead=False, fork=True)
+    try:
+        worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                        spares=spares)
+        assert isinstance(worker.process, ForkedRunner)
+        with pytest.raises(WorkerDied, match="worker exited with code 3 before answering"):
+            worker.request("load", path=str(exits), entry="custom_kernel")
+        worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                        spares=spares)
+        assert worker.alive() and worker.cpus() >= 1 and worker.cpu_us() is not None
+        assert worker.kill() == -signal.SIGKILL and not worker.alive()
+    finally:
+        spares.close()
+
+
+def test_a_dead_zygote_is_replaced(tmp_path: Path) -> None:
+    task = load_task(AXPY)
+    spares = Spares(ahead=False, fork=True)
+    try:
+        first = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                       spares=spares)
+        first.close()
+        (zygote,) = spares._zygotes.values()
+        os.killpg(zygote.proc.pid, signal.SIGKILL)
+        zygote.proc.wait()
+        second = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                        spares=spares)
+        try:
+            assert isinstance(second.process, ForkedRunner) and second.alive()
+            assert spares._zygotes and zygote not in spares._zygotes.values()
+        finally:
+            second.close()
+    finally:
+        spares.close()
+
+
+def test_without_the_sandbox_a_worker_is_execd_not_forked() -> None:
+    task = load_task(AXPY)
+    spares = Spares(ahead=False, fork=True)
+    try:
+        worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=False,
+                        spares=spares)
+        try:
+            assert isinstance(worker.process, RunnerProcess) and not spares._zygotes
+        finally:
+            worker.close()
+    finally:
+        spares.close()
+
+
+def test_where_the_forked_sandbox_fails_the_session_execs_its_workers(tmp_path: Path) -> None:
+    """A step the kernel refuses in the forked child (here a bind mount of a folder that does
+    not exist) is no worker: the zygote says so, and the session's workers are exec'd."""
+    spares = Spares(ahead=False, fork=True)
+    missing = tmp_path / "missing"
+    try:
+        with pytest.raises(OSError, match="did not set up its sandbox"):
+            ForkedRunner(spares._zygote((), clean_environment("cpu")), [missing], [])
+        process = spares.take([], clean_environment("cpu"), mounts=((missing,), ()))
+        try:
+            assert isinstance(process, RunnerProcess) and spares.fork is False
+        finally:
+            process.discard()
+    finally:
+        spares.close()
