@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_kscientist.harness.spawn import Lifeline, StartedRunner
 from pytest_kscientist.protocol import channel
 
 STATUS_SIZE = 4  # zygote.STATUS: the runner's exit code, packed by the worker's parent
@@ -65,13 +66,11 @@ class ForkedProcess:
             return self.returncode
 
 
-class ForkedRunner:
+class ForkedRunner(StartedRunner):
     """A forked worker's runner, not yet told its candidate: ``RunnerProcess``'s interface."""
 
     def __init__(self, zygote: Zygote, protect: Sequence[Path], writable: Sequence[Path]
                  ) -> None:
-        from pytest_kscientist.harness.spawn import Lifeline
-
         self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
@@ -97,35 +96,11 @@ class ForkedRunner:
         self.lifeline.started()
         self.proc = ForkedProcess(pid, status_r)
 
-    def kill(self) -> int:
-        """Kill its whole process group and close its pipes; return its exit code."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        code = self.proc.wait()
-        self.lifeline.cut()
-        for fd in (self.req_w, self.res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.req_w = self.res_r = -1
-        return code
-
-    def discard(self) -> None:
-        """Kill it and remove its folder."""
-        self.kill()
-        self.tmp.cleanup()
-
-
 class Zygote:
     """One ``python -m pytest_kscientist.worker.zygote`` with the environment ``env``, tied to
     this process by a lifeline; ``fork`` asks it for a worker (one request at a time)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from pytest_kscientist.harness.spawn import Lifeline
-
         self.tmp = tempfile.TemporaryDirectory(prefix="ks-zygote-")
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()

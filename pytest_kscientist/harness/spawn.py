@@ -352,7 +352,43 @@ def _close(fd: int) -> None:
             pass
 
 
-class RunnerProcess:
+class StartedRunner:
+    """What a runner not yet told its candidate holds, however it was started (exec'd here, or
+    forked: ``forked.ForkedRunner``): ``proc`` (``pid``, ``poll``, ``wait``), the pipes
+    ``req_w`` and ``res_r``, its ``lifeline``, its folder ``tmp`` and ``log_path``."""
+
+    proc: Any
+    req_w: int
+    res_r: int
+    lifeline: Lifeline
+    tmp: tempfile.TemporaryDirectory
+    log_path: Path
+
+    def kill(self) -> int:
+        """Kill its whole process group and close its pipes; return its exit code."""
+        # The whole group, even after the leader exited: a candidate may leave children behind.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = self.proc.wait()
+        self.lifeline.cut()
+        for fd in (self.req_w, self.res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.req_w = self.res_r = -1
+        return code
+
+    def discard(self) -> None:
+        """Kill it and remove its folder."""
+        self.kill()
+        self.tmp.cleanup()
+
+
+
+class RunnerProcess(StartedRunner):
     """A started ``pytest_kscientist.worker.runner`` that has not been told its candidate yet.
 
     Until its hello it only imports torch (~5 s of a worker's start on the H200, 95% of it) and
@@ -385,29 +421,6 @@ class RunnerProcess:
         os.close(req_r)
         os.close(res_w)
         self.lifeline.started()
-
-    def kill(self) -> int:
-        """Kill its whole process group and close its pipes; return its exit code."""
-        # The whole group, even after the leader exited: a candidate may leave children behind.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        code = self.proc.wait()
-        self.lifeline.cut()
-        for fd in (self.req_w, self.res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.req_w = self.res_r = -1
-        return code
-
-    def discard(self) -> None:
-        """Kill it and remove its folder."""
-        self.kill()
-        self.tmp.cleanup()
-
 
 class Spares:
     """Runner processes started ahead of need: taking one starts the next.
@@ -445,7 +458,7 @@ class Spares:
             old.close()
         return zygote
 
-    def _forked(self, env: dict[str, str], mounts: Mounts) -> Any:
+    def _forked(self, env: dict[str, str], mounts: Mounts) -> StartedRunner | None:
         """A worker forked from the zygote of ``env``, sandboxed with ``mounts``; None where
         neither the zygote nor a fresh one could fork it."""
         from pytest_kscientist.harness.forked import ForkedRunner
@@ -460,10 +473,10 @@ class Spares:
         return None
 
     def take(self, prefix: Sequence[str], env: dict[str, str], ahead: bool = True,
-             mounts: Mounts | None = None) -> Any:
+             mounts: Mounts | None = None) -> StartedRunner:
         """A started runner for ``prefix`` and ``env``; ``ahead``: start the next one now (not
         for a prefix of one candidate's own, which no other worker can use). With ``fork``
-        and ``mounts`` (``prefix``'s sandbox), a forked one (``RunnerProcess``'s interface)."""
+        and ``mounts`` (``prefix``'s sandbox), a forked one."""
         if self.fork and mounts is not None:
             forked = self._forked(env, mounts)
             if forked is not None:
