@@ -151,8 +151,7 @@ class KsSession:
     def spares(self) -> Spares:
         """Runner processes started ahead of need (GPU runs only: worker.Spares); on the CPU,
         sandboxed workers forked from a zygote (harness/forked.py)."""
-        gpu = self.device.startswith("cuda")
-        return Spares(ahead=gpu, fork=not gpu)
+        return Spares.for_device(self.device.startswith("cuda"))
 
     def start_early(self, spec_path: Path) -> None:
         """Start the zygote of the CPU workers of ``spec_path``'s task now, where this process
@@ -165,7 +164,7 @@ class KsSession:
         if ("torch" in sys.modules or "spares" in self.__dict__ or wanted not in ("auto", "cpu")
                 or (wanted == "auto" and gpu_visible())):
             return
-        spares = self.spares = Spares(ahead=False, fork=True)  # the device will be the CPU
+        spares = self.spares = Spares.for_device(gpu=False)  # the device will be the CPU
         if quiet_prefix(spec_path) is not None:  # the sandbox works: its workers are forked
             spares.start_zygote(clean_environment("cpu"))
 

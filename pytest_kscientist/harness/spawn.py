@@ -387,7 +387,6 @@ class StartedRunner:
         self.tmp.cleanup()
 
 
-
 class RunnerProcess(StartedRunner):
     """A started ``pytest_kscientist.worker.runner`` that has not been told its candidate yet.
 
@@ -441,6 +440,11 @@ class Spares:
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
         self._starting: set[tuple[Any, ...]] = set()
+
+    @classmethod
+    def for_device(cls, gpu: bool) -> Spares:
+        """A session's: on a GPU, spares started ahead; on the CPU, workers forked instead."""
+        return cls(ahead=gpu, fork=not gpu)
 
     def start_zygote(self, env: dict[str, str]) -> None:
         """Start the zygote of ``env`` now, before any worker is asked for (``fork`` only)."""
