@@ -199,3 +199,30 @@ def test_worker_side_code_imports_the_package_only_at_module_level() -> None:
                     if any(n.split(".")[0] == "pytest_kscientist" for n in names):
                         found.append(f"{path.name}:{node.lineno} in {fn.name}")
     assert not found, found
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.float32,
+                                   torch.float64, torch.complex64, torch.complex128, torch.bool,
+                                   torch.int16])
+def test_input_bits_compare_in_place_and_bit_for_bit(dtype: torch.dtype) -> None:
+    """The worker's unchanged-input check reads elements as same-size integers (runner._bits):
+    a transposed input is not copied, NaN equals NaN, -0.0 differs from 0.0, one flipped
+    element is found."""
+    from pytest_kscientist.worker.runner import _bits
+
+    base = torch.randn(48, 64).to(dtype) if dtype != torch.bool else torch.rand(48, 64) > 0.5
+    if dtype.is_floating_point:
+        base[0, 0], base[1, 1] = float("nan"), 0.0
+    given = base.T  # a transposed view, as fp8_gemm's operands arrive
+    bits = _bits(given)
+    if dtype.itemsize <= 8:
+        assert bits.data_ptr() == given.data_ptr() and bits.shape == given.shape
+    twin = given.clone()
+    assert torch.equal(_bits(twin), bits)  # NaN included
+    if dtype.is_floating_point:
+        twin[1, 1] = -0.0
+        assert not torch.equal(_bits(twin), bits)
+    twin = given.clone()
+    one = twin[5, 7]
+    twin[5, 7] = ~one if dtype == torch.bool else (one.to(torch.float64) + 1).to(dtype)
+    assert not torch.equal(_bits(twin), bits)

@@ -120,6 +120,12 @@ def protected_paths(reference: Path) -> list[Path]:
     return chosen
 
 
+def process_cpu_clock(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time, all threads (Linux's ``clock_getcpuclockid``:
+    CPUCLOCK_SCHED of the whole thread group), for ``time.clock_gettime_ns``."""
+    return (~pid << 3) | 2
+
+
 def _torch_version() -> Any:
     """``torch.version``, without importing torch where this process has not yet: its
     ``version.py`` run on its own (it imports only typing), so a worker's sandbox is known
@@ -600,14 +606,20 @@ class Worker:
         return self._receive(op, self.timeout if timeout is None else timeout)
 
     def cpu_us(self) -> float | None:
-        """CPU time the runner process has used so far, all its threads, read from /proc.
+        """CPU time the runner process has used so far, all its threads (those that exited
+        too), from the kernel's scheduler accounting, which code inside the worker cannot patch.
 
-        The kernel's scheduler accounting cannot be patched from inside the worker. A thread
-        that has exited keeps the last value read for it. None where /proc lacks it.
+        Read through the process's CPU clock (one system call: 1 us, where reading each
+        thread's /proc schedstat cost ~0.7 ms for 25 threads on the 2-core CPU, twice per timed
+        call); /proc where that clock is refused. None where neither is available.
         """
         pid = self._runner_pid()
         if pid is None:
             return None
+        try:
+            return time.clock_gettime_ns(process_cpu_clock(pid)) / 1000.0
+        except (OSError, AttributeError):
+            pass
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:

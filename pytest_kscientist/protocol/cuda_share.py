@@ -1,4 +1,4 @@
-"""A CUDA output handed over as the file descriptor of a fresh device allocation (the driver's
+"""A CUDA output handed over as the file descriptor of an exportable device allocation (the driver's
 virtual memory API with POSIX file descriptor handles), so it is compared on the device in the
 pytest process without passing through the host.
 
@@ -8,8 +8,9 @@ openucx/ucx#11514), and the sandboxed worker has its own. A descriptor crosses: 
 process duplicates it out of the worker (``handover.their_fd``). Nor torch's
 ``rebuild_cuda_tensor``: it would open shared-memory files the worker names, by name.
 
-The worker: cuMemCreate (exportable), map it, copy the snapshot in, synchronise, unmap, export
-the descriptor, keep the allocation until its next request. The pytest process: import the
+The worker: cuMemCreate (exportable), map it, export the descriptor, copy the snapshot in,
+synchronise; the allocation is not reused before its next request, then kept for a later output
+of the same size (creating one per output cost ~8 ms on the H200). The pytest process: import the
 descriptor, map the size the worker gave (cuMemMap refuses more than the allocation holds, so a
 lying size is an error, never a read out of bounds), copy into its own tensor, synchronise,
 unmap, release. Standard library (ctypes on libcuda.so.1) and torch, imported where needed.
@@ -157,9 +158,60 @@ def _view(ptr: int, nbytes: int, device: Any) -> Any:
     return torch.as_tensor(_Raw(ptr, nbytes), device=device)
 
 
+# Exported allocations the worker keeps for its next outputs, at most this many bytes free.
+# A fresh one per output cost ~8 ms on the H200 (create, map, export; close and release after),
+# about 3x a short benchmark's whole call: reused, an output of a size seen before costs its
+# copy (bench/call_path.py, notes/timing.md).
+POOL_BYTES = 1 << 30
+
+
+class _Exported:
+    """One exportable allocation: mapped in this process, its descriptor open."""
+
+    def __init__(self, ordinal: int, size: int) -> None:
+        self.ordinal, self.size = ordinal, size
+        prop = _prop(ordinal)
+        handle = _u64()
+        _call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(prop), 0)
+        self.handle = handle.value
+        try:
+            self.ptr = _mapped(self.handle, size, ordinal)
+            fd = ctypes.c_int(-1)
+            try:
+                _call("cuMemExportToShareableHandle", ctypes.byref(fd), _u64(self.handle),
+                      _POSIX_FD, 0)
+            except CudaError:
+                _unmap(self.ptr, size)
+                raise
+        except BaseException:
+            _call("cuMemRelease", _u64(self.handle))
+            raise
+        self.fd = fd.value
+
+    def free(self) -> None:
+        os.close(self.fd)
+        try:
+            _unmap(self.ptr, self.size)
+            _call("cuMemRelease", _u64(self.handle))
+        except CudaError:
+            pass  # released with the context already (worker exiting)
+
+
+_idle: list[_Exported] = []  # the worker's free allocations, least recently used first
+
+
+def _granular(ordinal: int, nbytes: int) -> int:
+    granularity = ctypes.c_size_t()
+    _call("cuMemGetAllocationGranularity", ctypes.byref(granularity),
+          ctypes.byref(_prop(ordinal)), 0)
+    step = max(granularity.value, 1)
+    return max(-(-nbytes // step) * step, step)
+
+
 def export(flat: Any) -> tuple[dict[str, Any], Callable[[], None]]:
-    """The worker's side: a fresh exportable allocation holding the CUDA uint8 tensor ``flat``;
-    its description for the answer and what releases it."""
+    """The worker's side: an exportable allocation holding the CUDA uint8 tensor ``flat``; its
+    description for the answer and what gives it back (to the worker's pool of free ones, for
+    a later output of the same size)."""
     import torch
 
     with torch.cuda.device(flat.device):
@@ -170,37 +222,27 @@ def _export(flat: Any) -> tuple[dict[str, Any], Callable[[], None]]:
     import torch
 
     ordinal = _device_here(flat.device)
-    prop = _prop(ordinal)
-    granularity = ctypes.c_size_t()
-    _call("cuMemGetAllocationGranularity", ctypes.byref(granularity), ctypes.byref(prop), 0)
-    step = max(granularity.value, 1)
     nbytes = flat.numel()
-    size = max(-(-nbytes // step) * step, step)
-    handle = _u64()
-    _call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(prop), 0)
+    size = _granular(ordinal, nbytes)
+    entry = next((e for e in _idle if (e.ordinal, e.size) == (ordinal, size)), None)
+    if entry is not None:
+        _idle.remove(entry)
+    else:
+        entry = _Exported(ordinal, size)
     try:
-        ptr = _mapped(handle.value, size, ordinal)
-        try:
-            if nbytes:
-                _view(ptr, nbytes, flat.device).copy_(flat)
-            torch.cuda.synchronize(flat.device)
-        finally:
-            _unmap(ptr, size)
-        fd = ctypes.c_int(-1)
-        _call("cuMemExportToShareableHandle", ctypes.byref(fd), handle, _POSIX_FD, 0)
+        if nbytes:
+            _view(entry.ptr, nbytes, flat.device).copy_(flat)
+        torch.cuda.synchronize(flat.device)
     except BaseException:
-        _call("cuMemRelease", handle)
+        entry.free()
         raise
-    kept = handle.value
 
     def release() -> None:
-        os.close(fd.value)
-        try:
-            _call("cuMemRelease", _u64(kept))
-        except CudaError:
-            pass  # released with the context already (worker exiting)
+        _idle.append(entry)
+        while sum(e.size for e in _idle) > POOL_BYTES:
+            _idle.pop(0).free()
 
-    return {"kind": "cuda", "fd": fd.value, "size": size}, release
+    return {"kind": "cuda", "fd": entry.fd, "size": size}, release
 
 
 def take(fd: int, size: int, nbytes: int, device: Any) -> Any:

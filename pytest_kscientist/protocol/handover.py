@@ -11,7 +11,7 @@ descriptor; the pytest process duplicates it out of the worker (``their_fd``), c
 and the size itself (nothing the worker says about them is believed) and maps it copy-on-write:
 no copy on its side, and nothing candidate code does afterwards can change what is compared.
 
-CUDA (``cuda_share.py``): a fresh device allocation exported as a file descriptor, which the
+CUDA (``cuda_share.py``): a device allocation exported as a file descriptor, which the
 pytest process copies into its own device memory as soon as the answer arrives, before it sends
 the next request; the worker could map its allocation again, the copy it compares it cannot.
 
