@@ -5,7 +5,8 @@
 
 Three views of the same path, per shape:
 1. Round trips from this process to a real worker (``start_worker``), as the harness asks:
-   ``call`` and ``probe`` requests, each one's wall against the time the worker reports, and
+   ``call`` and ``probe`` requests, each one's wall against the time the worker reports and
+   the CPU time the worker spent on it (all its threads; CUDA synchronisations spin), and
    ``fetch`` of a call's whole output, taken into this process as the harness takes it.
 2. Rounds of ``Evaluator.bench`` (its default share, 0.25 s of a 1 s budget in 4 rounds; one
    round first, not counted, for the reference's first use): how many calls it timed, its wall
@@ -55,14 +56,18 @@ def _case(task, case_id: str, profile: str) -> dict:  # type: ignore[no-untyped-
 
 def round_trips(worker, case: dict, calls: int, device: str) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
     out: dict[str, list[float]] = {"call wall": [], "call reported": [], "probe wall": [],
-                                   "fetch wall": []}
+                                   "fetch wall": [], "call worker cpu": []}
     spec = received.spec(worker, device)
     for i in range(calls):
+        cpu0 = worker.cpu_us()
         t0 = time.perf_counter()
         header, _ = worker.request("call", case=case, seed=1000 + i)
         wall = time.perf_counter() - t0
+        cpu1 = worker.cpu_us()
         assert header.get("ok"), header
         out["call wall"].append(wall)
+        if cpu0 is not None and cpu1 is not None:
+            out["call worker cpu"].append((cpu1 - cpu0) / 1e6)
         out["call reported"].append((float(header["raw_us"]) - float(worker.overhead_us)) / 1e6)
         t0 = time.perf_counter()
         header, payload = worker.request("fetch", handover=spec)
@@ -203,14 +208,14 @@ def main() -> None:
         return reference.generate_input(**dict(case, seed=seed), device=device)
 
     print("\n## 1. Round trips to a real worker (ms, medians)\n")
-    print("| shape | call wall | reported | call wall - reported | probe wall (20 us busy) "
-          "| fetch wall (output taken) |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | call wall | reported | call wall - reported | the worker's CPU in a call "
+          "| probe wall (20 us busy) | fetch wall (output taken) |")
+    print("|---|---|---|---|---|---|---|")
     for cid, view in views:
         t = view["trips"]
         gap = [w - r for w, r in zip(t["call wall"], t["call reported"], strict=True)]
         print(f"| {cid} | {_ms(t['call wall'])} | {_ms(t['call reported'])} | {_ms(gap)} "
-              f"| {_ms(t['probe wall'])} | {_ms(t['fetch wall'])} |")
+              f"| {_ms(t['call worker cpu'])} | {_ms(t['probe wall'])} | {_ms(t['fetch wall'])} |")
     print("\n## 2. Rounds of Evaluator.bench at its default share (medians)\n")
     print("| shape | wall s | timed calls | ms a timed call | verify s | median us |")
     print("|---|---|---|---|---|---|")

@@ -8,9 +8,10 @@ the task's own validation item, ``<task file>::task::validate`` (task_validation
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -263,6 +264,7 @@ class CandidateNode(pytest.Collector):
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
+        self.starting: Starting | None = None  # its start in the background (start_workers)
         self.turns = Turns(self.ks.settings.bench_workers)  # its rounds' workers
         self.load_failure: CandidateFailure | None = None
         self.load_shown = False  # its load_failure was raised by an item
@@ -308,7 +310,14 @@ class CandidateNode(pytest.Collector):
         return self.config.stash[KS_SESSION]
 
     def live_worker(self) -> Worker:
-        """The candidate's worker, spawned and loaded on first use or after a failure."""
+        """The candidate's worker, spawned and loaded on first use or after a failure (its
+        start in the background, when one was begun, waited for first)."""
+        starting, self.starting = self.starting, None
+        if starting is not None:
+            starting.wait()
+        return self._live()
+
+    def _live(self) -> Worker:
         if self.load_failure is not None and not self.load_shown:
             self.load_shown = True  # a failure of start_workers' load: its item shows it whole
             raise self.load_failure
@@ -344,7 +353,7 @@ class CandidateNode(pytest.Collector):
     def start_early(self) -> None:
         """Start and load the worker now (start_workers); a failure waits for the first item."""
         try:
-            self.live_worker()
+            self._live()
         except CandidateFailure:
             self.load_shown = False
 
@@ -428,6 +437,8 @@ class CaseItem(CandidateItem):
         evaluator = ks.evaluator(cand.task)
         case_id = cand.task.case_id(self.case)
         try:
+            if self.kind == "bench":
+                wait_for_starts()  # no worker's build beside a timed call
             if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
                 raise CandidateFailure(f"not timed: {cand.failed_check}")
             worker = cand.live_worker()
@@ -569,13 +580,15 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
 
 
 def start_workers(items: list[Any], jobs: int) -> int:
-    """Start and load the workers of every candidate (and baseline) that has an item to run,
-    ``jobs`` at a time, before the first item runs; returns how many were started.
+    """Begin starting and loading, ``jobs`` at a time in the background, the workers of every
+    candidate (and baseline) that has an item to run; returns how many were begun.
 
     A worker's start (torch's import) and load (the candidate's import: a ``load_inline``
-    build, a Triton compile at import) then overlap with the others' on the machine's cores,
-    and none of it overlaps a timed call: every item, checks included, waits for them all. A
-    load that fails is the candidate's failure, shown whole by its first item.
+    build, a Triton compile at import) then overlap with the others' on the machine's cores and
+    with the items that time nothing (task validation, checks): an item waits for its own
+    candidate's start, and the first benchmark item for every start (``wait_for_starts``), so
+    no build runs beside a timed call. A load that fails is the candidate's failure, shown
+    whole by its first item.
     """
     nodes: list[CandidateNode] = []
     partners: list[Any] = []
@@ -590,12 +603,53 @@ def start_workers(items: list[Any], jobs: int) -> int:
         nodes.append(node)
         if isinstance(item, CaseItem) and item.kind == "bench" and node.role == "candidate":
             partners += [p for p in node.ks.partners_for(node.task) if p not in partners]
-    starts = [*(n.start_early for n in nodes), *(p.start_early for p in partners)]
-    if len(starts) < 2 or jobs < 2:
+    if len(nodes) + len(partners) < 2 or jobs < 2:
         return 0  # nothing to overlap: the first item starts its worker as before
-    with ThreadPoolExecutor(max_workers=min(jobs, len(starts))) as pool:
-        list(pool.map(lambda start: start(), starts))
-    return len(starts)
+    for node in nodes:  # made here, not by two threads at once
+        node.ks.evaluator(node.task)
+        _ = node.ks.spares
+    gate = threading.BoundedSemaphore(jobs)
+    for node in nodes:
+        node.starting = Starting(node.start_early, gate)
+    for partner in partners:
+        Starting(partner.start_early, gate)
+    return len(nodes) + len(partners)
+
+
+class Starting(threading.Thread):
+    """A worker's start in the background (``start_workers``), one of ``gate``'s at a time.
+
+    A daemon: an interrupted session does not wait for a build to end (the worker it was
+    starting dies with this process, through its lifeline)."""
+
+    pending: ClassVar[list[Starting]] = []
+
+    def __init__(self, job: Callable[[], None], gate: threading.BoundedSemaphore) -> None:
+        super().__init__(name="ks-start", daemon=True)
+        self.job, self.gate = job, gate
+        self.error: BaseException | None = None
+        Starting.pending.append(self)
+        self.start()
+
+    def run(self) -> None:
+        with self.gate:
+            try:
+                self.job()
+            except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
+                self.error = exc
+
+    def wait(self) -> None:
+        self.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+
+def wait_for_starts() -> None:
+    """Wait until every background start has ended (before timing, and before the session
+    closes its workers)."""
+    while Starting.pending:
+        Starting.pending.pop().wait()
 
 
 class DrawnItem(CandidateItem):
