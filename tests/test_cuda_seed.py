@@ -96,7 +96,7 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     moved = seed_namespace(monkeypatch, rewrite_tunables(
         SEED.read_text(), {"BLOCK_N": 64, "STAGE_DROP": 2, "GROUP_M": 1, "STREAM_K": 2,
                            "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0,
-                           "C_BUFFERS": 2, "SWAP": 1})).build
+                           "C_BUFFERS": 2})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
@@ -226,10 +226,9 @@ def cuda_part(tmp_path_factory) -> types.SimpleNamespace:
 def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(cuda_part) -> None:
     report = cuda_part.report
     assert cuda_part.returncode == 0, report
-    for block_n in (64, 128):  # both N tiles, one and two C buffers, C or C^T's tiles
+    for block_n in (64, 128):  # both N tiles, with one and two C buffers, are built
         for c_buffers in (1, 2):
-            for swap in (0, 1):
-                assert (f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}ELb{swap}E" in report), report
+            assert f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}E" in report, report
     for vec in (0, 1):  # both upcasts
         assert f"_Z13upcast_kernelILb{vec}E" in report, report
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
@@ -285,8 +284,8 @@ import importlib.util
 spec = importlib.util.spec_from_file_location({build['name']!r}, {str(library)!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-for args, error in [((1, 2), TypeError), ((0,) * 35 + ("x",), TypeError),
-                    ((0,) * 36, RuntimeError)]:
+for args, error in [((1, 2), TypeError), ((0,) * 34 + ("x",), TypeError),
+                    ((0,) * 35, RuntimeError)]:
     try:
         module.fp8_gemm(*args)
     except error as exc:
@@ -296,7 +295,7 @@ for args, error in [((1, 2), TypeError), ((0,) * 35 + ("x",), TypeError),
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == ("TypeError cuda_wgmma.fp8_gemm takes 36 integers (b, b0, ..., stream), "
+    assert lines[0] == ("TypeError cuda_wgmma.fp8_gemm takes 35 integers (b, b0, ..., stream), "
                         "got 2 arguments"), lines
     assert lines[1] == "TypeError cuda_wgmma.fp8_gemm: argument 'stream' must be an int, got 'x'"
     assert lines[2].startswith("RuntimeError cuda_wgmma: CUDA error: "), lines
@@ -311,15 +310,12 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
-    sum partials across CTAs), at both N tiles, with one or two C buffers, C's tiles or C^T's
-    (SWAP); one build serves them all."""
+    sum partials across CTAs), at both N tiles, with one or two C buffers; one build serves
+    them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
     points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0, "OVERLAP": 0},
               "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
-              "cuda_sk2": {"STREAM_K": 2, "C_BUFFERS": 2},
-              # C^T's tiles: through TMA, and stored element by element
-              "cuda_swap": {"SWAP": 1, "STREAM_K": 1, "C_BUFFERS": 2},
-              "cuda_swap_direct": {"SWAP": 1, "STREAM_K": 2, "BLOCK_N": 64, "TMA_STORE": 0}}
+              "cuda_sk2": {"STREAM_K": 2, "C_BUFFERS": 2}}
     kernels = []
     for name, knobs in points.items():
         path = tmp_path / f"{name}.py"

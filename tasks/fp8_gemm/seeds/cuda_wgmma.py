@@ -38,7 +38,6 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "TMA_STORE": 1,
     "OVERLAP": 1,
     "C_BUFFERS": 1,
-    "SWAP": 0,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -50,7 +49,6 @@ TUNABLE_SPACE = {
     "TMA_STORE": [0, 1],
     "OVERLAP": [0, 1],
     "C_BUFFERS": [1, 2],
-    "SWAP": [0, 1],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -121,22 +119,20 @@ struct Sched {
     int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;
     long sk_units;
 };
-// A call's buffers, strides in elements (the wrapper allocates them all). The GEMM's tile rows
-// are Sched's m, its columns Sched's n: C's rows and columns, or with `swap` C's columns and
-// rows (then "B" below is the task's A and "A" the task's B; the scales keep their roles).
+// A call's buffers, strides in elements (the wrapper allocates them all)
 struct Operands {
-    const void* b; long b0, b1;              // the upcast operand [n, k] fp8
+    const void* b; long b0, b1;              // B [n, k] fp8
     const float* bs; long bs0, bs1; int nb;  // B's scales [nb, steps]
-    void* b16; float* bsq;                   // it in fp16 [n, steps * BK]; B's scales' slots
+    void* b16; float* bsq;                   // B in fp16 [n, steps * BK], its scales' slots
     float* ws; int* counts;                  // stream-K's (null when no tile is cut)
-    const void* at; long lda; int k;         // the operand TMA reads as fp8, [k][m]
+    const void* at; long lda; int k;         // A as TMA reads it, [k][m]
     const float* as; long lds;               // A's scales, a step's rows lds apart
-    void* c; long ldc;                       // C bf16, row-major
+    void* c; long ldc;                       // C [m, n] bf16
 };
-// The upcast, then the GEMM, queued on `stream`: nullptr, or why not.
+// B's upcast, then the GEMM, queued on `stream`: nullptr, or why not.
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int swap, cudaStream_t stream);
+                              int c_buffers, cudaStream_t stream);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then their launchers.
@@ -425,9 +421,8 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 }
 
 // The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
-// CB: C_BUFFERS. SWAP: the tile is C^T's (its rows C's columns, B's rows read as fp8 and
-// converted, A upcast), so A's scales go along its columns and C's tile is stored transposed.
-template <int BN, int CB, bool SWAP>
+// CB: C_BUFFERS.
+template <int BN, int CB>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
@@ -471,20 +466,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 for (int kb = g.kb0; kb < g.kb1; ++kb) {
                     bar_wait(&empty[s], phase ^ 1);
                     uint8_t* st = smem + s * STAGE_BYTES;
-                    // A's scales of the tile's rows, or (SWAP) of its columns (whole 16-byte
-                    // lines: `as` rows are readable up to A's rows rounded up to 4), and B's
-                    // block's scale
-                    const int a0 = SWAP ? n0 : m0;
-                    const int a_rows = SWAP ? min(BN, sched.n - n0) : min(BM, sched.m - m0);
-                    const uint32_t a_bytes = (a_rows + 3) / 4 * 16;
+                    // A's scales of the tile's rows (whole 16-byte lines: `as` rows are
+                    // readable up to m rounded up to 4)
+                    const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;
                     bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);
                     tma_load(st, &map_a, &full[s], m0, kb * BK);
                     for (int h = 0; h < 2; ++h)
                         tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
                                  n0);
-                    bulk_load(scales + s * BM * 4, as + kb * lds + a0, a_bytes, &full[s]);
-                    bulk_load(scales + stages * BM * 4 + s * 16,
-                              bsq + (long)kb * nb + (SWAP ? m0 : n0) / 128, 16, &full[s]);
+                    bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);
+                    bulk_load(scales + stages * BM * 4 + s * 16, bsq + (long)kb * nb + n0 / 128,
+                              16, &full[s]);
                     if (++s == stages) s = 0, phase ^= 1;
                 }
             }
@@ -511,14 +503,12 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
         // A step's scales (they came with its tiles) and A's bytes; the next step's are read
         // while this step's MMAs run, and converted once they are done.
-        float sa0 = 0.f, sa1 = 0.f, sb;
+        float sa0, sa1, sb;
         const auto fetch = [&](int st_i) {
             const float* sc = reinterpret_cast<const float*>(scales + st_i * BM * 4);
             sb = *reinterpret_cast<const float*>(scales + stages * BM * 4 + st_i * 16);
-            if constexpr (!SWAP) {
-                sa0 = row < m ? sc[row - m0] : 0.f;
-                sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
-            }
+            sa0 = row < m ? sc[row - m0] : 0.f;
+            sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
             ldsm_a(smem + st_i * STAGE_BYTES, chunk, lane, raw);
         };
         bar_wait(&full[s], phase);
@@ -545,37 +535,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             }
             wgmma_commit();
             if (pingpong) named_arrive(4 - half, 256);  // the other's turn
-            const float b_unit = sb;  // SWAP: B's scale of this step
             if (++s == stages) s = 0, phase ^= 1;
             if (kb + 1 < g.kb1) {
                 bar_wait(&full[s], phase);
                 fetch(s);
             }
             wgmma_wait();
-            if constexpr (SWAP) {
-                // A's scales of the fragment's columns, read before the stage is given back
-                // (columns past A's rows are stored nowhere)
-                const float* sc = reinterpret_cast<const float*>(scales + here * BM * 4);
+            if (lane == 0) bar_arrive(&empty[here]);
 #pragma unroll
-                for (int j = 0; j < NR / 4; ++j) {
-                    const float2 v = *reinterpret_cast<const float2*>(sc + j * 8 + (lane % 4) * 2);
-                    const float c0 = v.x * b_unit, c1 = v.y * b_unit;
-                    acc[4 * j] += part[4 * j] * c0;
-                    acc[4 * j + 1] += part[4 * j + 1] * c1;
-                    acc[4 * j + 2] += part[4 * j + 2] * c0;
-                    acc[4 * j + 3] += part[4 * j + 3] * c1;
-                }
-                __syncwarp();  // every lane's reads of the stage's scales are done
-                if (lane == 0) bar_arrive(&empty[here]);
-            } else {
-                if (lane == 0) bar_arrive(&empty[here]);
-#pragma unroll
-                for (int j = 0; j < NR / 4; ++j) {
-                    acc[4 * j] += part[4 * j] * s0;
-                    acc[4 * j + 1] += part[4 * j + 1] * s0;
-                    acc[4 * j + 2] += part[4 * j + 2] * s1;
-                    acc[4 * j + 3] += part[4 * j + 3] * s1;
-                }
+            for (int j = 0; j < NR / 4; ++j) {
+                acc[4 * j] += part[4 * j] * s0;
+                acc[4 * j + 1] += part[4 * j + 1] * s0;
+                acc[4 * j + 2] += part[4 * j + 2] * s1;
+                acc[4 * j + 3] += part[4 * j + 3] * s1;
             }
         }
         if ((g.kb0 > 0 || g.kb1 < sched.steps) &&
@@ -590,37 +562,23 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             }
             named_sync(1 + half, 128);  // the store that used the buffer has read it
-            const int rl = row - m0 - half * 64;  // 0..63, even: the thread's rows rl, rl + 1
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
                 const int col = j * 8 + (lane % 4) * 2;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if constexpr (SWAP) {
-                        // C's row n0 + col + h, its columns m0 + half * 64 + rl and rl + 1
-                        const int ml = (col + h) % 64;
-                        *reinterpret_cast<__nv_bfloat162*>(
-                            mine + ((col + h) / 64) * 8192 + ml * 128 +
-                            (((rl / 8) ^ (ml & 7)) << 4) + (rl % 8) * 2) =
-                            __floats2bfloat162_rn(acc[4 * j + h], acc[4 * j + 2 + h]);
-                    } else {
-                        const int r = rl + h;
-                        *reinterpret_cast<__nv_bfloat162*>(
-                            mine + (col / 64) * 8192 + r * 128 +
-                            ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =
-                            __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                    }
+                    const int r = row + h - m0 - half * 64;  // 0..63
+                    *reinterpret_cast<__nv_bfloat162*>(
+                        mine + (col / 64) * 8192 + r * 128 +
+                        ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =
+                        __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
                 }
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             named_sync(1 + half, 128);
             if (t == 0) {
-                for (int b = 0; b < BN / 64; ++b) {
-                    if constexpr (SWAP)
-                        tma_store(&map_c, mine + b * 8192, m0 + half * 64, n0 + b * 64);
-                    else
-                        tma_store(&map_c, mine + b * 8192, n0 + b * 64, m0 + half * 64);
-                }
+                for (int b = 0; b < BN / 64; ++b)
+                    tma_store(&map_c, mine + b * 8192, n0 + b * 64, m0 + half * 64);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
             continue;
@@ -632,12 +590,6 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = row + h;
-                if constexpr (SWAP) {  // C[col + e][r], element by element
-                    for (int e = 0; e < 2; ++e)
-                        if (r < m && col + e < n)
-                            c[(col + e) * ldc + r] = __float2bfloat16_rn(acc[4 * j + 2 * h + e]);
-                    continue;
-                }
                 if (r >= m || col >= n) continue;
                 const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
                 if (pairs_ok && col + 1 < n) {
@@ -654,12 +606,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 // Taking their addresses builds every GEMM and upcast (nvcc alone builds them all).
-void* const KERNELS[10] = {
-    (void*)gemm_kernel<64, 1, false>, (void*)gemm_kernel<128, 1, false>,
-    (void*)gemm_kernel<64, 2, false>, (void*)gemm_kernel<128, 2, false>,
-    (void*)gemm_kernel<64, 1, true>, (void*)gemm_kernel<128, 1, true>,
-    (void*)gemm_kernel<64, 2, true>, (void*)gemm_kernel<128, 2, true>,
-    (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
+void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
+                          (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
+                          (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
 
 # The launchers: CUDA's runtime and driver API only, so nvcc parses no torch header.
@@ -697,16 +646,16 @@ static const char* tensor_map(CUtensorMap& map, CUtensorMapDataType type, const 
     return why;
 }
 
-template <int BN, int CB, bool SWAP>
+template <int BN, int CB>
 static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
                           const CUtensorMap& map_c, const Operands& x, const Sched& s, int grid,
                           int stages, int pingpong, int tma_c, int overlap, cudaStream_t stream) {
     const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + CB * 256 * BN + 16;
-    static int opted_in[64] = {};  // per device (and kernel): the most shared memory yet
+    static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     KS_TRY(cudaGetDevice(&device));
     if (opted_in[device % 64] < smem) {
-        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB, SWAP>,
+        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         opted_in[device % 64] = smem;
     }
@@ -720,7 +669,7 @@ static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
     config.attrs = &attr, config.numAttrs = overlap ? 1 : 0;
     const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;
     KS_TRY(cudaLaunchKernelEx(
-        &config, gemm_kernel<BN, CB, SWAP>, map_a, map_b, map_c, x.as, x.lds,
+        &config, gemm_kernel<BN, CB>, map_a, map_b, map_c, x.as, x.lds,
         reinterpret_cast<const float4*>(x.bsq), x.nb, static_cast<__nv_bfloat16*>(x.c),
         reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,
         pairs_ok));
@@ -729,9 +678,8 @@ static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
 
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int swap, cudaStream_t stream) {
-    // B (A with `swap`) -> fp16 [n, kp], K-major; the same launch zeroes the counters and
-    // writes B's scales into `bsq`.
+                              int c_buffers, cudaStream_t stream) {
+    // B -> fp16 [n, kp], K-major; the same launch zeroes the counters and writes `bsq`.
     const int kp = s.steps * BK, zeros = x.counts ? 2 * s.tiles_m * s.tiles_n : 0;
     const bool vec = x.b0 == 1 && x.b1 % 16 == 0 && reinterpret_cast<uintptr_t>(x.b) % 16 == 0;
     auto upcast = vec ? upcast_kernel<true> : upcast_kernel<false>;
@@ -746,15 +694,11 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
     // C through TMA where its rows are whole 16-byte lines (else direct stores)
     const bool tma_c = tma_store && x.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(x.c) % 16 == 0;
     map_c = map_b;  // unused unless tma_c
-    if (tma_c)  // C [rows, columns] as it lies: with `swap`, the tile's columns are C's rows
-        KS_OK(tensor_map(map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x.c, swap ? s.m : s.n,
-                         swap ? s.n : s.m, x.ldc * 2, 64, 64));
-    const auto run =
-        swap ? (block_n == 64 ? (c_buffers == 2 ? launch<64, 2, true> : launch<64, 1, true>)
-                              : (c_buffers == 2 ? launch<128, 2, true> : launch<128, 1, true>))
-             : (block_n == 64 ? (c_buffers == 2 ? launch<64, 2, false> : launch<64, 1, false>)
-                              : (c_buffers == 2 ? launch<128, 2, false>
-                                                : launch<128, 1, false>));
+    if (tma_c)
+        KS_OK(tensor_map(map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x.c, s.n, s.m, x.ldc * 2, 64,
+                         64));
+    const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
+                                   : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
     return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);
 }
 """
@@ -771,7 +715,7 @@ static const char* const ARGS[] = {
     "b", "b0", "b1", "bs", "bs0", "bs1", "nb", "b16", "bsq", "ws", "counts", "at", "lda", "k",
     "as", "lds", "c", "ldc", "m", "n", "steps", "tiles_m", "tiles_n", "group_m", "dp_tiles",
     "sk_ctas", "sk_units", "grid", "block_n", "stages", "pingpong", "tma_store", "overlap",
-    "c_buffers", "swap", "stream"};
+    "c_buffers", "stream"};
 constexpr Py_ssize_t NARGS = sizeof(ARGS) / sizeof(ARGS[0]);
 
 static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -799,8 +743,7 @@ static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* why;
     Py_BEGIN_ALLOW_THREADS
     why = ks_wgmma_fp8_gemm(x, s, (int)v[27], (int)v[28], (int)v[29], (int)v[30], (int)v[31],
-                            (int)v[32], (int)v[33], (int)v[34],
-                            reinterpret_cast<cudaStream_t>(ptr(35)));
+                            (int)v[32], (int)v[33], reinterpret_cast<cudaStream_t>(ptr(34)));
     Py_END_ALLOW_THREADS
     if (why != nullptr) return PyErr_Format(PyExc_RuntimeError, "cuda_wgmma: %s", why);
     Py_RETURN_NONE;
@@ -808,7 +751,7 @@ static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 static PyMethodDef METHODS[] = {
     {"fp8_gemm", (PyCFunction)(void (*)(void))fp8_gemm, METH_FASTCALL,
-     "the upcast, then the GEMM, queued on a stream (custom_kernel passes the integers)"},
+     "B's upcast, then the GEMM, queued on a stream (custom_kernel passes the integers)"},
     {nullptr, nullptr, 0, nullptr}};
 #define KS_STR(x) #x
 #define KS_NAME(x) KS_STR(x)
@@ -823,7 +766,7 @@ PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MOD
 # no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
 def _build(**fast):
     return load_inline(
-        name="ks_cuda_wgmma_v9",
+        name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
         extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
@@ -892,25 +835,20 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
         return c
     if k == 0:
         return c.zero_()
-    block_n, c_buffers, swap = knobs["BLOCK_N"], knobs["C_BUFFERS"], knobs["SWAP"]
-    if block_n not in (64, 128) or c_buffers not in (1, 2) or swap not in (0, 1):
-        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128, C_BUFFERS 1 or 2 and SWAP 0 "
-                         f"or 1, got {block_n}, {c_buffers} and {swap}")
+    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
+    if block_n not in (64, 128) or c_buffers not in (1, 2):
+        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128 and C_BUFFERS 1 or 2, got "
+                         f"{block_n} and {c_buffers}")
     device = a.device.index
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return fp8_gemm(a, b, a_scale, b_scale, c, knobs)
     sms = torch.cuda.get_device_properties(device).multi_processor_count  # kept by torch
-    # SWAP: the GEMM computes C^T's tiles, B's rows read as fp8 and A upcast (the smaller
-    # operand when m < n), so the upcast pass moves m * k bytes instead of n * k.
-    rows, cols = (n, m) if swap else (m, n)
-    upcast, direct = (a, b) if swap else (b, a)
-    sched, grid, sk_tiles = plan(rows, cols, steps, block_n, knobs["GROUP_M"],
-                                 knobs["STREAM_K"], knobs["PERSISTENT"], sms)
-    # One allocation: the upcast operand in fp16, B's scales' 16-byte slots, stream-K's
-    # partials and counters
+    sched, grid, sk_tiles = plan(m, n, steps, block_n, knobs["GROUP_M"], knobs["STREAM_K"],
+                                 knobs["PERSISTENT"], sms)
+    # One allocation: B in fp16, B's scales' 16-byte slots, stream-K's partials and counters
     nb = b_scale.shape[0]
-    sizes = [cols * steps * BLOCK_K * 2, steps * nb * 16]
+    sizes = [n * steps * BLOCK_K * 2, steps * nb * 16]
     if sk_tiles:
         sizes += [2 * sms * BLOCK_M * block_n * 4, 2 * sched[3] * sched[4] * 4]
     offsets = [0]
@@ -924,23 +862,21 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
         lds = -(-m // 4) * 4
         as_ = torch.zeros((steps, lds), dtype=torch.float32, device=a.device)
         as_[:, :m].copy_(a_scale.t())
-    # TMA reads the other operand in the task's layout ([k][rows]) when its rows are 16-byte
-    # aligned, else a copy.
-    at_, lda = direct, direct.stride(1)
-    if direct.stride(0) != 1 or lda % 16 or direct.data_ptr() % 16:
-        lda = -(-rows // 16) * 16
-        at_ = torch.zeros((k, lda), dtype=direct.dtype, device=a.device)
-        at_[:, :rows].copy_(direct.t())
+    # TMA reads A in the task's layout ([k][m]) when its rows are 16-byte aligned, else a copy.
+    at_, lda = a, a.stride(1)
+    if a.stride(0) != 1 or lda % 16 or a.data_ptr() % 16:
+        lda = -(-m // 16) * 16
+        at_ = torch.zeros((k, lda), dtype=a.dtype, device=a.device)
+        at_[:, :m].copy_(a.t())
     stream = _stream(device) if _stream else torch.cuda.current_stream(device).cuda_stream
-    module.fp8_gemm(upcast.data_ptr(), upcast.stride(0), upcast.stride(1), b_scale.data_ptr(),
+    module.fp8_gemm(b.data_ptr(), b.stride(0), b.stride(1), b_scale.data_ptr(),
                     b_scale.stride(0), b_scale.stride(1), nb, scratch.data_ptr() + offsets[0],
                     scratch.data_ptr() + offsets[1],
                     scratch.data_ptr() + offsets[2] if sk_tiles else 0,
                     scratch.data_ptr() + offsets[3] if sk_tiles else 0,
                     at_.data_ptr(), lda, k, as_.data_ptr(), lds, c.data_ptr(), c.stride(0),
                     *sched, grid, block_n, stages_for(block_n, knobs["STAGE_DROP"], c_buffers),
-                    knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, swap,
-                    stream)
+                    knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, stream)
     return c
 
 
