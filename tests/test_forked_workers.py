@@ -165,3 +165,28 @@ def test_where_the_forked_sandbox_fails_the_session_execs_its_workers(tmp_path: 
             process.discard()
     finally:
         spares.close()
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "execd"])
+def test_the_workers_cpu_time_is_its_threads_time(fork: bool) -> None:
+    """``Worker.cpu_us`` reads the runner's process CPU clock (one system call, not a /proc file
+    per thread): the same total as its threads' schedstat, growing with the work it does, for
+    a sandboxed runner in its own PID namespace too."""
+    task = load_task(AXPY)
+    spares = Spares(ahead=False, fork=fork)
+    try:
+        worker = Worker(task.describe(), "cpu", task.spec.output_index, 120.0, sandbox=True,
+                        spares=spares)
+        worker.request("load", path=str(AXPY / "seeds" / "good.py"), entry="custom_kernel")
+        before = worker.cpu_us()
+        for seed in range(3):
+            worker.request("call", case={"n": 1 << 22, "seed": 1}, seed=seed)
+        after = worker.cpu_us()
+        pid = worker._runner_pid()
+        threads = sum(int((task_dir / "schedstat").read_text().split()[0])
+                      for task_dir in Path(f"/proc/{pid}/task").iterdir()) / 1000.0
+        assert before is not None and after is not None and after > before
+        assert threads == pytest.approx(after, rel=0.05), (threads, after)
+        worker.close()
+    finally:
+        spares.close()
