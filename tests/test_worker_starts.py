@@ -217,6 +217,8 @@ def custom_kernel(data):
 '''
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="workers start in the background only with two CPUs or more")
 def test_checks_run_beside_a_slow_load_and_timing_waits_for_every_load(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Workers start in the background: an item waits only for its own candidate's load, so
