@@ -50,9 +50,7 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
                                   ks.device, ks.settings.timeout_s, evaluator.init_seed)
             if kind == "check":
                 return evaluator.check(worker, case)
-            from pytest_kscientist.harness.collect import wait_for_starts
-
-            wait_for_starts()  # no collected candidate's build beside a timed call
+            ks.wait_for_starts()  # no collected candidate's build beside a timed call
             return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))
         except CandidateFailure as exc:
             return CaseResult(kind=kind, case=case, case_id=task.case_id(case), outcome="failed",

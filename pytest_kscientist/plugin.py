@@ -214,9 +214,7 @@ class KsHooks:
             session.exitstatus = self.evolve_code
         ks = self.ks
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            from pytest_kscientist.harness.collect import wait_for_starts
-
-            wait_for_starts()  # a worker started late would escape close_workers
+            ks.wait_for_starts()  # a worker started after close_workers would outlive it
         ks.close_workers()
         ks.finalize()
         for per_task in ks.results.values():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -438,7 +438,7 @@ class CaseItem(CandidateItem):
         case_id = cand.task.case_id(self.case)
         try:
             if self.kind == "bench":
-                wait_for_starts()  # no worker's build beside a timed call
+                ks.wait_for_starts()
             if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
                 raise CandidateFailure(f"not timed: {cand.failed_check}")
             worker = cand.live_worker()
@@ -586,9 +586,9 @@ def start_workers(items: list[Any], jobs: int) -> int:
     A worker's start (torch's import) and load (the candidate's import: a ``load_inline``
     build, a Triton compile at import) then overlap with the others' on the machine's cores and
     with the items that time nothing (task validation, checks): an item waits for its own
-    candidate's start, and the first benchmark item for every start (``wait_for_starts``), so
-    no build runs beside a timed call. A load that fails is the candidate's failure, shown
-    whole by its first item.
+    candidate's start, and the first benchmark item for every start
+    (``KsSession.wait_for_starts``), so no build runs beside a timed call. A load that fails is
+    the candidate's failure, shown whole by its first item.
     """
     nodes: list[CandidateNode] = []
     partners: list[Any] = []
@@ -609,26 +609,27 @@ def start_workers(items: list[Any], jobs: int) -> int:
         node.ks.evaluator(node.task)
         _ = node.ks.spares
     gate = threading.BoundedSemaphore(jobs)
+    pending = nodes[0].ks.starting
     for node in nodes:
-        node.starting = Starting(node.start_early, gate)
+        node.starting = Starting(node.start_early, gate, pending)
     for partner in partners:
-        Starting(partner.start_early, gate)
+        Starting(partner.start_early, gate, pending)
     return len(nodes) + len(partners)
 
 
 class Starting(threading.Thread):
-    """A worker's start in the background (``start_workers``), one of ``gate``'s at a time.
+    """A worker's start in the background (``start_workers``), one of ``gate``'s at a time,
+    listed in ``pending`` (its session's ``KsSession.starting``) until waited for.
 
     A daemon: an interrupted session does not wait for a build to end (the worker it was
     starting dies with this process, through its lifeline)."""
 
-    pending: ClassVar[list[Starting]] = []
-
-    def __init__(self, job: Callable[[], None], gate: threading.BoundedSemaphore) -> None:
+    def __init__(self, job: Callable[[], None], gate: threading.BoundedSemaphore,
+                 pending: list[Any]) -> None:
         super().__init__(name="ks-start", daemon=True)
         self.job, self.gate = job, gate
         self.error: BaseException | None = None
-        Starting.pending.append(self)
+        pending.append(self)
         self.start()
 
     def run(self) -> None:
@@ -643,13 +644,6 @@ class Starting(threading.Thread):
         error, self.error = self.error, None
         if error is not None:
             raise error
-
-
-def wait_for_starts() -> None:
-    """Wait until every background start has ended (before timing, and before the session
-    closes its workers)."""
-    while Starting.pending:
-        Starting.pending.pop().wait()
 
 
 class DrawnItem(CandidateItem):

@@ -81,6 +81,8 @@ class KsSession:
         self.validations: dict[str, TaskValidation] = {}
         # The candidate nodes (collect.CandidateNode) that started a worker this session
         self.holders: set[Any] = set()
+        # Worker starts begun in the background (collect.start_workers), until waited for.
+        self.starting: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
 
@@ -169,6 +171,12 @@ class KsSession:
         spares = self.spares = Spares.for_device(gpu=False)  # the device will be the CPU
         if quiet_prefix(spec_path) is not None:  # the sandbox works: its workers are forked
             spares.start_zygote(clean_environment("cpu"))
+
+    def wait_for_starts(self) -> None:
+        """Wait until every worker start begun in the background has ended: before a timed call
+        (no build beside it), and before the session closes its workers (none started after)."""
+        while self.starting:
+            self.starting.pop().wait()
 
     def close_workers(self) -> None:
         """End the candidates' and baselines' workers and any runner started ahead of need."""

@@ -10,10 +10,11 @@ process duplicates it out of the worker (``handover.their_fd``). Nor torch's
 
 The worker: cuMemCreate (exportable), map it, export the descriptor, copy the snapshot in,
 synchronise; the allocation is not reused before its next request, then kept for a later output
-of the same size (creating one per output cost ~8 ms on the H200). The pytest process: import the
-descriptor, map the size the worker gave (cuMemMap refuses more than the allocation holds, so a
-lying size is an error, never a read out of bounds), copy into its own tensor, synchronise,
-unmap, release. Standard library (ctypes on libcuda.so.1) and torch, imported where needed.
+of the same size (one created per output cost ~2 ms a fetch on the H200). The pytest process:
+import the descriptor, map the size the worker gave (cuMemMap refuses more than the allocation
+holds, so a lying size is an error, never a read out of bounds), copy into its own tensor,
+synchronise, unmap, release. Standard library (ctypes on libcuda.so.1) and torch, imported
+where needed.
 """
 
 from __future__ import annotations
@@ -159,9 +160,9 @@ def _view(ptr: int, nbytes: int, device: Any) -> Any:
 
 
 # Exported allocations the worker keeps for its next outputs, at most this many bytes free.
-# A fresh one per output cost ~8 ms on the H200 (create, map, export; close and release after),
-# about 3x a short benchmark's whole call: reused, an output of a size seen before costs its
-# copy (bench/call_path.py, notes/timing.md).
+# A fresh one per output cost ~2 ms on the H200 (a fetch 2.2 -> 1.0-1.2 ms with reuse, the next
+# request, which released it, ~1 ms less; bench/call_path.py, notes/timing.md): reused, an
+# output of a size seen before costs its copy.
 POOL_BYTES = 1 << 30
 
 

@@ -476,8 +476,9 @@ class Runner:
 
     def _check_inputs(self, pristine: Any, given: Any) -> str | None:
         """Whether every input still holds its bits. On a GPU one synchronisation for all of
-        them: an equality test each (a synchronisation each) was ~0.37 ms of a short
-        benchmark's ~2.5 ms call on the H200 (bench/call_path.py)."""
+        them: an equality test each (a synchronisation each, on a contiguous copy of a
+        transposed input) was ~15% of the worker's time in a profile of a short benchmark's
+        rounds on the H200 (notes/timing.md, "The per-call path")."""
         if self.inputs_may_be_outputs:
             return None
         on_device: list[tuple[int, Any, Any]] = []
@@ -486,7 +487,7 @@ class Runner:
                 continue
             if p.shape != g.shape or p.dtype != g.dtype:
                 return _modified(i)
-            if p.is_cuda and g.is_cuda and p.device == g.device:
+            if p.is_cuda:  # ``g`` is its clone: on the same device
                 on_device.append((i, _bits(p), _bits(g)))
             elif not self.equal(_bits(p), _bits(g)):
                 return _modified(i)
