@@ -10,14 +10,17 @@ Three views of the same path, per shape:
    ``fetch`` of a call's whole output, taken into this process as the harness takes it.
 2. Rounds of ``Evaluator.bench`` (its default share, 0.25 s of a 1 s budget in 4 rounds; one
    round first, not counted, for the reference's first use): how many calls it timed, its wall
-   per timed call (probes included), and how much went to verifying the kept outputs (fetch,
-   reference, judge); medians of ``--rounds``. ``--profile N``: this process's N costliest
-   functions over those rounds of the first shape.
+   per timed call (probes included), how much went to verifying the kept outputs (fetch,
+   reference, judge), the half-width of its median's 95% interval (the 1% stop's measure) and
+   the calls' spread (interquartile range over the median); medians of ``--rounds``.
+   ``--profile N``: this process's N costliest functions over those rounds of the first shape.
 3. The worker's steps, replayed in this process with the worker's own timer (``make_timer``):
    inputs drawn, cloned, output poisoned, the timed call, the output's snapshot, the inputs
    compared, the output poisoned again. Each step's host wall, first as the worker runs them
    (no synchronisation between steps: device work shows at the next step that waits), then
-   with a device synchronisation after each step (device work shows at its own step).
+   with a device synchronisation after each step (device work shows at its own step); then
+   the timed call's own times there (the worker's timer with no pipe around it): their median
+   and spread, to set beside view 2's.
 Prints one table per view; ms per call, medians. ``--device cpu`` (shapes of the cpu profile)
 checks the script without a GPU.
 """
@@ -101,9 +104,16 @@ def one_round(ev, worker, case: dict, device_name: str) -> dict[str, float]:  # 
                       precise_after=max(spec.min_runs, 20 // spec.rounds))
     wall = time.perf_counter() - t0
     ev._verify_sample = verify
-    runs = result.stats.runs
+    stats = result.stats
+    runs = stats.runs
+    ordered = sorted(stats.samples_us)
+    quart = [ordered[(q * (runs - 1)) // 4] for q in (1, 3)]
+    half = ((stats.ci_high_us - stats.ci_low_us) / 2 if stats.ci_low_us is not None
+            and stats.ci_high_us is not None else float("nan"))
     return {"wall s": wall, "timed calls": runs, "ms a timed call": wall / runs * 1e3,
-            "verify s": spent[0], "median us": result.stats.median_us}
+            "verify s": spent[0], "median us": stats.median_us,
+            "median CI half-width %": 100 * half / stats.median_us,
+            "IQR / median %": 100 * (quart[1] - quart[0]) / stats.median_us}
 
 
 def steps(kernel, generate, case: dict, device: str, calls: int,  # type: ignore[no-untyped-def]
@@ -114,7 +124,7 @@ def steps(kernel, generate, case: dict, device: str, calls: int,  # type: ignore
     sync = torch.cuda.synchronize if device.startswith("cuda") and synced else (lambda: None)
     names = ("draw", "clone inputs", "poison output", "timed call", "snapshot",
              "inputs compared", "poison again")
-    out: dict[str, list[float]] = {n: [] for n in (*names, "whole")}
+    out: dict[str, list[float]] = {n: [] for n in (*names, "whole", "kernel us")}
     for i in range(calls):
         marks = [time.perf_counter()]
         pristine = generate(case, 3000 + i, device)
@@ -123,8 +133,9 @@ def steps(kernel, generate, case: dict, device: str, calls: int,  # type: ignore
         marks.append(_after(sync))
         given[-1].fill_(float("nan"))
         marks.append(_after(sync))
-        result, _, _ = timer.time_call(kernel, given)
+        result, reported, _ = timer.time_call(kernel, given)
         marks.append(_after(sync))
+        out["kernel us"].append(reported * 1e-3)  # _ms prints it back in us
         snap = result.clone()
         marks.append(_after(sync))
         # As the worker compares them: same-size integers, one synchronisation for all.
@@ -217,12 +228,15 @@ def main() -> None:
         print(f"| {cid} | {_ms(t['call wall'])} | {_ms(t['call reported'])} | {_ms(gap)} "
               f"| {_ms(t['call worker cpu'])} | {_ms(t['probe wall'])} | {_ms(t['fetch wall'])} |")
     print("\n## 2. Rounds of Evaluator.bench at its default share (medians)\n")
-    print("| shape | wall s | timed calls | ms a timed call | verify s | median us |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | wall s | timed calls | ms a timed call | verify s | median us "
+          "| median CI half-width % | IQR / median % |")
+    print("|---|---|---|---|---|---|---|---|")
     for cid, view in views:
         r = view["round"]
         print(f"| {cid} | {r['wall s']:.3f} | {r['timed calls']:.0f} | {r['ms a timed call']:.2f} "
-              f"| {r['verify s']:.3f} | {r['median us']:.1f} |")
+              f"| {r['verify s']:.3f} | {r['median us']:.1f} | {r['median CI half-width %']:.2f} "
+              f"| {r['IQR / median %']:.2f} |")
+    spreads: list[str] = []
     for synced in (False, True):
         label = "a device synchronisation after each step" if synced else "as the worker runs them"
         print(f"\n## 3. The worker's steps in this process, {label} (ms, medians)\n")
@@ -234,6 +248,16 @@ def main() -> None:
                 print("| shape | " + " | ".join(header) + " |")
                 print("|---|" + "---|" * len(header))
             print(f"| {task.case_id(case)} | " + " | ".join(_ms(got[n]) for n in header) + " |")
+            if not synced:
+                us = sorted(v * 1e3 for v in got["kernel us"])
+                q1, q3 = (us[(q * (len(us) - 1)) // 4] for q in (1, 3))
+                middle = statistics.median(us)
+                spreads.append(f"| {task.case_id(case)} | {len(us)} | {middle:.2f} "
+                               f"| {100 * (q3 - q1) / middle:.2f} |")
+    print("\n## 3. The timed call in this process, the worker's timer alone\n")
+    print("| shape | calls | median us | IQR / median % |")
+    print("|---|---|---|---|")
+    print("\n".join(spreads))
 
 
 if __name__ == "__main__":
