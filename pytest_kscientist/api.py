@@ -33,7 +33,7 @@ from pytest_kscientist.worker import timing as _timing
 __all__ = [
     "CandidateResult", "Evaluator", "Member", "Point", "Population", "RunResults", "ThreadWatch",
     "Worker", "best_member", "compare", "compose", "confirmed_speedup", "geomean", "load_module",
-    "load_reference", "load_task", "make_timer", "read_hip_source", "read_space",
+    "load_reference", "load_task", "make_timer", "median_interval", "read_hip_source", "read_space",
     "read_tunables", "received", "rewrite_tunables", "sandbox_available", "split",
     "start_worker",
 ]
@@ -66,6 +66,10 @@ ThreadWatch = _threads.ThreadWatch
 
 geomean = _stats.geomean
 """``geomean(values)``: the geometric mean of positive values; ValueError otherwise."""
+
+median_interval = _stats.median_interval
+"""``median_interval(times)``: the distribution-free 95% interval of the median the harness
+reports (and its 1% stop reads); ValueError for no values."""
 
 compare = _correctness.compare
 """``compare(out, ref, atol, rtol)``: None when ``out`` matches ``ref``, else why not."""

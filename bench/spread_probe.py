@@ -1,0 +1,129 @@
+"""Where a short benchmark's call-to-call spread comes from (issue 32: why its rounds never reach
+the 1% stop; issue 31: how wide its verdicts are).
+
+    python3 bench/spread_probe.py [--shapes m1024-n7168-k256 m6144-n4608-k7168] [--calls 300]
+                                  [--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py]
+
+On one H200 (2026-12-04, `bench/call_path.py`) the CUDA seed's calls on m1024-n7168-k256 spread
+12-14% (interquartile range over the median), in the worker and with the worker's timer alone,
+so a 0.25 s round's median is known to ~5%, never to the 1% that would stop it. Is that the
+kernel or the protocol around it? Per shape, in one process, the calls of every (kernel,
+protocol) pair interleaved one by one (fresh inputs are not drawn: one input a shape):
+- kernels: ``--kernel`` (checked once first) and cuBLAS bf16 (``torch.mm`` of converted,
+  K-major operands; the same m, n, k);
+- protocols: ``harness``: the worker's own timer (``make_timer``: spin, event, L2 flush by
+  zeroing 256 MB, start event, call, end event, synchronisation); ``no-flush``: the same
+  without the flush (a warm L2); ``read-flush``: the flush made by reading 256 MB (a sum)
+  instead of writing it, so no dirty lines are left for the call to write back.
+Prints per shape, kernel and protocol: median us, interquartile range over the median (%), and
+the half-width of the median's 95% interval over the first 150 calls (%), the measure that
+the harness's 1% stop reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import tomllib
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from pytest_kscientist.api import make_timer, median_interval  # noqa: E402  (after the path)
+
+TASK = ROOT / "tasks" / "fp8_gemm"
+SCRATCH_BYTES = 256 * 1024 * 1024
+WARM_CYCLES = 400_000
+
+
+def load(name: str, path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plain(flush: str, scratch: torch.Tensor) -> Callable[[Callable[[], object]], float]:
+    """The harness's protocol with the flush replaced (``none`` or ``read``): us of one call."""
+
+    def once(fn: Callable[[], object]) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        torch.cuda._sleep(WARM_CYCLES)
+        if flush == "read":
+            scratch.sum()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1000.0
+
+    return once
+
+
+def spread(times: list[float]) -> tuple[float, float, float]:
+    """(median, IQR / median %, the median's 95% interval half-width over 150 calls %)."""
+    ordered = sorted(times)
+    middle = statistics.median(ordered)
+    q1, q3 = (ordered[(q * (len(ordered) - 1)) // 4] for q in (1, 3))
+    low, high = median_interval(times[:150])
+    return middle, 100 * (q3 - q1) / middle, 100 * (high - low) / 2 / statistics.median(times[:150])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=["m1024-n7168-k256", "m1024-n4096-k512",
+                                                        "m6144-n7168-k256", "m6144-n4608-k7168"])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--kernel", type=Path, default=TASK / "seeds" / "cuda_wgmma.py")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU: the spread it measures is a device's")
+    cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": dict(c) for c in tomllib.loads(
+        (TASK / "task.toml").read_text())["profiles"]["full"]["benchmarks"]}
+    reference = load("fp8_reference", TASK / "reference.py")
+    kernel = load(f"spread_{args.kernel.stem}", args.kernel.resolve())
+    harness = make_timer("cuda")
+    scratch = torch.ones(SCRATCH_BYTES // 4, dtype=torch.float32, device="cuda")
+    protocols = {"harness": lambda fn: harness.time_call(lambda _: fn(), None)[1]
+                 - harness.overhead_us,
+                 "no-flush": plain("none", scratch), "read-flush": plain("read", scratch)}
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
+          f"cell, interleaved\n")
+    print("| shape | kernel | protocol | median us | IQR / median % | median CI half-width "
+          "% (150 calls) |")
+    print("|---|---|---|---|---|---|")
+    for label in args.shapes:
+        if label not in cases:
+            raise SystemExit(f"no full-profile benchmark {label}; known: {', '.join(cases)}")
+        c = cases[label]
+        data = reference.generate_input(c["m"], c["n"], c["k"], c["seed"], device="cuda")
+        expected = reference.ref_kernel(data).float()
+        got = kernel.custom_kernel(data).float()
+        bad = int(((got - expected).abs() > 1e-3 + 2e-2 * expected.abs()).sum())
+        if bad:
+            raise SystemExit(f"{args.kernel} fails the check on {label}: {bad} elements")
+        a16, b16 = data[0].to(torch.bfloat16).contiguous(), data[1].to(torch.bfloat16).contiguous()
+        c16 = torch.empty((c["m"], c["n"]), dtype=torch.bfloat16, device="cuda")
+        kernels = {args.kernel.stem: lambda data=data: kernel.custom_kernel(data),
+                   "cublas_bf16": lambda a16=a16, b16=b16, c16=c16: torch.mm(a16, b16.T,
+                                                                             out=c16)}
+        times: dict[tuple[str, str], list[float]] = {
+            (k, p): [] for k in kernels for p in protocols}
+        for _ in range(args.calls):
+            for (k, p), out in times.items():
+                out.append(protocols[p](kernels[k]))
+        for (k, p), out in times.items():
+            middle, iqr, half = spread(out)
+            print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
