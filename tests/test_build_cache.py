@@ -74,3 +74,21 @@ def test_only_files_that_build_extensions_get_a_folder(tmp_path: Path,
     copy = tmp_path / "copy.py"
     copy.write_bytes(builds.read_bytes())
     assert build_folder(copy) == first  # one folder per content, as the worker computes it
+
+
+def test_the_extension_root_is_known_while_another_thread_imports_torch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A background start (collect.Starting) asks for the extension root while the main thread
+    # is inside `import torch`: torch is then in sys.modules without its `version` yet. Under
+    # load in the full suite this raised AttributeError ("partially initialized module 'torch'")
+    # and the candidate failed to load.
+    import importlib.util
+    import sys
+    import types
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    whole = extension_root()
+    partial = types.ModuleType("torch")  # as the import system holds it mid-import: a spec,
+    partial.__spec__ = importlib.util.find_spec("torch")  # no attributes yet
+    monkeypatch.setitem(sys.modules, "torch", partial)
+    assert extension_root() == whole

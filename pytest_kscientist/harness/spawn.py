@@ -129,9 +129,12 @@ def process_cpu_clock(pid: int) -> int:
 def _torch_version() -> Any:
     """``torch.version``, without importing torch where this process has not yet: its
     ``version.py`` run on its own (it imports only typing), so a worker's sandbox is known
-    before this process's own import of torch (Spares.start)."""
-    if "torch" in sys.modules:
-        return sys.modules["torch"].version
+    before this process's own import of torch (Spares.start). A torch that another thread is
+    still importing is in ``sys.modules`` without its ``version`` yet (a background start
+    during the main thread's import): read the file then too."""
+    version = getattr(sys.modules.get("torch"), "version", None)
+    if version is not None:
+        return version
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("No module named 'torch'", name="torch")
