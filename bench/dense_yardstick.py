@@ -21,7 +21,6 @@ Prints one table (us, medians of ``--reps`` calls; the floor at 989 TFLOP/s, the
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import statistics
 import sys
@@ -34,19 +33,15 @@ import tomllib
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from pytest_kscientist.api import load_module  # noqa: E402  (after the path)
+
 TASK = ROOT / "tasks" / "fp8_gemm"
 CUDA_SEED = TASK / "seeds" / "cuda_wgmma.py"
 DENSE_16BIT_FLOPS = 989e12  # H200 dense fp16/bf16 tensor rate (datasheet), per second
 COLUMNS = ["floor16", "cublas_bf16", "cublas_fp16", "cublas_fp8_tensorwise", "kernel"]
 
-
-def load(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def timer(device: str, reps: int) -> Callable[[Callable[[], object]], float]:
@@ -139,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile not in profiles:
         raise SystemExit(f"--profile {args.profile!r}: fp8_gemm has {', '.join(profiles)}")
     cases = [dict(c) for c in profiles[args.profile]["benchmarks"]]
-    reference = load("fp8_reference", TASK / "reference.py")
-    kernel = load(f"yardstick_{args.kernel.stem}", args.kernel.resolve())
+    reference = load_module(TASK / "reference.py", "fp8_reference")
+    kernel = load_module(args.kernel.resolve(), f"yardstick_{args.kernel.stem}")
     time_us = timer(args.device, args.reps)
     labels = [f"m{c['m']}-n{c['n']}-k{c['k']}" for c in cases]
     rows = [row(c, reference, kernel, args.device, time_us) for c in cases]

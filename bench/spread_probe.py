@@ -23,7 +23,6 @@ the harness's 1% stop reads.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 from collections.abc import Callable
@@ -35,18 +34,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from pytest_kscientist.api import make_timer, median_interval  # noqa: E402  (after the path)
+from pytest_kscientist.api import load_module, make_timer, median_interval  # noqa: E402  (after the path)
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 SCRATCH_BYTES = 256 * 1024 * 1024
 WARM_CYCLES = 400_000
 
-
-def load(name: str, path: Path):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def plain(flush: str, scratch: torch.Tensor) -> Callable[[Callable[[], object]], float]:
@@ -87,8 +80,8 @@ def main() -> int:
         raise SystemExit("needs a CUDA GPU: the spread it measures is a device's")
     cases = {f"m{c['m']}-n{c['n']}-k{c['k']}": dict(c) for c in tomllib.loads(
         (TASK / "task.toml").read_text())["profiles"]["full"]["benchmarks"]}
-    reference = load("fp8_reference", TASK / "reference.py")
-    kernel = load(f"spread_{args.kernel.stem}", args.kernel.resolve())
+    reference = load_module(TASK / "reference.py", "fp8_reference")
+    kernel = load_module(args.kernel.resolve(), f"spread_{args.kernel.stem}")
     harness = make_timer("cuda")
     scratch = torch.ones(SCRATCH_BYTES // 4, dtype=torch.float32, device="cuda")
     protocols = {"harness": lambda fn: harness.time_call(lambda _: fn(), None)[1]
