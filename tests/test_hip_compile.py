@@ -267,12 +267,45 @@ def test_a_source_including_torch_extension_compiles_in_a_virtualenv(toolchain,
         [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-v", str(TASK), "--ks-baselines",
          "none", "--ks-skip-reference", "-k", "compile",
          "--kernel", str(HIP / "torch_extension_hip.py")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, KS_COMPILE_CACHE=str(tmp_path / "kept")))  # a real compile here
     output = proc.stdout + proc.stderr
     assert "torch_extension_hip::compile[gfx942] PASSED" in output, output
     line = next(line for line in output.splitlines()
                 if line.strip().startswith("torch_extension_hip compile[gfx942] "))
     assert "naive_fp8_mm: " in line and " VGPRs, " in line, line
+
+
+def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
+        toolchain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    broken = tmp_path / "syntax_error.py"
+    broken.write_text((HIP / "syntax_error.py").read_text())
+    first = compile_gate.compile_candidate(broken, "gfx942", 60)
+    assert first.outcome == "failed" and not first.cached
+    (entry,) = (tmp_path / "kept").glob("*.json")
+    again = compile_gate.compile_candidate(broken, "gfx942", 60)
+    assert again.cached and again.model_copy(update={"cached": False}) == first
+    assert compile_gate.resource_line(again.model_copy(update={"outcome": "passed"})).endswith(
+        f"({first.seconds:.1f} s, kept from an earlier compile)")
+    # The key covers the source's text and the command line (the target is on it), not the
+    # temporary folder the unit is written to.
+    text, cmd = "int x;", ["clang", "--offload-arch=gfx942", "<unit>/a.hip"]
+    key = compile_gate._cache_key(toolchain, text, cmd)
+    assert key == compile_gate._cache_key(toolchain, text, list(cmd))
+    assert key != compile_gate._cache_key(toolchain, "int x; ", cmd)
+    assert key != compile_gate._cache_key(toolchain, text, [cmd[0], "--offload-arch=gfx950",
+                                                            cmd[2]])
+    # A timeout shorter than the kept compile took: compiled again, and killed (not kept).
+    assert first.seconds is not None and first.seconds > 0.05
+    late = compile_gate.compile_candidate(broken, "gfx942", 0.05)
+    assert late.outcome == "failed" and "did not finish within 0.05 s" in late.reason
+    assert compile_gate.compile_candidate(broken, "gfx942", 60).cached
+    assert list((tmp_path / "kept").glob("*.json")) == [entry]
+    entry.write_text("{not json")  # a damaged entry is a miss, not an error
+    assert compile_gate._cached(entry.stem, 60) is None
+    monkeypatch.setenv("KS_COMPILE_CACHE", "off")
+    assert compile_gate.cache_folder() is None and compile_gate._cached(entry.stem, 60) is None
 
 
 def test_compile_items_skip_without_a_toolchain(tmp_path: Path) -> None:

@@ -124,6 +124,7 @@ class CompileResult(BaseModel):
     kernels: list[KernelResources] = Field(default_factory=list)
     ignored_flags: list[str] = Field(default_factory=list)
     sandboxed: bool = False  # the compiler ran in the workers' OS sandbox (worker.py)
+    cached: bool = False  # the result of an earlier compile of the same inputs (compile_gate)
 
 
 class CandidateResult(BaseModel):

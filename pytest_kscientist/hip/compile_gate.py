@@ -7,11 +7,22 @@ only. The item fails with the compiler's first errors, at the candidate's own li
 with each kernel's resources (VGPRs, AGPRs, SGPRs, LDS, occupancy, spills) from
 ``-Rpass-analysis=kernel-resource-usage``; they travel to the summary and ``--ks-json``. Without
 a toolchain the item skips with the command that installs it.
+
+A compile is a pure function of its inputs, so its result is kept on disk by their hash (the
+translation unit, the command line, the compiler's and headers' versions, torch's version):
+``$KS_COMPILE_CACHE`` or ``${XDG_CACHE_HOME:-~/.cache}/pytest-kscientist/hip-compiles``
+(``KS_COMPILE_CACHE=off``: none). Every ``pytest tasks/fp8_gemm`` compiled the HIP seed again
+(14-18 s of CPU a target on a 2-core machine); now the first run does. The pytest process writes
+the file after the sandboxed compiler exits, so a candidate writes no entry, and an entry
+answers only the same inputs. A result that took longer than this run's ``--ks-timeout`` is
+compiled again (under this timeout it would not have finished).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import os
 import re
 import shutil
@@ -48,6 +59,7 @@ LOAD_INLINE_FLAGS = ("-DWITH_HIP", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "
                      "-D__HIP_NO_HALF_CONVERSIONS__=1", "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
                      "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++20", "-O3")
 MAX_ERRORS = 3
+CACHE_FORMAT = "1"  # bump when CompileResult or what a compile reads changes
 
 
 class CompileFailure(KsError):
@@ -215,8 +227,13 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     with tempfile.TemporaryDirectory(prefix="ks-hip-") as tmp:
         folder = Path(tmp)
         unit = folder / f"{path.stem}.hip"
-        unit.write_text(hip.translation_unit(source, path.name), encoding="utf-8")
+        text = hip.translation_unit(source, path.name)
+        unit.write_text(text, encoding="utf-8")
         cmd = command(tc, arch, source, unit, folder / f"{path.stem}.o")
+        key = _cache_key(tc, text, [part.replace(tmp, "<unit>") for part in cmd])
+        kept = _cached(key, timeout_s)
+        if kept is not None:
+            return kept
         sandbox = _sandbox(path)
         start = time.perf_counter()
         code, output = _run([*sandbox, *cmd], folder, timeout_s)
@@ -244,7 +261,61 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     else:
         result.kernels = parse_resources(output)
         result.detail = ""
+    if code == 0 or (code is not None and any(map(ERROR.match, output.splitlines()))):
+        _keep(key, result)  # not a timeout, nor a compiler that died without saying why
     return result
+
+
+def cache_folder() -> Path | None:
+    """Where compile results are kept (module docstring); None when ``KS_COMPILE_CACHE=off``."""
+    chosen = os.environ.get("KS_COMPILE_CACHE", "")
+    if chosen.lower() in ("off", "0", "no", "false"):
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pytest-kscientist" / "hip-compiles"
+
+
+def _cache_key(tc: hip_toolchain.Toolchain, text: str, cmd: list[str]) -> str:
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    digest = hashlib.sha256()
+    for part in (CACHE_FORMAT, compiler_version(tc.clang), tc.versions, torch_version, text,
+                 *cmd):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def _cached(key: str, timeout_s: float) -> CompileResult | None:
+    """The kept result for ``key``, if there is one that finished within ``timeout_s``."""
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        result = CompileResult.model_validate_json((folder / f"{key}.json").read_bytes())
+    except (OSError, ValueError):
+        return None  # none yet, unreadable or from another format: compile again
+    if result.seconds is None or result.seconds > timeout_s:
+        return None
+    return result.model_copy(update={"cached": True})
+
+
+def _keep(key: str, result: CompileResult) -> None:
+    """Write ``result`` for ``key`` (atomically; a cache that cannot be written is no cache)."""
+    folder = cache_folder()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key[:16]}-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(result.model_dump_json())
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:
+        pass
 
 
 def resource_line(result: CompileResult) -> str:
@@ -258,7 +329,9 @@ def resource_line(result: CompileResult) -> str:
         f"occupancy {k.occupancy_waves_per_simd} waves/SIMD, spills {k.vgpr_spills} VGPR "
         f"{k.sgpr_spills} SGPR, scratch {k.scratch_bytes_per_lane} B/lane"
         for k in result.kernels) or "no kernels"
-    return f"{head} {kernels} ({result.seconds or 0:.1f} s)"
+    took = f"{result.seconds or 0:.1f} s" + (", kept from an earlier compile" if result.cached
+                                            else "")
+    return f"{head} {kernels} ({took})"
 
 
 class CompileItem(pytest.Item):
