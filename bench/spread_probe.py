@@ -15,9 +15,10 @@ protocol) pair interleaved one by one (fresh inputs are not drawn: one input a s
   zeroing 256 MB, start event, call, end event, synchronisation); ``no-flush``: the same
   without the flush (a warm L2); ``read-flush``: the flush made by reading 256 MB (a sum)
   instead of writing it, so no dirty lines are left for the call to write back.
-Prints per shape, kernel and protocol: median us, interquartile range over the median (%), and
-the half-width of the median's 95% interval over the first 150 calls (%), the measure that
-the harness's 1% stop reads.
+``--variant OVERLAP=0`` adds the kernel with those knobs as another row. Prints per shape,
+kernel and protocol: median us, interquartile range over the median (%), the half-width of the
+median's 95% interval over the first 150 calls (%), the measure that the harness's 1% stop
+reads, and the deciles over the median (two groups of calls show as a jump between deciles).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def main() -> int:
                                                         "m6144-n7168-k256", "m6144-n4608-k7168"])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--kernel", type=Path, default=TASK / "seeds" / "cuda_wgmma.py")
+    parser.add_argument("--variant", nargs="*", default=[], metavar="KNOB=V[,KNOB=V]",
+                        help="more rows: the kernel with these knobs over its own for the "
+                             "shape (a seed with fp8_gemm(..., knobs) and tunables_for)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU: the spread it measures is a device's")
@@ -90,8 +94,8 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
           f"cell, interleaved\n")
     print("| shape | kernel | protocol | median us | IQR / median % | median CI half-width "
-          "% (150 calls) |")
-    print("|---|---|---|---|---|---|")
+          "% (150 calls) | deciles 1-9 over the median |")
+    print("|---|---|---|---|---|---|---|")
     for label in args.shapes:
         if label not in cases:
             raise SystemExit(f"no full-profile benchmark {label}; known: {', '.join(cases)}")
@@ -107,6 +111,10 @@ def main() -> int:
         kernels = {args.kernel.stem: lambda data=data: kernel.custom_kernel(data),
                    "cublas_bf16": lambda a16=a16, b16=b16, c16=c16: torch.mm(a16, b16.T,
                                                                              out=c16)}
+        for variant in args.variant:
+            knobs = {**kernel.tunables_for(m=c["m"], n=c["n"], k=c["k"]),
+                     **{k: int(v) for k, v in (p.split("=") for p in variant.split(","))}}
+            kernels[variant] = lambda data=data, knobs=knobs: kernel.fp8_gemm(*data, knobs)
         times: dict[tuple[str, str], list[float]] = {
             (k, p): [] for k in kernels for p in protocols}
         for _ in range(args.calls):
@@ -114,7 +122,10 @@ def main() -> int:
                 out.append(protocols[p](kernels[k]))
         for (k, p), out in times.items():
             middle, iqr, half = spread(out)
-            print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} |")
+            ordered = sorted(out)
+            deciles = " ".join(f"{ordered[(d * (len(out) - 1)) // 10] / middle:.3f}"
+                               for d in range(1, 10))
+            print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} | {deciles} |")
     return 0
 
 
