@@ -15,7 +15,10 @@ protocol) pair interleaved one by one (fresh inputs are not drawn: one input a s
   zeroing 256 MB, start event, call, end event, synchronisation); ``no-flush``: the same
   without the flush (a warm L2); ``read-flush``: the flush made by reading 256 MB (a sum)
   instead of writing it, so no dirty lines are left for the call to write back.
-``--variant OVERLAP=0`` adds the kernel with those knobs as another row. Prints per shape,
+``--variant OVERLAP=0`` adds the kernel with those knobs as another row. ``--clock`` adds a
+table: each call's SM clock read just before its flush (events around a fixed spin), with the
+worker's warm-up spin and with 8 times it, and the median call below and above the median clock
+(are two groups of calls two clock states?). Prints per shape,
 kernel and protocol: median us, interquartile range over the median (%), the half-width of the
 median's 95% interval over the first 150 calls (%), the measure that the harness's 1% stop
 reads, and the deciles over the median (two groups of calls show as a jump between deciles).
@@ -40,6 +43,7 @@ from pytest_kscientist.api import load_module, make_timer, median_interval  # no
 TASK = ROOT / "tasks" / "fp8_gemm"
 SCRATCH_BYTES = 256 * 1024 * 1024
 WARM_CYCLES = 400_000
+CLOCK_CYCLES = 20_000
 
 
 
@@ -61,6 +65,31 @@ def plain(flush: str, scratch: torch.Tensor) -> Callable[[Callable[[], object]],
     return once
 
 
+Timed = Callable[[Callable[[], object]], tuple[float, float]]
+
+
+def clocked(warm_cycles: int, scratch: torch.Tensor) -> Timed:
+    """The worker's protocol (spin, write flush, call) with a clock reading in front of the
+    flush: ``CLOCK_CYCLES`` of ``torch.cuda._sleep`` between two events give the SM clock (MHz)
+    just before the call. Returns (us of the call, MHz)."""
+
+    def once(fn: Callable[[], object]) -> tuple[float, float]:
+        c0, c1, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        torch.cuda.synchronize()
+        torch.cuda._sleep(warm_cycles)
+        c0.record()
+        torch.cuda._sleep(CLOCK_CYCLES)
+        c1.record()
+        scratch.zero_()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1000.0, CLOCK_CYCLES / (c0.elapsed_time(c1) * 1000.0)
+
+    return once
+
+
 def spread(times: list[float]) -> tuple[float, float, float]:
     """(median, IQR / median %, the median's 95% interval half-width over 150 calls %)."""
     ordered = sorted(times)
@@ -76,6 +105,9 @@ def main() -> int:
                                                         "m6144-n7168-k256", "m6144-n4608-k7168"])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--kernel", type=Path, default=TASK / "seeds" / "cuda_wgmma.py")
+    parser.add_argument("--clock", action="store_true",
+                        help="also: each call's SM clock read just before its flush, with the "
+                             "worker's warm-up spin and with 8 times it")
     parser.add_argument("--variant", nargs="*", default=[], metavar="KNOB=V[,KNOB=V]",
                         help="more rows: the kernel with these knobs over its own for the "
                              "shape (a seed with fp8_gemm(..., knobs) and tunables_for)")
@@ -91,6 +123,7 @@ def main() -> int:
     protocols = {"harness": lambda fn: harness.time_call(lambda _: fn(), None)[1]
                  - harness.overhead_us,
                  "no-flush": plain("none", scratch), "read-flush": plain("read", scratch)}
+    clock_rows: list[str] = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
           f"cell, interleaved\n")
     print("| shape | kernel | protocol | median us | IQR / median % | median CI half-width "
@@ -120,13 +153,42 @@ def main() -> int:
         for _ in range(args.calls):
             for (k, p), out in times.items():
                 out.append(protocols[p](kernels[k]))
+        if args.clock:
+            clock_rows.extend(clock_table(label, kernels, scratch, args.calls))
         for (k, p), out in times.items():
             middle, iqr, half = spread(out)
             ordered = sorted(out)
             deciles = " ".join(f"{ordered[(d * (len(out) - 1)) // 10] / middle:.3f}"
                                for d in range(1, 10))
             print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} | {deciles} |")
+    if clock_rows:
+        print("\n| shape | kernel | warm-up spin | MHz deciles 1, 5, 9 | median us, calls under "
+              "the median clock | median us, calls over it | IQR / median % |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(clock_rows))
     return 0
+
+
+def clock_table(label: str, kernels: dict[str, Callable[[], object]], scratch: torch.Tensor,
+                calls: int) -> list[str]:
+    """Rows: each kernel's calls split by the SM clock read before them."""
+    protocols = {f"{n}x": clocked(n * WARM_CYCLES, scratch) for n in (1, 8)}
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {
+        (k, p): [] for k in kernels for p in protocols}
+    for _ in range(calls):
+        for (k, p), out in got.items():
+            out.append(protocols[p](kernels[k]))
+    rows = []
+    for (k, p), pairs in got.items():
+        mhz = sorted(m for _, m in pairs)
+        cut = statistics.median(mhz)
+        low = [t for t, m in pairs if m < cut] or [float("nan")]
+        high = [t for t, m in pairs if m >= cut] or [float("nan")]
+        _, iqr, _ = spread([t for t, _ in pairs])
+        rows.append(f"| {label} | {k} | {p} | {mhz[len(mhz) // 10]:.0f}, {cut:.0f}, "
+                    f"{mhz[(9 * len(mhz)) // 10]:.0f} | {statistics.median(low):.2f} "
+                    f"| {statistics.median(high):.2f} | {iqr:.2f} |")
+    return rows
 
 
 if __name__ == "__main__":
