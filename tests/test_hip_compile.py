@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -278,34 +279,48 @@ def test_a_source_including_torch_extension_compiles_in_a_virtualenv(toolchain,
 
 def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
         toolchain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache around the compiler (the compiler itself: the tests above). A stand-in for
+    the compiler's process counts the compiles: an error for the first source, a pass for the
+    fixed one, and no finish under a 0.05 s timeout."""
+    ran: list[list[str]] = []
+
+    def compiler(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+        ran.append(cmd)
+        if timeout_s < 0.1:
+            return None, ""
+        time.sleep(0.2)  # the kept result's seconds, above the short timeout below
+        unit = Path(cmd[-1]).read_text()
+        if "2.0f;" in unit:
+            return 0, ""
+        return 1, f"{cwd}/syntax_error.hip:13:28: error: expected ';' after expression\n"
+
+    monkeypatch.setattr(compile_gate, "_run", compiler)
     monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
     broken = tmp_path / "syntax_error.py"
     broken.write_text((HIP / "syntax_error.py").read_text())
     first = compile_gate.compile_candidate(broken, "gfx942", 60)
-    assert first.outcome == "failed" and not first.cached
+    assert first.outcome == "failed" and not first.cached and len(ran) == 1
     (entry,) = (tmp_path / "kept").glob("*.json")
-    again = compile_gate.compile_candidate(broken, "gfx942", 60)
-    assert again.cached and again.model_copy(update={"cached": False}) == first
+    again = compile_gate.compile_candidate(broken, "gfx942", 60)  # another temporary folder
+    assert len(ran) == 1 and again.cached
+    assert again.model_copy(update={"cached": False}) == first
     assert compile_gate.resource_line(again.model_copy(update={"outcome": "passed"})).endswith(
         f"({first.seconds:.1f} s, kept from an earlier compile)")
-    # The key covers the source's text and the command line (the target is on it), not the
-    # temporary folder the unit is written to.
-    text, cmd = "int x;", ["clang", "--offload-arch=gfx942", "<unit>/a.hip"]
-    key = compile_gate._cache_key(toolchain, text, cmd)
-    assert key == compile_gate._cache_key(toolchain, text, list(cmd))
-    assert key != compile_gate._cache_key(toolchain, "int x; ", cmd)
-    assert key != compile_gate._cache_key(toolchain, text, [cmd[0], "--offload-arch=gfx950",
-                                                            cmd[2]])
-    # A timeout shorter than the kept compile took: compiled again, and killed (not kept).
-    assert first.seconds is not None and first.seconds > 0.05
+    # Another target, another source: compiled, not answered from the first entry.
+    assert not compile_gate.compile_candidate(broken, "gfx950", 60).cached and len(ran) == 2
+    broken.write_text(broken.read_text().replace("x[i] *= 2.0f\n", "x[i] *= 2.0f;\n"))
+    fixed = compile_gate.compile_candidate(broken, "gfx942", 60)
+    assert fixed.outcome == "passed" and not fixed.cached and len(ran) == 3
+    assert compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 3
+    # A timeout shorter than the kept compile took: compiled again, killed, and not kept.
     late = compile_gate.compile_candidate(broken, "gfx942", 0.05)
-    assert late.outcome == "failed" and "did not finish within 0.05 s" in late.reason
-    assert compile_gate.compile_candidate(broken, "gfx942", 60).cached
-    assert list((tmp_path / "kept").glob("*.json")) == [entry]
+    assert len(ran) == 4 and late.outcome == "failed" and "within 0.05 s" in late.reason
+    assert compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 4
     entry.write_text("{not json")  # a damaged entry is a miss, not an error
     assert compile_gate._cached(entry.stem, 60) is None
     monkeypatch.setenv("KS_COMPILE_CACHE", "off")
-    assert compile_gate.cache_folder() is None and compile_gate._cached(entry.stem, 60) is None
+    assert compile_gate.cache_folder() is None
+    assert not compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 5
 
 
 def test_compile_items_skip_without_a_toolchain(tmp_path: Path) -> None:
