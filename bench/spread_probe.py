@@ -18,7 +18,9 @@ protocol) pair interleaved one by one (fresh inputs are not drawn: one input a s
 ``--variant OVERLAP=0`` adds the kernel with those knobs as another row. ``--clock`` adds a
 table: each call's SM clock read just before its flush (events around a fixed spin), with the
 worker's warm-up spin and with 8 times it, and the median call below and above the median clock
-(are two groups of calls two clock states?). Prints per shape,
+(are two groups of calls two clock states?). ``--steps`` replaces the flush protocols by the
+worker's timer rebuilt step by step with one step left out in turn (the event before the flush,
+the tail's synchronisation and event) or a spin added before the flush. Prints per shape,
 kernel and protocol: median us, interquartile range over the median (%), the half-width of the
 median's 95% interval over the first 150 calls (%), the measure that the harness's 1% stop
 reads, and the deciles over the median (two groups of calls show as a jump between deciles).
@@ -90,6 +92,36 @@ def clocked(warm_cycles: int, scratch: torch.Tensor) -> Timed:
     return once
 
 
+def steps(mark: bool, sleep: bool, tail: bool, scratch: torch.Tensor
+          ) -> Callable[[Callable[[], object]], float]:
+    """The worker's timer rebuilt step by step, each step optional: ``mark``, the event before
+    the flush; ``sleep``, CLOCK_CYCLES of spin between the warm-up spin and the flush; ``tail``,
+    the device synchronisation and the event after the end (else the end event is waited
+    for). All three: the worker's timer (``harness``)."""
+
+    def once(fn: Callable[[], object]) -> float:
+        flushed, start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        torch.cuda.synchronize()
+        torch.cuda._sleep(WARM_CYCLES)
+        if sleep:
+            torch.cuda._sleep(CLOCK_CYCLES)
+        if mark:
+            flushed.record()
+        scratch.zero_()
+        start.record()
+        fn()
+        end.record()
+        if tail:
+            torch.cuda.synchronize()
+            after.record()
+            after.synchronize()
+        else:
+            end.synchronize()
+        return start.elapsed_time(end) * 1000.0
+
+    return once
+
+
 def spread(times: list[float]) -> tuple[float, float, float]:
     """(median, IQR / median %, the median's 95% interval half-width over 150 calls %)."""
     ordered = sorted(times)
@@ -105,6 +137,9 @@ def main() -> int:
                                                         "m6144-n7168-k256", "m6144-n4608-k7168"])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--kernel", type=Path, default=TASK / "seeds" / "cuda_wgmma.py")
+    parser.add_argument("--steps", action="store_true",
+                        help="time under the worker's timer rebuilt step by step, each step "
+                             "left out in turn, in place of the three flush protocols")
     parser.add_argument("--clock", action="store_true",
                         help="also: each call's SM clock read just before its flush, with the "
                              "worker's warm-up spin and with 8 times it")
@@ -123,6 +158,12 @@ def main() -> int:
     protocols = {"harness": lambda fn: harness.time_call(lambda _: fn(), None)[1]
                  - harness.overhead_us,
                  "no-flush": plain("none", scratch), "read-flush": plain("read", scratch)}
+    if args.steps:
+        protocols = {"harness": protocols["harness"],
+                     "steps": steps(True, False, True, scratch),
+                     "steps, no mark": steps(False, False, True, scratch),
+                     "steps, sleep": steps(True, True, True, scratch),
+                     "steps, no tail": steps(True, False, False, scratch)}
     clock_rows: list[str] = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
           f"cell, interleaved\n")
