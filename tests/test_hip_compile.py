@@ -189,10 +189,10 @@ def test_no_sandbox_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
     compile_gate._warn_unsandboxed.cache_clear()
     with pytest.warns(worker.KsSandboxUnavailable, match="compile items run the compiler "
                       "without the OS sandbox"):
-        assert compile_gate._sandbox(SEED) == []
+        assert compile_gate.compiler_sandbox(SEED) == []
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        compile_gate._sandbox(SEED)
+        compile_gate.compiler_sandbox(SEED)
     assert again == []  # said once per reason
 
 
@@ -294,7 +294,7 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
             return 0, ""
         return 1, f"{cwd}/syntax_error.hip:13:28: error: expected ';' after expression\n"
 
-    monkeypatch.setattr(compile_gate, "_run", compiler)
+    monkeypatch.setattr(compile_gate, "run", compiler)
     monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
     broken = tmp_path / "syntax_error.py"
     broken.write_text((HIP / "syntax_error.py").read_text())
@@ -317,7 +317,7 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
     assert len(ran) == 4 and late.outcome == "failed" and "within 0.05 s" in late.reason
     assert compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 4
     entry.write_text("{not json")  # a damaged entry is a miss, not an error
-    assert compile_gate._cached(entry.stem, 60) is None
+    assert compile_gate.cached(entry.stem, 60) is None
     monkeypatch.setenv("KS_COMPILE_CACHE", "off")
     assert compile_gate.cache_folder() is None
     assert not compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 5

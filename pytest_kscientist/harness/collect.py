@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_kscientist.cuda.compile_gate import compile_items as cuda_compile_items
 from pytest_kscientist.errors import CandidateFailure, GateFailure, TaskSpecError
 from pytest_kscientist.formats import requires
 from pytest_kscientist.formats.task import BaselineSpec, Case, Task, load_task
@@ -292,8 +293,10 @@ class CandidateNode(pytest.Collector):
             for item in items:
                 item.add_marker(pytest.mark.skip(reason=self.skip_reason))
         if self.role == "candidate":
-            # HIP sources are compiled for each declared target on any machine (issue 14).
-            items[:0] = compile_items(self, self.source)
+            # HIP sources are compiled for each declared target on any machine (issue 14);
+            # CUDA sources for each declared sm target where the candidate cannot run.
+            items[:0] = [*compile_items(self, self.source),
+                         *cuda_compile_items(self, self.source, runs_here=not self.skip_reason)]
             for finding in scan_file(self.source):
                 self.warn(KsSuspiciousCode(f"{self.name}: {finding}"))
             settings = self.ks.settings

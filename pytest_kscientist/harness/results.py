@@ -98,21 +98,28 @@ class GateResult(BaseModel):
 
 
 class KernelResources(BaseModel):
-    """What the compiler reports for one GPU kernel (-Rpass-analysis=kernel-resource-usage)."""
+    """What the compiler reports for one GPU kernel: clang's -Rpass-analysis=kernel-resource-usage
+    for an AMD target (the first fields), ptxas -v for an NVIDIA one (the last)."""
 
     name: str
-    vgprs: int
+    vgprs: int = 0
     agprs: int = 0
-    sgprs: int
-    lds_bytes: int
+    sgprs: int = 0
+    lds_bytes: int = 0
     scratch_bytes_per_lane: int = 0
-    occupancy_waves_per_simd: int
+    occupancy_waves_per_simd: int = 0
     vgpr_spills: int = 0
     sgpr_spills: int = 0
+    registers: int | None = None  # per thread
+    shared_bytes: int | None = None  # static shared memory (dynamic is set at launch)
+    stack_bytes: int | None = None
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
 
 
 class CompileResult(BaseModel):
-    """The verdict of one compile[<arch>] item: a HIP candidate compiled for one target."""
+    """The verdict of one compile[<arch>] item: a HIP candidate compiled for one AMD target, or
+    a CUDA candidate's load_inline source for one NVIDIA target where it cannot run."""
 
     arch: str
     outcome: Literal["passed", "failed", "skipped"]

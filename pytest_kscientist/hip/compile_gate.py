@@ -84,17 +84,19 @@ def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit:
 
 
 @functools.cache
-def compiler_version(clang: Path) -> str:
-    """The compiler's first ``--version`` line."""
+def compiler_version(compiler: Path, marker: str = "") -> str:
+    """The compiler's first ``--version`` line, or its last one holding ``marker`` (nvcc's
+    "release" line)."""
     try:
-        out = subprocess.run([str(clang), "--version"], capture_output=True, text=True,
-                             timeout=30).stdout
+        out = subprocess.run([str(compiler), "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unknown ({exc})"
-    return out.splitlines()[0].strip() if out else "unknown"
+    lines = [line.strip() for line in out.splitlines() if marker in line]
+    return (lines[-1] if marker else lines[0]) if lines else "unknown"
 
 
-def _sandbox(candidate: Path) -> list[str]:
+def compiler_sandbox(candidate: Path) -> list[str]:
     """The worker's OS sandbox (no network, read-only project) where it works here, else []
     with one warning."""
     from pytest_kscientist.harness.spawn import protected_paths, sandbox_available, sandbox_prefix
@@ -117,7 +119,7 @@ def _warn_unsandboxed(why: str) -> None:
         "unprivileged user namespaces to sandbox it"), stacklevel=2)
 
 
-def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+def run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group; (exit code or None on timeout, output)."""
     from pytest_kscientist.harness.spawn import clean_environment
 
@@ -230,13 +232,14 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
         text = hip.translation_unit(source, path.name)
         unit.write_text(text, encoding="utf-8")
         cmd = command(tc, arch, source, unit, folder / f"{path.stem}.o")
-        key = _cache_key(tc, text, [part.replace(tmp, "<unit>") for part in cmd])
-        kept = _cached(key, timeout_s)
+        key = cache_key(compiler_version(tc.clang), tc.versions, text,
+                        *(part.replace(tmp, "<unit>") for part in cmd))
+        kept = cached(key, timeout_s)
         if kept is not None:
             return kept
-        sandbox = _sandbox(path)
+        sandbox = compiler_sandbox(path)
         start = time.perf_counter()
-        code, output = _run([*sandbox, *cmd], folder, timeout_s)
+        code, output = run([*sandbox, *cmd], folder, timeout_s)
         seconds = time.perf_counter() - start
         output = shorten(output, folder, tc)
     result = CompileResult(arch=arch, outcome="passed", seconds=seconds,
@@ -244,9 +247,7 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
                            ignored_flags=source.ignored_flags, sandboxed=bool(sandbox),
                            detail=without_remarks(output)[-4000:])
     if code is None:
-        result.outcome = "failed"
-        result.reason = (f"the compiler did not finish within {timeout_s:g} s (--ks-timeout) and "
-                         "was killed; simplify the source or raise --ks-timeout")
+        killed(result, "the compiler", timeout_s)
     elif code != 0:
         result.outcome = "failed"
         result.reason = first_errors(output) or (
@@ -261,9 +262,23 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     else:
         result.kernels = parse_resources(output)
         result.detail = ""
-    if code == 0 or (code is not None and any(map(ERROR.match, output.splitlines()))):
-        _keep(key, result)  # not a timeout, nor a compiler that died without saying why
+    keep_verdict(key, result, code, output, ERROR)
     return result
+
+
+def killed(result: CompileResult, who: str, timeout_s: float) -> None:
+    """``result`` made the verdict on a compiler stopped at the timeout."""
+    result.outcome = "failed"
+    result.reason = (f"{who} did not finish within {timeout_s:g} s (--ks-timeout) and was "
+                     "killed; simplify the source or raise --ks-timeout")
+
+
+def keep_verdict(key: str, result: CompileResult, code: int | None, output: str,
+                 error: re.Pattern[str]) -> None:
+    """Keep ``result`` unless it is a timeout's or a compiler's that died without an error line
+    (neither is a property of the source)."""
+    if code == 0 or (code is not None and any(map(error.match, output.splitlines()))):
+        keep(key, result)
 
 
 def cache_folder() -> Path | None:
@@ -277,19 +292,20 @@ def cache_folder() -> Path | None:
     return Path(base) / "pytest-kscientist" / "hip-compiles"
 
 
-def _cache_key(tc: hip_toolchain.Toolchain, text: str, cmd: list[str]) -> str:
+def cache_key(*parts: str) -> str:
+    """The key a compile's result is kept under: its format, torch's version and ``parts``
+    (the compiler's and headers' versions, the unit's text, the command line)."""
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = "none"
     digest = hashlib.sha256()
-    for part in (CACHE_FORMAT, compiler_version(tc.clang), tc.versions, torch_version, text,
-                 *cmd):
+    for part in (CACHE_FORMAT, torch_version, *parts):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
 
 
-def _cached(key: str, timeout_s: float) -> CompileResult | None:
+def cached(key: str, timeout_s: float) -> CompileResult | None:
     """The kept result for ``key``, if there is one that finished within ``timeout_s``."""
     folder = cache_folder()
     if folder is None:
@@ -303,7 +319,7 @@ def _cached(key: str, timeout_s: float) -> CompileResult | None:
     return result.model_copy(update={"cached": True})
 
 
-def _keep(key: str, result: CompileResult) -> None:
+def keep(key: str, result: CompileResult) -> None:
     """Write ``result`` for ``key`` (atomically; a cache that cannot be written is no cache)."""
     folder = cache_folder()
     if folder is None:
@@ -325,6 +341,9 @@ def resource_line(result: CompileResult) -> str:
         first = result.reason.splitlines()[0] if result.reason else ""
         return f"{head} {result.outcome}: {first}"
     kernels = "; ".join(
+        f"{k.name}: {k.registers} registers, spills {k.spill_store_bytes or 0} B stored "
+        f"{k.spill_load_bytes or 0} B loaded, stack {k.stack_bytes or 0} B, static shared "
+        f"{k.shared_bytes or 0} B" if k.registers is not None else
         f"{k.name}: {k.vgprs} VGPRs, {k.agprs} AGPRs, {k.sgprs} SGPRs, {k.lds_bytes} B LDS, "
         f"occupancy {k.occupancy_waves_per_simd} waves/SIMD, spills {k.vgpr_spills} VGPR "
         f"{k.sgpr_spills} SGPR, scratch {k.scratch_bytes_per_lane} B/lane"
@@ -380,7 +399,7 @@ def compile_ahead(items: list[Any], jobs: int) -> int:
     if len(todo) < 2 or jobs < 2:
         return 0
     with ThreadPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-        for item, result in zip(todo, pool.map(CompileItem.compile, todo), strict=True):
+        for item, result in zip(todo, pool.map(lambda item: item.compile(), todo), strict=True):
             item.result = result
     return len(todo)
 

@@ -1,0 +1,1 @@
+"""CUDA candidates compiled where they cannot run (``compile_gate``)."""

@@ -1,0 +1,100 @@
+"""compile[sm_XY] items: a CUDA candidate that cannot run here (a CPU CI runner) is compiled by
+nvcc from the load_inline call its import makes, instead of checked by nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import DATA, REPO, run_pytest
+
+from pytest_kscientist.cuda import compile_gate as cuda_gate
+from pytest_kscientist.hip import compile_gate
+
+TASK = REPO / "tasks" / "fp8_gemm"
+SEED = TASK / "seeds" / "cuda_wgmma.py"
+CUDA = DATA / "cuda"
+needs_nvcc = pytest.mark.skipif(cuda_gate.nvcc() is None, reason="nvcc not found")
+
+PTXAS = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z5scalePfi' for 'sm_90'
+ptxas info    : Function properties for _Z5scalePfi
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 364 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperv
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z4copyv' for 'sm_90'
+ptxas info    : Function properties for _Z4copyv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 352 bytes cmem[0]
+"""
+
+
+def test_ptxas_reports_each_entry_functions_resources() -> None:
+    scale, copy = cuda_gate.parse_ptxas(PTXAS)  # the device function between is not a kernel
+    assert scale.name.startswith("scale") and copy.name.startswith("copy")
+    assert (scale.registers, scale.shared_bytes, scale.stack_bytes, scale.spill_store_bytes,
+            scale.spill_load_bytes) == (40, 2048, 8, 4, 12)
+    assert (copy.registers, copy.shared_bytes, copy.spill_store_bytes) == (8, 0, 0)
+    line = compile_gate.resource_line(compile_gate.CompileResult(
+        arch="sm_90", outcome="passed", seconds=1.0, kernels=[scale]))
+    assert line == (f"compile[sm_90] {scale.name}: 40 registers, spills 4 B stored 12 B loaded, "
+                    "stack 8 B, static shared 2048 B (1.0 s)")
+
+
+def test_the_targets_come_from_ks_requires_and_none_where_the_candidate_runs(
+        tmp_path: Path) -> None:
+    assert cuda_gate.targets(SEED) == ["sm_90"]
+    assert cuda_gate.compile_items(None, SEED, runs_here=True) == []  # the worker's build checks
+    plain = tmp_path / "nvidia_only.py"
+    plain.write_text('KS_REQUIRES = "nvidia"\ndef custom_kernel(data):\n    return data[-1]\n')
+    assert cuda_gate.targets(plain) == []
+
+
+@needs_nvcc
+def test_the_cuda_seed_compiles_where_it_cannot_run(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    code, output, data = run_pytest([str(TASK), "-v", "-k", "compile", "--kernel", str(SEED),
+                                     "--ks-device", "cpu"], cwd=tmp_path)
+    assert code == 0, output
+    assert "cuda_wgmma::compile[sm_90] PASSED" in output
+    line = next(x for x in output.splitlines() if x.strip().startswith("cuda_wgmma compile[sm_90]"))
+    assert "gemm_kernel<128, 1>: " in line and "spills 0 B stored 0 B loaded" in line, line
+    (seed,) = [c for c in data["candidates"] if c["name"] == "cuda_wgmma"]
+    (result,) = seed["compiles"]
+    assert result["outcome"] == "passed" and result["compiler"].startswith("Cuda compilation")
+    gemms = [k for k in result["kernels"] if k["name"].startswith("gemm_kernel")]
+    assert len(gemms) == 4 and all(k["registers"] > 0 and k["spill_store_bytes"] == 0
+                                   for k in gemms)
+    assert ("candidate 'cuda_wgmma' requires sm_90 (an NVIDIA GPU of compute capability 9.0 or "
+            "newer, its KS_REQUIRES), this run's device is cpu") in output  # still not run
+
+
+@needs_nvcc
+def test_a_compile_error_fails_and_a_gpu_asked_for_at_import_skips(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    gpu = torch.cuda.is_available()  # there the import reaches load_inline: no skip to see
+    code, output, _ = run_pytest(
+        [str(TASK), "-v", "-rs", "-k", "compile", "--kernel", str(CUDA / "syntax_error.py"),
+         *([] if gpu else ["--kernel", str(CUDA / "gpu_at_import.py")]), "--ks-device", "cpu"],
+        cwd=tmp_path)
+    assert code == 1, output
+    assert ('syntax_error does not compile for sm_90:\ncuda.cu(6): error: expected a ";"\n'
+            "     6 | }\n(cuda.cu: the file's cuda_sources as load_inline writes them)") in output
+    if not gpu:
+        assert "gpu_at_import::compile[sm_90] SKIPPED" in output
+        assert ("not compiled here: its import stopped before load_inline on this machine "
+                "(exit 1): AssertionError: Torch not compiled with CUDA enabled") in output
+
+
+def test_without_nvcc_the_item_skips_and_says_how_to_name_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    monkeypatch.setenv("KS_NVCC", str(tmp_path / "no-nvcc"))
+    result = cuda_gate.compile_candidate(SEED, "sm_90", 60)
+    assert result.outcome == "skipped"
+    assert result.reason.startswith("no nvcc to compile for sm_90") and "KS_NVCC" in result.reason
