@@ -98,3 +98,16 @@ def test_without_nvcc_the_item_skips_and_says_how_to_name_one(tmp_path: Path,
     result = cuda_gate.compile_candidate(SEED, "sm_90", 60)
     assert result.outcome == "skipped"
     assert result.reason.startswith("no nvcc to compile for sm_90") and "KS_NVCC" in result.reason
+
+
+@pytest.mark.parametrize(("printed", "why"), [
+    ("[1, 2]", "what its import printed as load_inline's arguments is not them"),
+    ("{not json", "what its import printed as load_inline's arguments is not them"),
+    ('{"cuda_sources": [1]}', "its load_inline call's cuda_sources are not all strings"),
+])
+def test_what_a_candidate_prints_in_the_recorders_place_is_checked(
+        tmp_path: Path, printed: str, why: str) -> None:
+    forged = tmp_path / "forged.py"
+    forged.write_text(f"import os\nos.write(1, b'\\n{cuda_gate.MARK}{printed}\\n')\nos._exit(0)\n")
+    with pytest.raises(cuda_gate.NotCaptured, match=why.replace("(", r"\(")):
+        cuda_gate.capture(forged, 60)

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -94,32 +93,34 @@ def targets(source: Path) -> list[str]:
 
 
 def capture(path: Path, timeout_s: float) -> dict[str, Any]:
-    """The arguments of the candidate's load_inline call, from a sandboxed import."""
-    from pytest_kscientist.harness.spawn import clean_environment
-
+    """The arguments of the candidate's load_inline call, from a sandboxed import (its own
+    process group, killed at the timeout; only a line of JSON is read back)."""
     cmd = [*gate.compiler_sandbox(path), sys.executable, "-c", CAPTURE, str(path)]
-    try:
-        proc = subprocess.run(cmd, cwd=path.parent, env=clean_environment("cpu"),
-                              capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, start_new_session=True)
-    except subprocess.TimeoutExpired:
+    code, output = gate.run(cmd, path.parent, timeout_s)
+    if code is None:
         raise NotCaptured(f"its import did not reach load_inline within {timeout_s:g} s "
-                          "(--ks-timeout)") from None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARK):
+                          "(--ks-timeout)")
+    for line in reversed(output.splitlines()):
+        if not line.startswith(MARK):
+            continue
+        try:
             build = json.loads(line[len(MARK):])
-            if build is None:
-                raise NotCaptured("its import calls no torch.utils.cpp_extension.load_inline, "
-                                  "so there is no CUDA source to compile")
-            if not build.get("cuda_sources"):
-                raise NotCaptured("its load_inline call has no cuda_sources")
-            for key in ("cuda_sources", "extra_cuda_cflags", "extra_include_paths"):
-                if not all(isinstance(x, str) for x in _listed(build.get(key))):
-                    raise NotCaptured(f"its load_inline call's {key} are not all strings")
-            return build
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise NotCaptured(f"its import stopped before load_inline on this machine (exit "
-                      f"{proc.returncode}): {last}")
+        except ValueError:
+            build = "malformed"
+        if build is None:
+            raise NotCaptured("its import calls no torch.utils.cpp_extension.load_inline, so "
+                              "there is no CUDA source to compile")
+        if not isinstance(build, dict):
+            raise NotCaptured("what its import printed as load_inline's arguments is not them")
+        if not build.get("cuda_sources"):
+            raise NotCaptured("its load_inline call has no cuda_sources")
+        for key in ("cuda_sources", "extra_cuda_cflags", "extra_include_paths"):
+            if not all(isinstance(x, str) for x in _listed(build.get(key))):
+                raise NotCaptured(f"its load_inline call's {key} are not all strings")
+        return build
+    last = (output.strip().splitlines() or ["no output"])[-1]
+    raise NotCaptured(f"its import stopped before load_inline on this machine (exit {code}): "
+                      f"{last}")
 
 
 def _listed(value: Any) -> list[str]:
