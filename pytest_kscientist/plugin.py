@@ -160,7 +160,7 @@ class KsHooks:
             if not (config.option.collectonly or session.testsfailed
                     or config.pluginmanager.has_plugin("dsession")):  # xdist's controller
                 from pytest_kscientist.harness.collect import start_workers
-                from pytest_kscientist.hip.compile_gate import compile_ahead
+                from pytest_kscientist.harness.compiles import compile_ahead
 
                 compile_ahead(session.items, _cores())
                 start_workers(session.items, _cores())

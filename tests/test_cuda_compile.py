@@ -10,7 +10,7 @@ import torch
 from helpers import DATA, REPO, run_pytest
 
 from pytest_kscientist.cuda import compile_gate as cuda_gate
-from pytest_kscientist.hip import compile_gate
+from pytest_kscientist.harness import compiles
 
 TASK = REPO / "tasks" / "fp8_gemm"
 SEED = TASK / "seeds" / "cuda_wgmma.py"
@@ -38,7 +38,7 @@ def test_ptxas_reports_each_entry_functions_resources() -> None:
     assert (scale.registers, scale.shared_bytes, scale.stack_bytes, scale.spill_store_bytes,
             scale.spill_load_bytes) == (40, 2048, 8, 4, 12)
     assert (copy.registers, copy.shared_bytes, copy.spill_store_bytes) == (8, 0, 0)
-    line = compile_gate.resource_line(compile_gate.CompileResult(
+    line = compiles.resource_line(compiles.CompileResult(
         arch="sm_90", outcome="passed", seconds=1.0, kernels=[scale]))
     assert line == (f"compile[sm_90] {scale.name}: 40 registers, spills 4 B stored 12 B loaded, "
                     "stack 8 B, static shared 2048 B (1.0 s)")

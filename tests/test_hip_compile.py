@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import DATA, REPO, run_pytest
 
+from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION
 from pytest_kscientist.hip import compile_gate
 from pytest_kscientist.hip import source as hip
@@ -186,13 +187,13 @@ def test_no_sandbox_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_kscientist.harness import spawn as worker
 
     monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
-    compile_gate._warn_unsandboxed.cache_clear()
+    compiles._warn_unsandboxed.cache_clear()
     with pytest.warns(worker.KsSandboxUnavailable, match="compile items run the compiler "
                       "without the OS sandbox"):
-        assert compile_gate.compiler_sandbox(SEED) == []
+        assert compiles.compiler_sandbox(SEED) == []
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
-        compile_gate.compiler_sandbox(SEED)
+        compiles.compiler_sandbox(SEED)
     assert again == []  # said once per reason
 
 
@@ -284,7 +285,8 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
     fixed one, and no finish under a 0.05 s timeout."""
     ran: list[list[str]] = []
 
-    def compiler(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
+    def compiler(cmd: list[str], cwd: Path, timeout_s: float,
+                 env: dict[str, str] | None = None) -> tuple[int | None, str]:
         ran.append(cmd)
         if timeout_s < 0.1:
             return None, ""
@@ -294,7 +296,7 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
             return 0, ""
         return 1, f"{cwd}/syntax_error.hip:13:28: error: expected ';' after expression\n"
 
-    monkeypatch.setattr(compile_gate, "run", compiler)
+    monkeypatch.setattr(compiles, "run", compiler)
     monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
     broken = tmp_path / "syntax_error.py"
     broken.write_text((HIP / "syntax_error.py").read_text())
@@ -304,7 +306,7 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
     again = compile_gate.compile_candidate(broken, "gfx942", 60)  # another temporary folder
     assert len(ran) == 1 and again.cached
     assert again.model_copy(update={"cached": False}) == first
-    assert compile_gate.resource_line(again.model_copy(update={"outcome": "passed"})).endswith(
+    assert compiles.resource_line(again.model_copy(update={"outcome": "passed"})).endswith(
         f"({first.seconds:.1f} s, kept from an earlier compile)")
     # Another target, another source: compiled, not answered from the first entry.
     assert not compile_gate.compile_candidate(broken, "gfx950", 60).cached and len(ran) == 2
@@ -317,9 +319,9 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
     assert len(ran) == 4 and late.outcome == "failed" and "within 0.05 s" in late.reason
     assert compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 4
     entry.write_text("{not json")  # a damaged entry is a miss, not an error
-    assert compile_gate.cached(entry.stem, 60) is None
+    assert compiles.cached(entry.stem, 60) is None
     monkeypatch.setenv("KS_COMPILE_CACHE", "off")
-    assert compile_gate.cache_folder() is None
+    assert compiles.cache_folder() is None
     assert not compile_gate.compile_candidate(broken, "gfx942", 60).cached and len(ran) == 5
 
 
@@ -367,16 +369,16 @@ def test_a_sessions_compiles_run_ahead_at_once_each_keeping_its_result(
 
     both = threading.Barrier(2, timeout=30)
 
-    def compile(item: compile_gate.CompileItem) -> CompileResult:
+    def compile(item: compiles.CompileItem) -> CompileResult:
         both.wait()  # raises BrokenBarrierError when the compiles run one after another
         return CompileResult(arch=item.arch, outcome="passed")
 
-    monkeypatch.setattr(compile_gate.CompileItem, "compile", compile)
+    monkeypatch.setattr(compiles.CompileItem, "compile", compile)
     items = []
     for arch in ("gfx942", "gfx950"):
-        item = object.__new__(compile_gate.CompileItem)
+        item = object.__new__(compiles.CompileItem)
         item.arch, item.result = arch, None
         items.append(item)
-    assert compile_gate.compile_ahead([*items, "another item"], jobs=2) == 2
+    assert compiles.compile_ahead([*items, "another item"], jobs=2) == 2
     assert [item.result.arch for item in items] == ["gfx942", "gfx950"]
-    assert compile_gate.compile_ahead(items, jobs=2) == 0  # compiled once
+    assert compiles.compile_ahead(items, jobs=2) == 0  # compiled once

@@ -27,16 +27,14 @@ import re
 import shutil
 import sys
 import sysconfig
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_kscientist.formats import requires
+from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.results import CompileResult, KernelResources
-from pytest_kscientist.hip import compile_gate as gate
 
 MARK = "@@ks-load-inline@@"
 KEPT = ("name", "cpp_sources", "cuda_sources", "extra_cuda_cflags", "extra_include_paths",
@@ -95,8 +93,8 @@ def targets(source: Path) -> list[str]:
 def capture(path: Path, timeout_s: float) -> dict[str, Any]:
     """The arguments of the candidate's load_inline call, from a sandboxed import (its own
     process group, killed at the timeout; only a line of JSON is read back)."""
-    cmd = [*gate.compiler_sandbox(path), sys.executable, "-c", CAPTURE, str(path)]
-    code, output = gate.run(cmd, path.parent, timeout_s)
+    cmd = [*compiles.compiler_sandbox(path), sys.executable, "-c", CAPTURE, str(path)]
+    code, output = compiles.run(cmd, path.parent, timeout_s)
     if code is None:
         raise NotCaptured(f"its import did not reach load_inline within {timeout_s:g} s "
                           "(--ks-timeout)")
@@ -167,7 +165,7 @@ def parse_ptxas(output: str) -> list[KernelResources]:
                                     loads=int(m["loads"]))
         elif (m := USED.search(line)) and entry is not None:
             kernels[entry].update(regs=int(m["regs"]), smem=int(m["smem"] or 0))
-    names = gate._demangled(list(kernels))
+    names = compiles.demangled(list(kernels))
     return [KernelResources(name=shown, registers=k.get("regs"), shared_bytes=k.get("smem"),
                             stack_bytes=k.get("stack"), spill_store_bytes=k.get("stores"),
                             spill_load_bytes=k.get("loads"))
@@ -187,7 +185,7 @@ def first_errors(output: str, unit: str) -> str:
             number = int(n[1])
             if 0 < number <= len(lines):
                 found.append(f"  {number:4d} | {lines[number - 1]}")
-        if len(found) >= 2 * gate.MAX_ERRORS:
+        if len(found) >= 2 * compiles.MAX_ERRORS:
             break
     return "\n".join(found)
 
@@ -204,45 +202,36 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     except NotCaptured as exc:
         return CompileResult(arch=arch, outcome="skipped", reason=f"not compiled here: {exc}")
     text = unit_text(build)
-    with tempfile.TemporaryDirectory(prefix="ks-cuda-") as tmp:
-        folder = Path(tmp)
-        unit = folder / "cuda.cu"
-        unit.write_text(text, encoding="utf-8")
-        cmd = command(compiler, build, arch, unit, folder / "cuda.o")
-        key = gate.cache_key("cuda", gate.compiler_version(compiler, "release"), text,
-                             *(part.replace(tmp, "<unit>") for part in cmd))
-        kept = gate.cached(key, timeout_s)
-        if kept is not None:
-            return kept
-        sandbox = gate.compiler_sandbox(path)
-        start = time.perf_counter()
-        code, output = gate.run([*sandbox, *cmd], folder, timeout_s)
-        seconds = time.perf_counter() - start
-        output = output.replace(f"{tmp}/", "")
-    result = CompileResult(arch=arch, outcome="passed", seconds=seconds, sandboxed=bool(sandbox),
-                           compiler=gate.compiler_version(compiler, "release"))
+    version = compiles.compiler_version(compiler, "release")
+    key, ran = compiles.compile_kept(
+        path, "cuda.cu", text, lambda unit, obj: command(compiler, build, arch, unit, obj),
+        (version,), timeout_s)
+    if not isinstance(ran, compiles.Ran):
+        return ran  # kept from an earlier compile
+    code, output = ran.code, ran.output
+    result = CompileResult(arch=arch, outcome="passed", seconds=ran.seconds,
+                           sandboxed=ran.sandboxed, compiler=version)
     if code is None:
-        gate.killed(result, "nvcc", timeout_s)
+        compiles.killed(result, "nvcc", timeout_s)
     elif code != 0:
         result.outcome = "failed"
         errors = first_errors(output, text)
         result.reason = (
             f"{errors}\n(cuda.cu: the file's cuda_sources as load_inline writes them)" if errors
             else f"nvcc exited with code {code} without an error line")
-        if not errors or sum(bool(ERROR.match(x)) for x in output.splitlines()) > gate.MAX_ERRORS:
+        shown = sum(bool(ERROR.match(line)) for line in output.splitlines())
+        if not errors or shown > compiles.MAX_ERRORS:
             result.detail = output[-4000:]  # more than the reason shows
     else:
         result.kernels = parse_ptxas(output)
-    gate.keep_verdict(key, result, code, output, ERROR)
+    compiles.keep_verdict(key, result, code, output, ERROR)
     return result
 
 
-class CudaCompileItem(gate.CompileItem):
+class CudaCompileItem(compiles.CompileItem):
     """compile[sm_XY]: a CUDA candidate's load_inline source compiled by nvcc."""
 
-    def compile(self) -> CompileResult:
-        cand: Any = self.parent
-        return compile_candidate(cand.source, self.arch, cand.ks.settings.timeout_s)
+    compile_source = staticmethod(compile_candidate)
 
 
 def compile_items(parent: pytest.Collector, source: Path, runs_here: bool) -> list[pytest.Item]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pytest_kscientist.harness.compiles import summary_lines
 from pytest_kscientist.harness.gates import saved_change
 from pytest_kscientist.harness.results import CandidateResult, RunResults
 from pytest_kscientist.harness.scores import timed_benchmarks
 from pytest_kscientist.harness.stats import geomean
 from pytest_kscientist.harness.task_validation import summary_line
-from pytest_kscientist.hip.compile_gate import summary_lines
 
 ROLE_ORDER = {"reference": 0, "baseline": 1, "candidate": 2}
 

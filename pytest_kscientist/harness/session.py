@@ -209,7 +209,7 @@ class KsSession:
 
     def record_compile(self, task: str, candidate: str, path: str, sha: str,
                        result: dict) -> None:
-        """Keep a compile[<arch>] item's verdict (``compile_gate.CompileItem``)."""
+        """Keep a compile[<arch>] item's verdict (``compiles.CompileItem``)."""
         from pytest_kscientist.harness.results import CompileResult
 
         self._record_of(task, candidate, path, sha).compiles.append(
