@@ -49,6 +49,13 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1e3:.3f}" if values else "-"
 
 
+def _iqr_pct(values: list[float]) -> float:
+    """The interquartile range over the median, in percent."""
+    ordered = sorted(values)
+    q1, q3 = (ordered[(q * (len(ordered) - 1)) // 4] for q in (1, 3))
+    return 100 * (q3 - q1) / statistics.median(ordered)
+
+
 def _case(task, case_id: str, profile: str) -> dict:  # type: ignore[no-untyped-def]
     for case in task.profile(profile).benchmarks:
         if task.case_id(case).startswith(case_id):
@@ -106,14 +113,12 @@ def one_round(ev, worker, case: dict, device_name: str) -> dict[str, float]:  # 
     ev._verify_sample = verify
     stats = result.stats
     runs = stats.runs
-    ordered = sorted(stats.samples_us)
-    quart = [ordered[(q * (runs - 1)) // 4] for q in (1, 3)]
     half = ((stats.ci_high_us - stats.ci_low_us) / 2 if stats.ci_low_us is not None
             and stats.ci_high_us is not None else float("nan"))
     return {"wall s": wall, "timed calls": runs, "ms a timed call": wall / runs * 1e3,
             "verify s": spent[0], "median us": stats.median_us,
             "median CI half-width %": 100 * half / stats.median_us,
-            "IQR / median %": 100 * (quart[1] - quart[0]) / stats.median_us}
+            "IQR / median %": _iqr_pct(stats.samples_us)}
 
 
 def steps(kernel, generate, case: dict, device: str, calls: int,  # type: ignore[no-untyped-def]
@@ -249,11 +254,10 @@ def main() -> None:
                 print("|---|" + "---|" * len(header))
             print(f"| {task.case_id(case)} | " + " | ".join(_ms(got[n]) for n in header) + " |")
             if not synced:
-                us = sorted(v * 1e3 for v in got["kernel us"])
-                q1, q3 = (us[(q * (len(us) - 1)) // 4] for q in (1, 3))
-                middle = statistics.median(us)
-                spreads.append(f"| {task.case_id(case)} | {len(us)} | {middle:.2f} "
-                               f"| {100 * (q3 - q1) / middle:.2f} |")
+                us = got["kernel us"]
+                spreads.append(f"| {task.case_id(case)} | {len(us)} "
+                               f"| {statistics.median(us) * 1e3:.2f} "
+                               f"| {_iqr_pct(us):.2f} |")
     print("\n## 3. The timed call in this process, the worker's timer alone\n")
     print("| shape | calls | median us | IQR / median % |")
     print("|---|---|---|---|")

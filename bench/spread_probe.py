@@ -49,65 +49,37 @@ CLOCK_CYCLES = 20_000
 
 
 
-def plain(flush: str, scratch: torch.Tensor) -> Callable[[Callable[[], object]], float]:
-    """The harness's protocol with the flush replaced (``none`` or ``read``): us of one call."""
-
-    def once(fn: Callable[[], object]) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        torch.cuda._sleep(WARM_CYCLES)
-        if flush == "read":
-            scratch.sum()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1000.0
-
-    return once
-
-
 Timed = Callable[[Callable[[], object]], tuple[float, float]]
 
 
-def clocked(warm_cycles: int, scratch: torch.Tensor) -> Timed:
-    """The worker's protocol (spin, write flush, call) with a clock reading in front of the
-    flush: ``CLOCK_CYCLES`` of ``torch.cuda._sleep`` between two events give the SM clock (MHz)
-    just before the call. Returns (us of the call, MHz)."""
+def protocol(scratch: torch.Tensor, flush: str = "write", mark: bool = False,
+             sleep: bool = False, clock: bool = False, tail: bool = False,
+             warm: int = 1) -> Timed:
+    """One timed call under the worker's protocol with each step chosen: ``warm`` times its
+    warm-up spin; ``sleep``, CLOCK_CYCLES more of spin before the flush, between two events when
+    ``clock`` (they give the SM clock just before the call); ``mark``, an event before the flush;
+    the flush writes 256 MB (``write``, the worker's), reads them (``read``) or is left out
+    (``none``); ``tail``, a device synchronisation and an event after the end (else the end
+    event is waited for). mark, write and tail: the worker's timer. Returns (us of the call,
+    MHz or nan)."""
 
     def once(fn: Callable[[], object]) -> tuple[float, float]:
-        c0, c1, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+        c0, c1, flushed, start, end, after = (
+            torch.cuda.Event(enable_timing=True) for _ in range(6))
         torch.cuda.synchronize()
-        torch.cuda._sleep(warm_cycles)
-        c0.record()
-        torch.cuda._sleep(CLOCK_CYCLES)
-        c1.record()
-        scratch.zero_()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1000.0, CLOCK_CYCLES / (c0.elapsed_time(c1) * 1000.0)
-
-    return once
-
-
-def steps(mark: bool, sleep: bool, tail: bool, scratch: torch.Tensor
-          ) -> Callable[[Callable[[], object]], float]:
-    """The worker's timer rebuilt step by step, each step optional: ``mark``, the event before
-    the flush; ``sleep``, CLOCK_CYCLES of spin between the warm-up spin and the flush; ``tail``,
-    the device synchronisation and the event after the end (else the end event is waited
-    for). All three: the worker's timer (``harness``)."""
-
-    def once(fn: Callable[[], object]) -> float:
-        flushed, start, end, after = (torch.cuda.Event(enable_timing=True) for _ in range(4))
-        torch.cuda.synchronize()
-        torch.cuda._sleep(WARM_CYCLES)
-        if sleep:
+        torch.cuda._sleep(warm * WARM_CYCLES)
+        if clock:
+            c0.record()
+        if sleep or clock:
             torch.cuda._sleep(CLOCK_CYCLES)
+        if clock:
+            c1.record()
         if mark:
             flushed.record()
-        scratch.zero_()
+        if flush == "write":
+            scratch.zero_()
+        elif flush == "read":
+            scratch.sum()
         start.record()
         fn()
         end.record()
@@ -117,7 +89,8 @@ def steps(mark: bool, sleep: bool, tail: bool, scratch: torch.Tensor
             after.synchronize()
         else:
             end.synchronize()
-        return start.elapsed_time(end) * 1000.0
+        mhz = CLOCK_CYCLES / (c0.elapsed_time(c1) * 1000.0) if clock else float("nan")
+        return start.elapsed_time(end) * 1000.0, mhz
 
     return once
 
@@ -155,15 +128,15 @@ def main() -> int:
     kernel = load_module(args.kernel.resolve(), f"spread_{args.kernel.stem}")
     harness = make_timer("cuda")
     scratch = torch.ones(SCRATCH_BYTES // 4, dtype=torch.float32, device="cuda")
-    protocols = {"harness": lambda fn: harness.time_call(lambda _: fn(), None)[1]
-                 - harness.overhead_us,
-                 "no-flush": plain("none", scratch), "read-flush": plain("read", scratch)}
-    if args.steps:
-        protocols = {"harness": protocols["harness"],
-                     "steps": steps(True, False, True, scratch),
-                     "steps, no mark": steps(False, False, True, scratch),
-                     "steps, sleep": steps(True, True, True, scratch),
-                     "steps, no tail": steps(True, False, False, scratch)}
+    protocols: dict[str, Callable[[Callable[[], object]], float]] = {
+        "harness": lambda fn: harness.time_call(lambda _: fn(), None)[1] - harness.overhead_us}
+    chosen = ({"steps": {"mark": True, "tail": True}, "steps, no mark": {"tail": True},
+               "steps, sleep": {"mark": True, "sleep": True, "tail": True},
+               "steps, no tail": {"mark": True}} if args.steps
+              else {"no-flush": {"flush": "none"}, "read-flush": {"flush": "read"}})
+    for name, steps in chosen.items():
+        timed = protocol(scratch, **steps)
+        protocols[name] = lambda fn, timed=timed: timed(fn)[0]
     clock_rows: list[str] = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
           f"cell, interleaved\n")
@@ -213,7 +186,7 @@ def main() -> int:
 def clock_table(label: str, kernels: dict[str, Callable[[], object]], scratch: torch.Tensor,
                 calls: int) -> list[str]:
     """Rows: each kernel's calls split by the SM clock read before them."""
-    protocols = {f"{n}x": clocked(n * WARM_CYCLES, scratch) for n in (1, 8)}
+    protocols = {f"{n}x": protocol(scratch, clock=True, warm=n) for n in (1, 8)}
     got: dict[tuple[str, str], list[tuple[float, float]]] = {
         (k, p): [] for k in kernels for p in protocols}
     for _ in range(calls):
