@@ -122,11 +122,10 @@ class KsSession:
 
     def evaluator(self, task: Task) -> Evaluator:
         # By spec file: the problems of a KernelBench level share one folder.
-        found = self.evaluators.get(task.spec_path)
-        if found is None:  # setdefault: one Evaluator even when a background start asks too
-            found = self.evaluators.setdefault(task.spec_path,
-                                               Evaluator(task, self.device, self.salt))
-        return found
+        # (collect.start_workers makes each task's before its background starts ask for it)
+        if task.spec_path not in self.evaluators:
+            self.evaluators[task.spec_path] = Evaluator(task, self.device, self.salt)
+        return self.evaluators[task.spec_path]
 
     def bench_budget(self, task: Task) -> float:
         return self.settings.bench_budget_s or task.spec.bench.budget_s
