@@ -2,7 +2,7 @@
 the 1% stop; issue 31: how wide its verdicts are).
 
     python3 bench/spread_probe.py [--shapes m1024-n7168-k256 m6144-n4608-k7168] [--calls 300]
-                                  [--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py]
+                                  [--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py] [--dump FILE]
 
 On one H200 (2026-12-04, `bench/call_path.py`) the CUDA seed's calls on m1024-n7168-k256 spread
 12-14% (interquartile range over the median), in the worker and with the worker's timer alone,
@@ -22,13 +22,17 @@ worker's warm-up spin and with 8 times it, and the median call below and above t
 worker's timer rebuilt step by step with one step left out in turn (the event before the flush,
 the tail's synchronisation and event) or a spin added before the flush. Prints per shape,
 kernel and protocol: median us, interquartile range over the median (%), the half-width of the
-median's 95% interval over the first 150 calls (%), the measure that the harness's 1% stop
-reads, and the deciles over the median (two groups of calls show as a jump between deciles).
+median's 95% interval over the first 150 calls (%), the same for the interquartile mean (the
+centre the harness reports; its interval is what the 1% stop reads), and the deciles over the
+median (two groups of calls show as a jump between deciles). ``--dump FILE`` writes every
+call's time as JSON (shape -> "kernel / protocol" -> microseconds, in call order), for
+replaying estimators offline (``bench/centre_replay.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -40,7 +44,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from pytest_kscientist.api import load_module, make_timer, median_interval  # noqa: E402  (after the path)
+from pytest_kscientist.api import (  # noqa: E402  (after the path)
+    interquartile_interval,
+    interquartile_mean,
+    load_module,
+    make_timer,
+    median_interval,
+)
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 SCRATCH_BYTES = 256 * 1024 * 1024
@@ -95,13 +105,18 @@ def protocol(scratch: torch.Tensor, flush: str = "write", mark: bool = False,
     return once
 
 
-def spread(times: list[float]) -> tuple[float, float, float]:
-    """(median, IQR / median %, the median's 95% interval half-width over 150 calls %)."""
+def spread(times: list[float]) -> tuple[float, float, float, float]:
+    """(median, IQR / median %, the median's and the interquartile mean's 95% interval
+    half-widths over 150 calls %)."""
     ordered = sorted(times)
     middle = statistics.median(ordered)
     q1, q3 = (ordered[(q * (len(ordered) - 1)) // 4] for q in (1, 3))
-    low, high = median_interval(times[:150])
-    return middle, 100 * (q3 - q1) / middle, 100 * (high - low) / 2 / statistics.median(times[:150])
+    first = times[:150]
+    low, high = median_interval(first)
+    i_low, i_high = interquartile_interval(first)
+    return (middle, 100 * (q3 - q1) / middle,
+            100 * (high - low) / 2 / statistics.median(first),
+            100 * (i_high - i_low) / 2 / interquartile_mean(first))
 
 
 def main() -> int:
@@ -119,6 +134,9 @@ def main() -> int:
     parser.add_argument("--variant", nargs="*", default=[], metavar="KNOB=V[,KNOB=V]",
                         help="more rows: the kernel with these knobs over its own for the "
                              "shape (a seed with fp8_gemm(..., knobs) and tunables_for)")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write every call's time as JSON: shape -> 'kernel / protocol' -> "
+                             "microseconds in call order")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU: the spread it measures is a device's")
@@ -141,8 +159,9 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls a "
           f"cell, interleaved\n")
     print("| shape | kernel | protocol | median us | IQR / median % | median CI half-width "
-          "% (150 calls) | deciles 1-9 over the median |")
-    print("|---|---|---|---|---|---|---|")
+          "% (150 calls) | IQM CI half-width % (150 calls) | deciles 1-9 over the median |")
+    print("|---|---|---|---|---|---|---|---|")
+    dumped: dict[str, dict[str, list[float]]] = {}
     for label in args.shapes:
         if label not in cases:
             raise SystemExit(f"no full-profile benchmark {label}; known: {', '.join(cases)}")
@@ -169,12 +188,16 @@ def main() -> int:
                 out.append(protocols[p](kernels[k]))
         if args.clock:
             clock_rows.extend(clock_table(label, kernels, scratch, args.calls))
+        dumped[label] = {f"{k} / {p}": out for (k, p), out in times.items()}
         for (k, p), out in times.items():
-            middle, iqr, half = spread(out)
+            middle, iqr, half, iqm_half = spread(out)
             ordered = sorted(out)
             deciles = " ".join(f"{ordered[(d * (len(out) - 1)) // 10] / middle:.3f}"
                                for d in range(1, 10))
-            print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} | {deciles} |")
+            print(f"| {label} | {k} | {p} | {middle:.2f} | {iqr:.2f} | {half:.2f} | "
+                  f"{iqm_half:.2f} | {deciles} |")
+    if args.dump:
+        args.dump.write_text(json.dumps(dumped))
     if clock_rows:
         print("\n| shape | kernel | warm-up spin | MHz deciles 1, 5, 9 | median us, calls under "
               "the median clock | median us, calls over it | IQR / median % |")
@@ -198,7 +221,7 @@ def clock_table(label: str, kernels: dict[str, Callable[[], object]], scratch: t
         cut = statistics.median(mhz)
         low = [t for t, m in pairs if m < cut] or [float("nan")]
         high = [t for t, m in pairs if m >= cut] or [float("nan")]
-        _, iqr, _ = spread([t for t, _ in pairs])
+        _, iqr, _, _ = spread([t for t, _ in pairs])
         rows.append(f"| {label} | {k} | {p} | {mhz[len(mhz) // 10]:.0f}, {cut:.0f}, "
                     f"{mhz[(9 * len(mhz)) // 10]:.0f} | {statistics.median(low):.2f} "
                     f"| {statistics.median(high):.2f} | {iqr:.2f} |")

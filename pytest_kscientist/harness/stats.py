@@ -53,6 +53,40 @@ def median_interval(times: Sequence[float]) -> tuple[float, float]:
     return ordered[low], ordered[high]
 
 
+def interquartile_mean(times: Sequence[float]) -> float:
+    """The mean of the middle half of ``times`` (a 25% trimmed mean; under 4 values, their mean).
+
+    Robust to outliers like the median, and continuous where the calls fall into two groups:
+    the median of calls split near half and half jumps between the groups from one sample to
+    the next (timing.md, "The centre of a benchmark's calls").
+    """
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("interquartile_mean() needs at least one value, got none")
+    cut = n // 4
+    return statistics.fmean(ordered[cut:n - cut])
+
+
+def interquartile_interval(times: Sequence[float]) -> tuple[float, float]:
+    """A ~95% interval of the interquartile mean (Tukey and McLaughlin: the standard error from
+    the winsorized sample, Student's t on the trimmed count); under 6 calls the whole range."""
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("interquartile_interval() needs at least one value, got none")
+    if n < 6:
+        return ordered[0], ordered[-1]
+    cut = n // 4
+    kept = n - 2 * cut
+    low_edge, high_edge = ordered[cut], ordered[n - cut - 1]
+    winsorized = [min(max(t, low_edge), high_edge) for t in ordered]
+    stderr = statistics.stdev(winsorized) / (kept / n) / math.sqrt(n)
+    half = t95(kept - 1) * stderr
+    centre = statistics.fmean(ordered[cut:n - cut])
+    return centre - half, centre + half
+
+
 def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
     """A conservative interval of num.median / den.median from both medians' intervals."""
     bounds = (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us)
@@ -66,6 +100,14 @@ def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | 
 T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
 
 
+def t95(freedom: int) -> float:
+    """Student's t, two-sided 95%, for ``freedom`` degrees of freedom (1-10 exact; beyond, a
+    line from 2.2 down to Z95)."""
+    if freedom < 1:
+        raise ValueError(f"t95() needs at least one degree of freedom, got {freedom}")
+    return T95[freedom - 1] if freedom <= len(T95) else max(Z95, 2.2 - (freedom - 10) * 0.01)
+
+
 def spread_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
     """A 95% interval of the geometric mean of per-round ratios from their spread (Student's t
     on the logs): how far the rounds disagree, which one round's own interval cannot show.
@@ -75,8 +117,7 @@ def spread_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
         return None
     logs = [math.log(r) for r in ratios]
     centre = statistics.fmean(logs)
-    t = T95[n - 2] if n - 1 <= len(T95) else max(Z95, 2.2 - (n - 11) * 0.01)
-    half = t * statistics.stdev(logs) / math.sqrt(n)
+    half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     return math.exp(centre - half), math.exp(centre + half)
 
 
