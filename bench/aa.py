@@ -7,7 +7,7 @@ run, and the CI gate across sessions.
 Each run is one ``pytest tasks/fp8_gemm -k bench --kernel aa_one.py --kernel aa_two.py``
 session (the plain two-``--kernel`` form; the reference is timed too, no baselines). Per run and
 per shape it reads one's speedup over two from the rounds both were timed in (``fellows`` in
-``--ks-json``) with its interval, and whether the two centres' (IQMs') intervals overlap. Runs after
+``--ks-json``) with its interval, and whether the two medians' intervals overlap. Runs after
 the first add the README's gate, ``--ks-compare run0.json --ks-max-regression 5%``, which
 must pass for both copies. A last run makes ``aa_two`` 10% slower (it spins for a tenth of
 its own time after each call) and the gate must fail it (``--no-slower``: not run).
@@ -108,7 +108,7 @@ def one_run(copies: list[Path], budget: str, device: str, out: Path,
 
 
 def shapes(one: dict, two: dict) -> list[tuple[str, float, float, float, bool]]:
-    """Per shape: case id, one's speedup over two with its interval, the centres' CIs overlap."""
+    """Per shape: case id, one's speedup over two with its interval, medians' CIs overlap."""
     theirs = {c["case_id"]: c for c in two["cases"] if c["kind"] == "bench"}
     rows = []
     for case in one["cases"]:
@@ -164,7 +164,7 @@ def main() -> None:
             rows = shapes(one, two)
             label = "slower aa_two" if slower else "A/A"
             print(f"\nrun {i} ({label}), {time.monotonic() - began:.0f} s")
-            print("| shape | one/two speedup | 95% interval | centres' CIs overlap |")
+            print("| shape | one/two speedup | 95% interval | medians' CIs overlap |")
             print("|---|---|---|---|")
             for case_id, ratio, low, high, overlap in rows:
                 print(f"| {case_id} | {ratio:.4f} | {low:.4f}-{high:.4f} | {overlap} |")

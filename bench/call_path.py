@@ -11,9 +11,8 @@ Three views of the same path, per shape:
 2. Rounds of ``Evaluator.bench`` (its default share, 0.25 s of a 1 s budget in 4 rounds; one
    round first, not counted, for the reference's first use): how many calls it timed, its wall
    per timed call (probes included), how much went to verifying the kept outputs (fetch,
-   reference, judge), the half-width of its centre's (the IQM's) 95% interval (the 1% stop's
-   measure) and the calls' spread (interquartile range over the median); medians of
-   ``--rounds``.
+   reference, judge), the half-width of its median's 95% interval (the 1% stop's measure) and
+   the calls' spread (interquartile range over the median); medians of ``--rounds``.
    ``--profile N``: this process's N costliest functions over those rounds of the first shape.
 3. The worker's steps, replayed in this process with the worker's own timer (``make_timer``):
    inputs drawn, cloned, output poisoned, the timed call, the output's snapshot, the inputs
@@ -117,8 +116,8 @@ def one_round(ev, worker, case: dict, device_name: str) -> dict[str, float]:  # 
     half = ((stats.ci_high_us - stats.ci_low_us) / 2 if stats.ci_low_us is not None
             and stats.ci_high_us is not None else float("nan"))
     return {"wall s": wall, "timed calls": runs, "ms a timed call": wall / runs * 1e3,
-            "verify s": spent[0], "IQM us": stats.centre_us,
-            "IQM CI half-width %": 100 * half / stats.centre_us,
+            "verify s": spent[0], "median us": stats.median_us,
+            "median CI half-width %": 100 * half / stats.median_us,
             "IQR / median %": _iqr_pct(stats.samples_us)}
 
 
@@ -234,13 +233,13 @@ def main() -> None:
         print(f"| {cid} | {_ms(t['call wall'])} | {_ms(t['call reported'])} | {_ms(gap)} "
               f"| {_ms(t['call worker cpu'])} | {_ms(t['probe wall'])} | {_ms(t['fetch wall'])} |")
     print("\n## 2. Rounds of Evaluator.bench at its default share (medians)\n")
-    print("| shape | wall s | timed calls | ms a timed call | verify s | IQM us "
-          "| IQM CI half-width % | IQR / median % |")
+    print("| shape | wall s | timed calls | ms a timed call | verify s | median us "
+          "| median CI half-width % | IQR / median % |")
     print("|---|---|---|---|---|---|---|---|")
     for cid, view in views:
         r = view["round"]
         print(f"| {cid} | {r['wall s']:.3f} | {r['timed calls']:.0f} | {r['ms a timed call']:.2f} "
-              f"| {r['verify s']:.3f} | {r['IQM us']:.1f} | {r['IQM CI half-width %']:.2f} "
+              f"| {r['verify s']:.3f} | {r['median us']:.1f} | {r['median CI half-width %']:.2f} "
               f"| {r['IQR / median %']:.2f} |")
     spreads: list[str] = []
     for synced in (False, True):

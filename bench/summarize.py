@@ -2,7 +2,7 @@
 
     python bench/summarize.py --table table.json --population /tmp/pop [--short]
 
-Full output: per benchmark, the IQMs (us) of the reference, the baselines, each seed and the
+Full output: per benchmark, the medians (us) of the reference, the baselines, each seed and the
 evolve's best written candidate beside the physical floor, with a geomean row; then one row per
 column: geomean, speedup over the reference, speedups over each baseline (interleaved, same
 session), floor fraction. ``*`` marks times of a baseline that missed the check (verify =
@@ -90,14 +90,14 @@ def _md(rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(r) + " |" for r in rows[1:]]
 
 
-def _times(c: CandidateResult) -> dict[str, tuple[float | None, str]]:
-    """case id -> (time us, mark): '*' unverified, 'FAIL', 'skip'; only benchmarks."""
+def _medians(c: CandidateResult) -> dict[str, tuple[float | None, str]]:
+    """case id -> (median us, mark): '*' unverified, 'FAIL', 'skip'; only benchmarks."""
     out: dict[str, tuple[float | None, str]] = {}
     for case in c.cases:
         if case.kind != "bench":
             continue
         if case.outcome in ("passed", "xfailed") and case.stats is not None:
-            out[case.case_id] = (case.stats.centre_us, "*" if case.outcome == "xfailed" else "")
+            out[case.case_id] = (case.stats.median_us, "*" if case.outcome == "xfailed" else "")
         else:
             out[case.case_id] = (None, "FAIL" if case.outcome == "failed" else "skip")
     return out
@@ -112,7 +112,7 @@ def full(run: RunResults | None, members: list[Member]) -> list[str]:
     lines: list[str] = []
     cands = sorted(run.candidates, key=lambda c: ORDER[c.role]) if run else []
     top, evolved = best(members)
-    columns = {c.name: _times(c) for c in cands}
+    columns = {c.name: _medians(c) for c in cands}
     floors: dict[str, float | None] = {}
     for c in cands:
         for case in c.cases:
@@ -120,11 +120,11 @@ def full(run: RunResults | None, members: list[Member]) -> list[str]:
                 floors[case.case_id] = case.floor_us
     cases = list(dict.fromkeys(cid for col in columns.values() for cid in col))
     if top and top.evaluation:
-        by_shape = {shape(k): v for k, v in top.evaluation.bench_us.items()}
+        by_shape = {shape(k): v for k, v in top.evaluation.bench_median_us.items()}
         columns[evolved] = {cid: (by_shape.get(shape(cid)), "") for cid in cases}
         if not cases:
-            cases = list(top.evaluation.bench_us)
-            columns[evolved] = {cid: (v, "") for cid, v in top.evaluation.bench_us.items()}
+            cases = list(top.evaluation.bench_median_us)
+            columns[evolved] = {cid: (v, "") for cid, v in top.evaluation.bench_median_us.items()}
     if not cases:
         return ["(no benchmark in the table or the population)"]
     names = list(columns)
@@ -170,7 +170,7 @@ def _score_table(run: RunResults | None, cands: list[CandidateResult], names: li
         notes.append(f"Table: {run.machine.device_name}, profile {run.profile}, salt {run.salt}, "
                      f"{run.started_at}.")
     if evolved:
-        notes.append(f"`{evolved}`: times from the evolve run's own child session (no "
+        notes.append(f"`{evolved}`: medians from the evolve run's own child session (no "
                      "baselines beside it); its speedup_vs_ref compares with this table's "
                      "reference, so it carries the drift between sessions.")
     return _md(rows) + notes
@@ -191,12 +191,12 @@ def short(members: list[Member]) -> list[str]:
     names = [f"{m.meta.seed_file or m.id} ({m.id})" if m.meta.origin == "seed" else label
              for m in cols]
     rows = [["shape", *names, f"{top.id} vs {names[0]}"]]
-    ids = list(top.evaluation.bench_us)
+    ids = list(top.evaluation.bench_median_us)
     first = seeds[0].evaluation
     assert first is not None
     for cid in ids:
-        vals = [m.evaluation.bench_us.get(cid) if m.evaluation else None for m in cols]
-        ratio = (first.bench_us.get(cid) or 0) / top.evaluation.bench_us[cid]
+        vals = [m.evaluation.bench_median_us.get(cid) if m.evaluation else None for m in cols]
+        ratio = (first.bench_median_us.get(cid) or 0) / top.evaluation.bench_median_us[cid]
         rows.append([shape(cid), *(_cell(v) for v in vals), _x(ratio or None)])
     geos = [m.geomean_us for m in cols]
     rows.append(["geomean", *(_cell(g) for g in geos),

@@ -140,7 +140,7 @@ rewrite_tunables = _knobs.rewrite_tunables
 values (and ``by_shape``'s rules as its ``TUNABLES_BY_SHAPE``), all else intact."""
 
 Point = _compose.Point
-"""One measured knob point: a passed kernel's id, its knob values, its benchmark times."""
+"""One measured knob point: a passed kernel's id, its knob values, its benchmark medians."""
 
 compose = _compose.compose
 """``compose(points, cases, keys, benches, base_knobs)``: per-class rules, or None."""

@@ -177,7 +177,7 @@ def sample_population() -> list[CandidateSummary]:
             source=SEED_SOURCE,
             status="passed",
             geomean_us=150.0,
-            bench_us={"m1024-n1536-k7168-s8135": 120.0, "m6144-n7168-k2048-s76547": 187.5},
+            bench_median_us={"m1024-n1536-k7168-s8135": 120.0, "m6144-n7168-k2048-s76547": 187.5},
         ),
         CandidateSummary(
             id="g1-kgroup4",
@@ -187,7 +187,7 @@ def sample_population() -> list[CandidateSummary]:
             status="passed",
             geomean_us=120.0,
             plan_title="group 4 K blocks",
-            bench_us={"m1024-n1536-k7168-s8135": 100.0, "m6144-n7168-k2048-s76547": 144.0},
+            bench_median_us={"m1024-n1536-k7168-s8135": 100.0, "m6144-n7168-k2048-s76547": 144.0},
         ),
         CandidateSummary(
             id="g1-broken",

@@ -242,7 +242,7 @@ def test_summary_puts_baselines_beside_candidates(e2e) -> None:
     head = next(line for line in lines if line.strip().startswith("candidate "))
     assert "vs_loop_add" in head and "vs_prepared" in head and "floor_frac" in head
     assert "vs_gpu_only" not in head
-    table = next(line for line in lines if "benchmark (IQM us)" in line)
+    table = next(line for line in lines if "benchmark (median us)" in line)
     assert table.split()[3:] == ["reference", "loop_add", "prepared", "wrong_base", "noprep",
                                  "good", "floor_us"]
     assert any(line.strip().startswith("geomean ") for line in lines)

@@ -68,7 +68,7 @@ def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> N
         "*kscientist summary*",
         "*candidate*passed*failed*geomean_us*speedup_vs_ref*",
         "*good*3*0*",
-        "*benchmark (IQM us)*reference*good*floor_us*",
+        "*benchmark (median us)*reference*good*floor_us*",
         "*seed salt * (secret, drawn for this run); reproduce with --ks-salt *",
     ])
     assert 'tests="5"' in (pytester.path / "junit.xml").read_text()

@@ -55,7 +55,7 @@ def timed(cid: str, source: str, cases: dict, gen: int = 0,
     times = {b: shaped_us(dispatch(values, rules, c), c["n"]) for b, c in cases.items()}
     return CandidateSummary(id=cid, generation=gen, parents=list(parents), source=source,
                             status="passed", geomean_us=geomean(list(times.values())),
-                            bench_us=times)
+                            bench_median_us=times)
 
 
 def runs(source: str, cases: dict) -> dict[str, str]:
@@ -151,8 +151,8 @@ def test_the_next_composition_takes_each_class_from_the_composed_child_that_impr
         source = OfflineWriter().write(BRIEF, seed, plan).source
         pop.append(cand(f"c000{len(pop) + 1}", source, 1, ("c0001",)))
     left, right = pop[1], pop[2]  # each the fastest on one benchmark, neither on both
-    assert left.bench_us["n1024-s3"] < right.bench_us["n1024-s3"]
-    assert right.bench_us["n4096-s4"] < left.bench_us["n4096-s4"]
+    assert left.bench_median_us["n1024-s3"] < right.bench_median_us["n1024-s3"]
+    assert right.bench_median_us["n4096-s4"] < left.bench_median_us["n4096-s4"]
 
     base_id = OfflineSelector().select(BRIEF, pop, "").base_id
     base = next(c for c in pop if c.id == base_id)
@@ -165,7 +165,7 @@ def test_the_next_composition_takes_each_class_from_the_composed_child_that_impr
         design.findings_update)
     child = cand("c0004", OfflineWriter().write(BRIEF, base, composition).source, 2)
     for bench in CASES:
-        assert child.bench_us[bench] == min(c.bench_us[bench] for c in pop)
+        assert child.bench_median_us[bench] == min(c.bench_median_us[bench] for c in pop)
     assert runs(child.source, CASES) == {"n1024-s3": runs(left.source, CASES)["n1024-s3"],
                                          "n4096-s4": runs(right.source, CASES)["n4096-s4"]}
 

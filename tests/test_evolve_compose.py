@@ -85,7 +85,7 @@ def cand(cid: str, source: str, gen: int = 0, parents: tuple[str, ...] = (),
         id=cid, generation=gen, parents=list(parents), source=source,
         status="passed" if passed else "failed",
         geomean_us=math.sqrt(math.prod(times.values())) if passed else None,
-        bench_us=times if passed else {},
+        bench_median_us=times if passed else {},
     )
 
 
@@ -246,8 +246,8 @@ def test_designer_composes_the_per_shape_winners_and_the_writer_writes_them() ->
         {"when": {"n": [2048, None]}, "knobs": {"tile": 64, "unroll": 4}}]
     assert "# n >= 2048: c0002's knobs, fastest on 1 benchmark there" in draft.source
     for bench in CASES:  # each benchmark runs its winner: the fastest passed point there
-        assert composed.bench_us[bench] == min(
-            c.bench_us[bench] for c in (base, rival, slow))
+        assert composed.bench_median_us[bench] == min(
+            c.bench_median_us[bench] for c in (base, rival, slow))
     ns = _helper(draft.source)
     ns.update(TUNABLES=read_tunables(draft.source), TUNABLES_BY_SHAPE=read_by_shape(draft.source))
     assert ns["tunables_for"](n=100) == {"tile": 16, "unroll": 4}

@@ -214,7 +214,7 @@ def summary(cid: str, source: str, times: dict[str, float], gen: int = 0) -> Can
     for t in times.values():
         geo *= t ** (1 / len(times))
     return CandidateSummary(id=cid, generation=gen, source=source, status="passed",
-                            geomean_us=geo, bench_us=times)
+                            geomean_us=geo, bench_median_us=times)
 
 
 OTHER = DONOR.replace("x * SCALE", "x * SCALE * 1")

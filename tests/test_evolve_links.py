@@ -48,7 +48,7 @@ def member(cid: str, source: str, parent: str = "",
         intervals[parent] = [geomean([r[i] for r in ratios.values()]) for i in (1, 2)]
     ev = EvaluationRecord(
         id=cid, evaluated_at="t", status="passed", geomean_us=10.0,
-        bench_us=dict.fromkeys(CASES, 10.0), speedups=speedups,
+        bench_median_us=dict.fromkeys(CASES, 10.0), speedups=speedups,
         speedup_intervals=intervals,
         result=CandidateResult(name=cid, path=cid, sha256=cid, cases=cases))
     return Member(meta, source, ev)

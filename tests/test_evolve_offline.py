@@ -42,7 +42,7 @@ def cand(
         source=source,
         status="passed" if times else "failed",
         geomean_us=math.sqrt(times[0] * times[1]) if times else None,
-        bench_us=bench,
+        bench_median_us=bench,
         failure="" if times else "check n16-s1: mismatch",
     )
 

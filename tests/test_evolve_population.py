@@ -28,7 +28,7 @@ def _record(cid: str, geomean: float | None = 10.0) -> EvaluationRecord:
         evaluated_at=now(),
         status="passed" if geomean else "failed",
         geomean_us=geomean,
-        bench_us={"b1": geomean or 0.0},
+        bench_median_us={"b1": geomean or 0.0},
         failure="" if geomean else "check n16-s1: mismatch",
     )
 
@@ -67,20 +67,6 @@ def test_records_give_status_and_summary(tmp_path: Path) -> None:
     assert "mismatch" in by_id[b].summary().failure
     with pytest.raises(PopulationError, match="c0099 is not in"):
         pop.record(_record("c0099"))
-
-
-def test_a_record_written_under_the_old_field_name_keeps_its_times(tmp_path: Path) -> None:
-    """Populations written before the centre became the interquartile mean stored per-benchmark
-    times as ``bench_median_us``; a resumed run reads them as its ``bench_us``."""
-    pop = Population(tmp_path / "toy", "toy")
-    cid = pop.add(SRC, generation=0, origin="seed").id
-    pop.record(_record(cid, 12.5))
-    path = tmp_path / "toy" / cid / "results.json"
-    raw = json.loads(path.read_text())
-    raw["bench_median_us"] = raw.pop("bench_us")
-    path.write_text(json.dumps(raw))
-    (member,) = pop.members()
-    assert member.summary().bench_us == {"b1": 12.5}
 
 
 @pytest.mark.parametrize(

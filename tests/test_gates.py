@@ -148,7 +148,7 @@ def test_max_regression_verdicts(tmp_path: Path) -> None:
     assert v.outcome == "failed"
     assert v.message.startswith(
         f"k: 10.0% slower than in {path}, 95% interval +10.0% to +10.0% (geomean over 2 common "
-        "benchmark(s), from raw times "
+        "benchmark(s), from raw medians "
         "(the reference was not timed in both runs: machine drift between the sessions is not "
         "cancelled)), more than the allowed --ks-max-regression 5%")
     assert gates.max_regression(now, "t", "cpu", 0.2, path, then).outcome == "passed"

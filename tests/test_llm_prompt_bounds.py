@@ -89,7 +89,7 @@ def member(cid: str, g: int, source: str, parents: list[str], failed: bool,
                                                         strict=True)),
                             case_id=b, outcome="passed", baselines=timed) for b in BENCHES]
         ev = EvaluationRecord(id=cid, evaluated_at="t", status="passed", geomean_us=time_us,
-                              bench_us=medians,
+                              bench_median_us=medians,
                               speedups={parents[0]: ratio} if parents else {},
                               speedup_intervals={parents[0]: [ratio - 0.02, ratio + 0.02]}
                               if parents else {},

@@ -4,7 +4,6 @@ time outside the events, --ks-beside."""
 
 from __future__ import annotations
 
-import random
 import re
 import shutil
 import statistics
@@ -20,14 +19,7 @@ from helpers import AXPY, DATA, REPO, case_reasons, run_pytest
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness import evaluate
 from pytest_kscientist.harness.evaluate import Evaluator, _TimedRun, precise
-from pytest_kscientist.harness.results import TimingStats
-from pytest_kscientist.harness.stats import (
-    interquartile_interval,
-    interquartile_mean,
-    median_interval,
-    ratio_interval,
-    summarize,
-)
+from pytest_kscientist.harness.stats import median_interval, ratio_interval, summarize
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 
@@ -54,60 +46,10 @@ def test_ratio_interval_divides_crosswise() -> None:
     assert low < 2.0 < high
 
 
-def test_precise_stops_only_once_the_centre_is_known_to_one_percent() -> None:
+def test_precise_stops_only_once_the_median_is_known_to_one_percent() -> None:
     assert not precise([100.0] * 19)  # too few calls
     assert precise([100.0, 100.5, 99.5] * 10)
     assert not precise([50.0, 100.0, 150.0] * 10)
-
-
-def _two_groups(n: int, seed: int) -> list[float]:
-    """Calls split half and half into two groups 6% apart, each with 1% spread: what a short
-    benchmark's calls did on 5 of 8 H200 machine starts (notes/timing.md)."""
-    rng = random.Random(seed)
-    return [(100.0 if rng.random() < 0.5 else 106.0) * (1 + 0.01 * rng.gauss(0, 1))
-            for _ in range(n)]
-
-
-def test_interquartile_mean_is_the_mean_of_the_middle_half() -> None:
-    assert interquartile_mean([1.0, 2.0, 3.0, 4.0, 100.0, 0.0, 5.0, 6.0]) == 3.5
-    assert interquartile_mean([7.0]) == 7.0
-    assert interquartile_mean([1.0, 1000.0, 2.0]) == pytest.approx(1003 / 3)  # under 4: all
-    with pytest.raises(ValueError, match="at least one value"):
-        interquartile_mean([])
-    assert interquartile_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few calls: the whole range
-
-
-def test_interquartile_interval_brackets_the_centre_and_covers_it_at_about_95_percent() -> None:
-    rng = random.Random(7)
-    covered = 0
-    for _ in range(400):
-        values = [100 + rng.gauss(0, 3) for _ in range(150)]
-        low, high = interquartile_interval(values)
-        assert low <= interquartile_mean(values) <= high
-        covered += low <= 100.0 <= high
-    assert 0.90 <= covered / 400 <= 0.99
-
-
-def test_two_groups_of_calls_stop_on_the_centre_where_the_median_would_not() -> None:
-    """A 150-call round of calls split in two groups: the median's interval spans the gap
-    (no early stop, and two copies' medians fall on different groups); the interquartile
-    mean's is within 1%, and two copies agree."""
-    rounds = [_two_groups(150, seed) for seed in range(40)]
-    median_halves = [(h - lo) / 2 / statistics.median(r)
-                     for r in rounds for lo, h in [median_interval(r)]]
-    assert sum(w <= 0.01 for w in median_halves) < len(rounds) / 2
-    assert all(precise(r) for r in rounds)
-    pairs = list(zip(rounds, rounds[1:], strict=False))
-    assert max(abs(interquartile_mean(a) / interquartile_mean(b) - 1) for a, b in pairs) < 0.015
-    assert max(abs(statistics.median(a) / statistics.median(b) - 1) for a, b in pairs) > 0.02
-
-
-def test_a_record_without_an_interquartile_mean_is_read_by_its_median() -> None:
-    now = summarize(_two_groups(200, 1))
-    assert now.centre_us == now.iqm_us == interquartile_mean(now.samples_us)
-    assert (now.ci_low_us, now.ci_high_us) == interquartile_interval(now.samples_us)
-    old = TimingStats.model_validate({k: v for k, v in now.model_dump().items() if k != "iqm_us"})
-    assert old.iqm_us is None and old.centre_us == now.median_us
 
 
 # -- device time outside the events -----------------------------------------------------------

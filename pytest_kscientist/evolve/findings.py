@@ -141,7 +141,7 @@ def render(
         "",
         f"After generation {generation}: {len(members)} candidates "
         f"({status_counts(list(members))}). Speed-up = parent time / child time (geomean of "
-        "the benchmark times).",
+        "the benchmark medians).",
         "",
         "## Best so far",
         "",
@@ -262,7 +262,7 @@ def _winners(members: Sequence[Member]) -> list[str]:
     for m in members:
         if m.geomean_us is None or m.evaluation is None:
             continue
-        for bench, time_us in m.evaluation.bench_us.items():
-            if bench not in bests or time_us < bests[bench][0]:
-                bests[bench] = (time_us, m.id)
+        for bench, median in m.evaluation.bench_median_us.items():
+            if bench not in bests or median < bests[bench][0]:
+                bests[bench] = (median, m.id)
     return [f"- {b}: {mid} ({t:.1f} us)" for b, (t, mid) in sorted(bests.items())] or ["- none yet"]

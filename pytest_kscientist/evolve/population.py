@@ -4,7 +4,7 @@ Layout of ``<root>/<task>/``::
 
     c0001/c0001.py      the candidate (file stem = id, so the harness names it by id)
     c0001/meta.json     CandidateMeta: lineage, role outputs, content hash
-    c0001/results.json  EvaluationRecord: verdict and per-benchmark times (absent = pending)
+    c0001/results.json  EvaluationRecord: verdict and per-benchmark medians (absent = pending)
     events.jsonl        append-only log of Event records
     findings.md, lineage.md, progress.png   derived, rewritten whole
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import filelock
-from pydantic import AliasChoices, BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.errors import KsError
 from pytest_kscientist.evolve.roles import CandidateSummary, ExperimentPlan, Selection
@@ -89,10 +89,7 @@ class EvaluationRecord(BaseModel):
     # "skipped": every item skipped (a kernel for another device, e.g. a HIP seed off ROCm).
     status: Literal["passed", "failed", "skipped"]
     geomean_us: float | None = None
-    # Per benchmark, its centre (TimingStats.centre_us: the interquartile mean; records written
-    # before it was, under their old name bench_median_us, hold medians).
-    bench_us: dict[str, float] = Field(
-        default_factory=dict, validation_alias=AliasChoices("bench_us", "bench_median_us"))
+    bench_median_us: dict[str, float] = Field(default_factory=dict)
     speedups: dict[str, float] = Field(default_factory=dict)  # interleaved, over each baseline
     # Per key of ``speedups``: its conservative 95% interval [low, high]. Parents timed beside
     # the candidate (--ks-beside) appear here under their ids.
@@ -146,7 +143,7 @@ class Member:
             source=self.source,
             status=self.status,
             geomean_us=self.geomean_us,
-            bench_us=dict(ev.bench_us) if ev else {},
+            bench_median_us=dict(ev.bench_median_us) if ev else {},
             failure=ev.failure if ev else "",
             failure_detail=failure_detail(ev),
             plan_title=self.meta.plan.title if self.meta.plan else "",

@@ -202,7 +202,7 @@ def write_plot(members: Sequence[Member], path: Path, task: str) -> str:
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_yscale("log")
         ax.set_xlabel("generation")
-        ax.set_ylabel("geomean of benchmark times (us)")
+        ax.set_ylabel("geomean of benchmark medians (us)")
         ax.set_title(f"{task}: best geomean per generation")
         ax.legend()
         fig.tight_layout()

@@ -40,7 +40,7 @@ class CandidateSummary(BaseModel):
     source: str
     status: str  # "passed" | "failed" | "pending"
     geomean_us: float | None = None
-    bench_us: dict[str, float] = Field(default_factory=dict)
+    bench_median_us: dict[str, float] = Field(default_factory=dict)
     failure: str = ""
     failure_detail: str = ""  # the traceback or mismatch detail, trimmed (failure_text.trim)
     plan_title: str = ""

@@ -85,7 +85,7 @@ def to_record(
         return record
     failed = [c for c in result.cases if c.outcome == "failed"]
     bench = {
-        c.case_id: c.stats.centre_us
+        c.case_id: c.stats.median_us
         for c in result.cases
         if c.kind == "bench" and c.outcome == "passed" and c.stats is not None
     }
@@ -109,7 +109,7 @@ def to_record(
         update={
             "status": "failed" if failure else "passed",
             "geomean_us": None if failure else result.geomean_us,
-            "bench_us": bench,
+            "bench_median_us": bench,
             "speedups": dict(getattr(result, "speedups", {}) or {}),
             "speedup_intervals": dict(getattr(result, "speedup_intervals", {}) or {}),
             "failure": failure,

@@ -4,8 +4,8 @@ A baseline runs in its own worker, never in a candidate's process, and is verifi
 candidate (its sampled outputs are judged against the reference). A case's benchmark
 alternates rounds between the candidates' workers and each baseline's worker, in an order
 that changes every round (C B1 B2, then B2 B1 C, then B1 B2 C, ...: ``rounds.round_order``),
-and the speedup is the geometric mean over rounds of the baseline's time over the
-candidate's time in the same round: clock drift (boost, thermal) shifts both sides of each
+and the speedup is the geometric mean over rounds of the baseline's median over the
+candidate's median in the same round: clock drift (boost, thermal) shifts both sides of each
 ratio alike.
 """
 
@@ -201,11 +201,11 @@ def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
     pairs = [
         (b.stats, c.stats)
         for c, b in zip(mine, theirs, strict=False)
-        if b.stats and c.stats and min(b.stats.centre_us, c.stats.centre_us) > 0
+        if b.stats and c.stats and min(b.stats.median_us, c.stats.median_us) > 0
     ]
     if not pairs:
         return BaselineTiming(reason="no round timed both the candidate and the baseline")
-    ratios = [b.centre_us / c.centre_us for b, c in pairs]
+    ratios = [b.median_us / c.median_us for b, c in pairs]
     intervals = [ratio_interval(b, c) for b, c in pairs]
     low = high = None
     if all(i is not None for i in intervals):

@@ -27,7 +27,7 @@ from pytest_kscientist.harness import attribution, received
 from pytest_kscientist.harness.correctness import Mismatch, judge
 from pytest_kscientist.harness.results import CaseResult
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
-from pytest_kscientist.harness.stats import interquartile_interval, interquartile_mean, summarize
+from pytest_kscientist.harness.stats import median_interval, summarize
 from pytest_kscientist.protocol import perturb
 
 # Secret choices (which timed outputs to verify, which requests are probes, which elements the
@@ -47,8 +47,7 @@ HIDDEN_CPU_SLACK_US = 1000.0
 # Device time outside the events (GPU) tolerated per call before it is counted (timing.py).
 OUTSIDE_SLACK_US = 2.0
 OUTSIDE_SLACK_SHARE = 0.02
-# A benchmark stops early once its centre (the interquartile mean) is known this precisely (95%
-# interval half-width).
+# A benchmark stops early once its median is known this precisely (95% interval half-width).
 PRECISION = 0.01
 PRECISE_AFTER = 20
 
@@ -294,7 +293,7 @@ class Evaluator:
         With ``tolerate``, verified outputs that miss only by precision give an ``xfailed``
         result that keeps its times (see ``check``). ``samples``: how many timed outputs to
         verify (default: the task's ``bench.verify_samples``). ``precise_after``: the fewest
-        calls after which a precise enough centre stops the timing (a round of several).
+        calls after which a precise enough median stops the timing (a round of several).
         """
         spec = self.task.spec.bench
         samples = spec.verify_samples if samples is None else samples
@@ -498,13 +497,13 @@ def _spread(values: list[float]) -> float:
 
 
 def precise(times: list[float], after: int = PRECISE_AFTER) -> bool:
-    """Stop once the interquartile mean's 95% interval is within PRECISION of it (at least
-    ``after`` calls; under 6 calls the interval is their whole range)."""
+    """Stop once the median's 95% interval is within PRECISION of it (at least ``after``
+    calls; under 6 calls the interval is their whole range)."""
     if len(times) < after:
         return False
-    low, high = interquartile_interval(times)
-    centre = interquartile_mean(times)
-    return centre > 0 and (high - low) / 2 <= PRECISION * centre
+    low, high = median_interval(times)
+    middle = statistics.median(times)
+    return middle > 0 and (high - low) / 2 <= PRECISION * middle
 
 
 def _ask(worker: Worker, op: str, timeout: float | None = None,

@@ -87,7 +87,7 @@ def min_speedup(cand: CandidateResult | None, name: str, factor: float,
         if missing or any(r.outcome != "passed" or r.stats is None for r, _ in pairs):
             return Verdict("skipped", f"the reference was not timed on every benchmark of "
                                       f"'{who}' in this session; select its bench items too")
-        ratios = {c.case_id: r.stats.centre_us / c.stats.centre_us  # type: ignore[union-attr]
+        ratios = {c.case_id: r.stats.median_us / c.stats.median_us  # type: ignore[union-attr]
                   for r, c in pairs}
     else:
         if name in skipped:
@@ -157,36 +157,36 @@ class Change:
     high: float | None
     cases: dict[str, float]  # case id -> time ratio now / then
     # "beside" (the saved file timed in this run's rounds), "the reference" (timed in both
-    # runs) or "" (raw times: machine drift not cancelled)
+    # runs) or "" (raw medians: machine drift not cancelled)
     through: str
 
 
 def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
                   ) -> tuple[float, float | None, float | None] | None:
-    """The case's speedup over the reference (ref time / its time) with an interval: from the
-    rounds both were timed in when they were (rounds.py), else from the two times."""
+    """The case's speedup over the reference (ref median / its median) with an interval:
+    from the rounds both were timed in when they were (rounds.py), else from two medians."""
     paired_ = case.fellows.get(REFERENCE)
     if paired_ is not None and paired_.speedup:
         return paired_.speedup, paired_.speedup_low, paired_.speedup_high
     other = ref.get(case.case_id)
     if other is None or other.outcome != "passed" or not other.stats or not case.stats:
         return None
-    if other.stats.centre_us <= 0 or case.stats.centre_us <= 0:
+    if other.stats.median_us <= 0 or case.stats.median_us <= 0:
         return None
     bounds = ratio_interval(other.stats, case.stats)
-    return (other.stats.centre_us / case.stats.centre_us, *(bounds or (None, None)))
+    return (other.stats.median_us / case.stats.median_us, *(bounds or (None, None)))
 
 
 def _passed_bench(cand: CandidateResult | None) -> dict[str, CaseResult]:
     return {c.case_id: c for c in cand.cases if c.kind == "bench" and c.outcome == "passed"
-            and c.stats and c.stats.centre_us > 0} if cand else {}
+            and c.stats and c.stats.median_us > 0} if cand else {}
 
 
 def change_against(now: CandidateResult, now_ref: CandidateResult | None,
                    then: CandidateResult, then_ref: CandidateResult | None) -> Change | None:
     """``now`` against ``then`` over their common passed benchmarks, through the reference
     where both runs timed it (its time cancels the machine's drift between the sessions),
-    else through the raw times. The interval is conservative: per case, the two runs'
+    else through the raw medians. The interval is conservative: per case, the two runs'
     log half-widths added in quadrature; over cases, their mean (as the speedup intervals)."""
     mine, old = _passed_bench(now), _passed_bench(then)
     refs_now, refs_then = _passed_bench(now_ref), _passed_bench(then_ref)
@@ -209,7 +209,7 @@ def change_against(now: CandidateResult, now_ref: CandidateResult | None,
         else:
             x, y = mine[k].stats, old[k].stats
             assert x is not None and y is not None
-            ratios[k] = x.centre_us / y.centre_us
+            ratios[k] = x.median_us / y.median_us
             bounds = ratio_interval(x, y)
             widths.append(math.log(bounds[1] / bounds[0]) / 2 if bounds else None)
     return _pooled(ratios, widths, through)
@@ -268,7 +268,7 @@ def max_regression(cand: CandidateResult | None, task: str, profile: str, limit:
             else f", 95% interval {found.low:+.1%} to {found.high:+.1%}")
     how = {"beside": f"against its file as {path} ran it, timed beside it in this run",
            "the reference": "through the reference timed in both runs"}.get(
-        found.through, "from raw times (the reference was not timed in both runs: machine "
+        found.through, "from raw medians (the reference was not timed in both runs: machine "
                        "drift between the sessions is not cancelled)")
     text = (f"{who}: {abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'} than "
             f"in {path}{span} (geomean over {len(found.cases)} common benchmark(s), {how})")

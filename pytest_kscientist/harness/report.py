@@ -43,7 +43,7 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
     """Rows: candidate, passed, failed, geomean, speedups (reference, each baseline), floor.
 
     ``vs_<baseline>`` is timed interleaved with the candidate, with its 95% interval;
-    ``floor_frac`` is the geomean of floor_us / centre_us (the IQM); ``vs_saved`` the geomean time
+    ``floor_frac`` is the geomean of floor_us / median_us; ``vs_saved`` the geomean time
     change against ``--ks-compare``.
     """
     names = baselines or []
@@ -80,7 +80,7 @@ def pairwise_lines(cands: list[CandidateResult]) -> list[str]:
     if len(ranked) < 2:
         return []
     best = ranked[0]
-    lines = [f"side by side, timed in the same rounds (the ratio of IQMs per benchmark, "
+    lines = [f"side by side, timed in the same rounds (the ratio of medians per benchmark, "
              f"geomean, 95% interval), against the fastest, {best.name}:"]
     for other in ranked[1:]:
         ratio = best.fellow_speedups.get(other.name)
@@ -101,7 +101,7 @@ def pairwise_lines(cands: list[CandidateResult]) -> list[str]:
 
 
 def bench_table(cands: list[CandidateResult]) -> list[str]:
-    """Rows: each benchmark case's IQM (us) per column (reference, baselines, candidates),
+    """Rows: each benchmark case's median (us) per column (reference, baselines, candidates),
     the physical floor, then a geomean row."""
     cands = sorted(cands, key=lambda c: ROLE_ORDER.get(c.role, 2))
     names = [c.name for c in cands]
@@ -118,27 +118,27 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 floors[case.case_id] = case.floor_us
             timed = case.stats is not None and case.outcome in ("passed", "xfailed")
             cells[(case.case_id, c.name)] = (
-                _centre(case.stats) + ("*" if case.outcome == "xfailed" else "")
+                _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
                 if timed and case.stats else "FAIL"
             )
     if not cases:
         return []
-    rows = [("benchmark (IQM us)", *names, "floor_us")]
+    rows = [("benchmark (median us)", *names, "floor_us")]
     for case_id in cases:
         rows.append((case_id, *(cells.get((case_id, n), "-") for n in names),
                      _us(floors[case_id])))
     known = [f for f in floors.values() if f is not None and f > 0]
-    geo = [_us(geomean([x.stats.centre_us for x in b if x.stats]))
+    geo = [_us(geomean([x.stats.median_us for x in b if x.stats]))
            if (b := timed_benchmarks(c)) and len(b) == len(cases) else "-" for c in cands]
     rows.append(("geomean", *geo, _us(geomean(known)) if len(known) == len(cases) else "-"))
     return _align(rows)
 
 
-def _centre(stats: Any) -> str:
-    """A centre (the IQM) with the half-width of its 95% interval, in percent of it."""
-    cell = _us(stats.centre_us)
-    if stats.ci_low_us is not None and stats.ci_high_us is not None and stats.centre_us > 0:
-        cell += f"±{50 * (stats.ci_high_us - stats.ci_low_us) / stats.centre_us:.1f}%"
+def _median(stats: Any) -> str:
+    """A median with the half-width of its 95% interval, in percent of it."""
+    cell = _us(stats.median_us)
+    if stats.ci_low_us is not None and stats.ci_high_us is not None and stats.median_us > 0:
+        cell += f"±{50 * (stats.ci_high_us - stats.ci_low_us) / stats.median_us:.1f}%"
     return cell
 
 
@@ -263,9 +263,8 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("")
             for line in lines:
                 tr.write_line("  " + line)
-            tr.write_line("  IQM: the mean of the middle half of the timed calls; ±: half-width "
-                          "of its 95% interval, in percent; (low-high) after a speedup: its 95% "
-                          "interval")
+            tr.write_line("  ±: half-width of each median's 95% interval, in percent; (low-high) "
+                          "after a speedup: its 95% interval")
         for line in pairwise_lines(cands):
             tr.write_line("  " + line)
         for line in run_notes(session, task_name, cands) + summary_lines(cands):

@@ -17,10 +17,7 @@ from pytest_kscientist.harness.attribution import Attribution
 # 6: attribution on a check (--ks-attribution: the kernels a profiled call's time went to).
 # 7: source on a candidate (its file's text, so --ks-compare can time the saved kernel beside),
 # load_s (its import's seconds: a load_inline build is most of it).
-# 8: iqm_us on stats, the centre every time and ratio is read from (TimingStats.centre_us); the
-# stats' interval is the centre's; KernelResources' CUDA fields (registers, shared_bytes,
-# stack_bytes, spill_store_bytes, spill_load_bytes); CompileResult.cached.
-RESULTS_SCHEMA_VERSION = 8
+RESULTS_SCHEMA_VERSION = 7
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -40,11 +37,7 @@ class TimingStats(BaseModel):
     runs: int
     verified_runs: int = 0
     clock: str = ""
-    # The interquartile mean: the mean of the middle half of the timed calls (stats.py). None in
-    # records of schema 7 and older, whose centre was the median.
-    iqm_us: float | None = None
-    # The centre's ~95% interval (the interquartile mean's from schema 8; the median's order
-    # statistics before).
+    # Distribution-free 95% interval of the median (order statistics of the timed calls).
     ci_low_us: float | None = None
     ci_high_us: float | None = None
     # Device time per call that ran outside the caller's stream events (side streams, work
@@ -54,21 +47,13 @@ class TimingStats(BaseModel):
     # kept in memory only (never written: the summary fields above are the record).
     samples_us: list[float] = Field(default_factory=list, exclude=True, repr=False)
 
-    @property
-    def centre_us(self) -> float:
-        """The time a benchmark reports and compares: the interquartile mean (the median in
-        records of schema 7 and older). Unlike the median it does not jump between two groups
-        of calls split near half and half (notes/timing.md, "The centre of a benchmark's
-        calls")."""
-        return self.median_us if self.iqm_us is None else self.iqm_us
-
 
 class BaselineTiming(BaseModel):
     """A baseline timed interleaved with a candidate on one benchmark case."""
 
     stats: TimingStats | None = None
-    speedup: float | None = None  # geomean over rounds of baseline centre / candidate centre
-    # Conservative 95% interval of ``speedup``: the centres' intervals divided crosswise.
+    speedup: float | None = None  # geomean over rounds of baseline median / candidate median
+    # Conservative 95% interval of ``speedup``: the medians' intervals divided crosswise.
     speedup_low: float | None = None
     speedup_high: float | None = None
     rounds: int = 0
@@ -94,10 +79,10 @@ class CaseResult(BaseModel):
     detail: str = ""
     stats: TimingStats | None = None
     floor_us: float | None = None
-    floor_fraction: float | None = None  # floor_us / centre_us: 1.0 is the physical limit
+    floor_fraction: float | None = None  # floor_us / median_us: 1.0 is the physical limit
     baselines: dict[str, BaselineTiming] = Field(default_factory=dict)
     # The speedup over each other candidate (and the reference) of the session, from the
-    # rounds both were timed in (harness/rounds.py): ``speedup`` is theirs over this centre.
+    # rounds both were timed in (harness/rounds.py): ``speedup`` is theirs over this median.
     fellows: dict[str, BaselineTiming] = Field(default_factory=dict)
     # A check's profiled call (--ks-attribution, or a task's [kernel] min_own_share): the
     # kernels the candidate's time went to (harness/attribution.py).
@@ -160,7 +145,7 @@ class CandidateResult(BaseModel):
     geomean_us: float | None = None
     speedup_over_reference: float | None = None
     # Over this candidate's benchmarks: geomean of the interleaved per-case speedups over each
-    # baseline, and geomean of floor_us / centre_us.
+    # baseline, and geomean of floor_us / median_us.
     speedups: dict[str, float] = Field(default_factory=dict)
     # Per baseline of ``speedups``: [low, high], the geomeans of the per-case intervals.
     speedup_intervals: dict[str, list[float]] = Field(default_factory=dict)

@@ -84,7 +84,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     spec = evaluator.task.spec.bench
     rounds = spec.rounds
     share = budget_s / rounds
-    # Rounds are pooled: each may stop on a precise centre after its share of the calls
+    # Rounds are pooled: each may stop on a precise median after its share of the calls
     # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
     after = max(spec.min_runs, PRECISE_AFTER // rounds)
     case_id = evaluator.task.case_id(case)

@@ -11,10 +11,10 @@ from pytest_kscientist.harness.stats import geomean
 
 
 def floor_fraction(case: CaseResult) -> float | None:
-    """``floor_us / centre_us``: 1.0 would be the physical limit of the device."""
-    if case.floor_us is None or case.stats is None or case.stats.centre_us <= 0:
+    """``floor_us / median_us``: 1.0 would be the physical limit of the device."""
+    if case.floor_us is None or case.stats is None or case.stats.median_us <= 0:
         return None
-    return case.floor_us / case.stats.centre_us
+    return case.floor_us / case.stats.median_us
 
 
 def timed_benchmarks(cand: CandidateResult) -> list[CaseResult] | None:
@@ -40,7 +40,7 @@ def score(cand: CandidateResult) -> None:
     cand.floor_fraction = None
     if bench is None:
         return
-    cand.geomean_us = geomean([c.stats.centre_us for c in bench if c.stats])
+    cand.geomean_us = geomean([c.stats.median_us for c in bench if c.stats])
     for name, (ratio, interval, verified) in _pooled(bench, "baselines").items():
         cand.speedups[name] = ratio
         cand.baseline_verified[name] = verified

@@ -1,5 +1,4 @@
-"""Summary statistics of timed calls, the interquartile mean (the centre a benchmark reports)
-with its interval, intervals of medians and of ratios, geometric means."""
+"""Summary statistics of timed calls, intervals of medians and of ratios, geometric means."""
 
 from __future__ import annotations
 
@@ -14,17 +13,15 @@ Z95 = 1.96
 
 def summarize(times_us: Sequence[float], verified_runs: int = 0, clock: str = "",
               counted_us: float = 0.0) -> TimingStats:
-    """Mean, median, interquartile mean (the centre, with its 95% interval), min, max, std and
-    standard error of ``times_us``."""
+    """Mean, median (with its 95% interval), min, max, std and standard error of ``times_us``."""
     n = len(times_us)
     if n == 0:
         raise ValueError("summarize() needs at least one timed call, got none")
     std = statistics.stdev(times_us) if n > 1 else 0.0
-    low, high = interquartile_interval(times_us)
+    low, high = median_interval(times_us)
     return TimingStats(
         mean_us=statistics.fmean(times_us),
         median_us=statistics.median(times_us),
-        iqm_us=interquartile_mean(times_us),
         min_us=min(times_us),
         max_us=max(times_us),
         std_us=std,
@@ -91,7 +88,7 @@ def interquartile_interval(times: Sequence[float]) -> tuple[float, float]:
 
 
 def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
-    """A conservative interval of num.centre / den.centre from both centres' intervals."""
+    """A conservative interval of num.median / den.median from both medians' intervals."""
     bounds = (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us)
     if any(b is None or b <= 0 for b in bounds):
         return None

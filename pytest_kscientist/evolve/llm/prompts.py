@@ -84,20 +84,20 @@ def _shown(ranked: list[CandidateSummary], limit: int) -> list[CandidateSummary]
 
 
 def shape_table(population: list[CandidateSummary], limit: int = SHAPE_COLUMNS) -> str:
-    """Per-benchmark times side by side for the fastest passing candidates and the fastest on
+    """Per-benchmark medians side by side for the fastest passing candidates and the fastest on
     each benchmark (the selector's reference can be the one that wins some shapes)."""
-    timed = [c for c in _ranked(population) if c.status == "passed" and c.bench_us]
+    timed = [c for c in _ranked(population) if c.status == "passed" and c.bench_median_us]
     if not timed:
         return "(no benchmark times yet)"
-    benches = list(dict.fromkeys(b for c in timed for b in c.bench_us))
-    winners = [min(timed, key=lambda c, b=b: c.bench_us.get(b, math.inf)) for b in benches]
+    benches = list(dict.fromkeys(b for c in timed for b in c.bench_median_us))
+    winners = [min(timed, key=lambda c, b=b: c.bench_median_us.get(b, math.inf)) for b in benches]
     by_id = {c.id: c for c in timed}
     ids = dict.fromkeys(c.id for c in [*timed[: max(1, limit // 2)], *winners])
     columns = [by_id[i] for i in ids][:limit]
     lines = ["| benchmark | " + " | ".join(f"`{c.id}`" for c in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
     for b in benches:
-        times = [c.bench_us.get(b) for c in columns]
+        times = [c.bench_median_us.get(b) for c in columns]
         best = min((t for t in times if t is not None), default=None)
         cells = [("**" + _us(t) + "**" if t == best else _us(t)) if t is not None else "-"
                  for t in times]
@@ -106,11 +106,11 @@ def shape_table(population: list[CandidateSummary], limit: int = SHAPE_COLUMNS) 
 
 
 def shape_times(candidate: CandidateSummary) -> str:
-    """Per-benchmark times of one candidate as a small table."""
-    if not candidate.bench_us:
+    """Per-benchmark medians of one candidate as a small table."""
+    if not candidate.bench_median_us:
         return "(no benchmark times)"
-    lines = ["| benchmark | time |", "|-----------|------|"]
-    lines += [f"| {case} | {_us(t)} |" for case, t in candidate.bench_us.items()]
+    lines = ["| benchmark | median |", "|-----------|--------|"]
+    lines += [f"| {case} | {_us(t)} |" for case, t in candidate.bench_median_us.items()]
     return "\n".join(lines)
 
 

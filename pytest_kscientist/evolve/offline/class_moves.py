@@ -139,7 +139,7 @@ def observations(
         point = _point_on(f, cls, cases)
         if point is None:
             continue
-        times = [f.summary.bench_us.get(b, 0.0) for b in cls.benches]
+        times = [f.summary.bench_median_us.get(b, 0.0) for b in cls.benches]
         timed = f.summary.status == "passed" and all(t > 0 for t in times)
         out.append((point, f.summary.status, geomean(times) if timed else None))
     return out

@@ -7,7 +7,7 @@ The rule, a greedy regression tree over the shape keys the kernel declares (``SH
 1. The knob points are those the family's passed kernels ran (``points_of``): a kernel of one
    configuration (no ``TUNABLES_BY_SHAPE`` rules) measures its point on every benchmark; a
    composed kernel measures each of its classes' points on the benchmarks that class holds. A
-   point measured by several kernels takes the geometric mean of their times per benchmark.
+   point measured by several kernels takes the geometric mean of their medians per benchmark.
    Only these are composed, so each class runs a point that passed inside a whole kernel, and a
    composed child that made one class faster lends that class's point to the next composition.
 2. A class of benchmarks is served by the point with the lowest geomean over them among the
@@ -16,7 +16,7 @@ The rule, a greedy regression tree over the shape keys the kernel declares (``SH
    one key, between two adjacent values its benchmarks take: their geometric mean, rounded up
    for integers (m 1024 | 6144 splits at 2509), or their mean where one is not positive. The
    split taken lowers the benchmarks' summed log time the most, and only if the benchmarks that
-   change point gain at least ``MIN_CLASS_GAIN`` on geomean (below that, times from
+   change point gain at least ``MIN_CLASS_GAIN`` on geomean (below that, medians timed in
    different sessions may just differ by drift); at most ``MAX_CLASSES`` classes. A class no
    point is timed on throughout (only composed kernels measured its benchmarks, each a part)
    is split first, where the split gives a point to the most benchmarks; a class left without
@@ -50,7 +50,7 @@ Cases = Mapping[str, Mapping[str, Any]]  # benchmark id -> its case values
 
 @dataclass(frozen=True)
 class Point:
-    """One measured knob point: a passed kernel's id, its knob values, its benchmark times."""
+    """One measured knob point: a passed kernel's id, its knob values, its benchmark medians."""
 
     id: str
     knobs: dict[str, Knob]
@@ -279,7 +279,7 @@ def composition_plan(
     spread: float,
     n_kernels: int,
 ) -> ExperimentPlan | None:
-    """The move as a plan: its gain over the base predicted from the points' own times (+-
+    """The move as a plan: its gain over the base predicted from the points' own medians (+-
     ``spread``, log units), its innovation 10 x the share of benchmarks given a point that
     neither the base nor an earlier composition (``prior``: their ``assignment``s) gives them.
     None when the base is timed on fewer benchmarks or is predicted no slower."""
@@ -301,7 +301,7 @@ def composition_plan(
         changes=(
             f"composed from the per-shape winners of {n_kernels} passed kernel(s) of the "
             f"family: {comp.text()}; predicted {pct(gain):+.0f}% ({low:+.0f}..{high:+.0f}%)"
-            f" over {base_id} from their times, measured in different sessions"
+            f" over {base_id} from their medians, timed in different sessions"
         ),
         expected_gain_min_pct=round(low, 2),
         expected_gain_max_pct=round(high, 2),
@@ -353,7 +353,7 @@ def move(
         return None, learned
     summary = base.summary
     plan = composition_plan(
-        comp, summary.id, base.values, summary.bench_us, prior, spread,
+        comp, summary.id, base.values, summary.bench_median_us, prior, spread,
         n_single + n_composed,
     )
     return plan, learned
@@ -368,15 +368,15 @@ def points_of(family: Sequence[Kernel], cases: Cases) -> tuple[list[Point], int,
     passed = [f for f in family if f.summary.status == "passed"]
     for f in sorted(passed, key=lambda f: f.composed):  # stable: population order within each
         timed = False
-        for bench, time_us in f.summary.bench_us.items():
-            if bench not in cases or not time_us > 0:
+        for bench, median in f.summary.bench_median_us.items():
+            if bench not in cases or not median > 0:
                 continue
             try:
                 knobs = dispatch(f.values, f.rules or [], cases[bench])
             except KeyError:  # a rule bounds a key the benchmark lacks: the kernel fails there
                 continue
             _, _, times = runs.setdefault(key_of(knobs), (f.summary.id, knobs, {}))
-            times.setdefault(bench, []).append(time_us)
+            times.setdefault(bench, []).append(median)
             timed = True
         counted[f.composed] += timed
     points = [

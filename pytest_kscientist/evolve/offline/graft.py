@@ -6,7 +6,7 @@ The rule:
 
 1. Donors are the passed kernels of other families that are not grafts themselves and whose
    ``KS_*`` declarations each equal the base's (none is fine). A benchmark goes to the donor
-   with the lowest time on it, when that time beats the base's own by at least
+   with the lowest median on it, when that median beats the base's own by at least
    ``MIN_GAIN``.
 2. Each such benchmark, most gained first, gets a box of shapes (a ``GRAFTS`` rule, at most
    ``MAX_GRAFTS``) unless an earlier box of the same donor holds it: on every shape key the box
@@ -48,7 +48,7 @@ OWN = "_own_custom_kernel"
 # The marker is data: grafted kernels in existing populations carry it (it names the module's
 # path before the package took subpackages), so it keeps its text.
 MARK = "# --- grafts, written by the offline scientist (pytest_kscientist/evolve/graft.py) ---"
-MIN_GAIN = 0.03  # as compose.MIN_CLASS_GAIN: times from different sessions drift
+MIN_GAIN = 0.03  # as compose.MIN_CLASS_GAIN: medians timed in different sessions drift
 MAX_GRAFTS = MAX_CLASSES - 1
 
 
@@ -453,7 +453,7 @@ def donors(base: CandidateSummary, family: str,
     want = dict(facts[2]) if facts else {}
     out = []
     for c in population:
-        if c.id == base.id or c.status != "passed" or not c.bench_us:
+        if c.id == base.id or c.status != "passed" or not c.bench_median_us:
             continue
         found = _donor_facts(c.source)
         if found is None or found[0] == family or found[1]:
@@ -493,8 +493,8 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
     if SHAPE_OF not in _module_defs(tree) or task.entry not in _module_defs(tree) or (
             MARK in base.source):
         return None, ""
-    cases = {b: task.benchmark_cases[b] for b in base.bench_us
-             if b in task.benchmark_cases and base.bench_us[b] > 0}
+    cases = {b: task.benchmark_cases[b] for b in base.bench_median_us
+             if b in task.benchmark_cases and base.bench_median_us[b] > 0}
     keys = [k for k in keys if all(isinstance(c.get(k), (int, float))
                                    and not isinstance(c.get(k), bool) for c in cases.values())]
     if not cases or not keys:
@@ -502,8 +502,8 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
     won: dict[str, tuple[float, CandidateSummary]] = {}
     for d in donors(base, family, population):
         for b in cases:
-            t = d.bench_us.get(b, 0)
-            gain = math.log(base.bench_us[b] / t) if t > 0 else -math.inf
+            t = d.bench_median_us.get(b, 0)
+            gain = math.log(base.bench_median_us[b] / t) if t > 0 else -math.inf
             if gain >= math.log1p(MIN_GAIN) and gain > won.get(b, (-math.inf, d))[0]:
                 won[b] = (gain, d)
     if not won:
@@ -523,7 +523,7 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
         held = [x for x in cases if holds(when, cases[x])]
         gains = [won[x][0] for x in held]
         note = (f"{describe(when)}: {donor.id}, {pct(sum(gains) / len(gains)):+.0f}% on "
-                f"{', '.join(held)} by their times")
+                f"{', '.join(held)} by the medians")
         boxes.append(when)
         grafts.append(Graft(when=when, kernel=donor.id, source=donor.source, note=note))
     if not grafts:
@@ -546,7 +546,7 @@ def plan(task: TaskBrief, base: CandidateSummary, family: str, keys: Sequence[st
             f"{base.id} with whole kernels of other families on the shapes around the "
             f"benchmarks they won: {'; '.join(g.note for g in grafts)}; predicted "
             f"{pct(share * gain):+.1f}% ({low:+.1f}..{high:+.1f}%) on the geomean over "
-            f"{base.id}, from times measured in different sessions"),
+            f"{base.id}, from medians timed in different sessions"),
         expected_gain_min_pct=round(low, 2),
         expected_gain_max_pct=round(high, 2),
         innovation=round(10.0 * share, 2),

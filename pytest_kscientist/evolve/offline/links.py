@@ -84,7 +84,7 @@ def link(child: Member, parent: Member | None, parent_id: str) -> Link | None:
         return None
     found = split(child, parent) if parent is not None else None
     if found is None or not found[1]:  # not a knob move, or one that moved every benchmark
-        n = len(ev.bench_us)
+        n = len(ev.bench_median_us)
         return Link(speedup, interval[0], interval[1], n, n)
     moved, kept = found
     total = len(moved) + len(kept)

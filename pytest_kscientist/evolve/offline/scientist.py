@@ -231,16 +231,16 @@ class OfflineSelector:
         base: CandidateSummary, passed: list[CandidateSummary], population: list[CandidateSummary]
     ) -> tuple[CandidateSummary | None, str]:
         wins: Counter[str] = Counter()
-        for bench in base.bench_us:
-            timed = [c for c in passed if bench in c.bench_us]
-            winner = min(timed, key=lambda c: c.bench_us[bench])
+        for bench in base.bench_median_us:
+            timed = [c for c in passed if bench in c.bench_median_us]
+            winner = min(timed, key=lambda c: c.bench_median_us[bench])
             if winner.id != base.id:
                 wins[winner.id] += 1
         if wins:
             rank = {c.id: i for i, c in enumerate(passed)}
             cid, n = min(wins.items(), key=lambda kv: (-kv[1], rank[kv[0]]))
             ref = next(c for c in passed if c.id == cid)
-            return ref, f"fastest on {n} of {len(base.bench_us)} benchmarks"
+            return ref, f"fastest on {n} of {len(base.bench_median_us)} benchmarks"
         by_id = {c.id: c for c in population}
         root = _lineage_root(base.id, by_id)
         for c in passed:
