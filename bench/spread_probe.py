@@ -22,8 +22,8 @@ worker's warm-up spin and with 8 times it, and the median call below and above t
 worker's timer rebuilt step by step with one step left out in turn (the event before the flush,
 the tail's synchronisation and event) or a spin added before the flush. Prints per shape,
 kernel and protocol: median us, interquartile range over the median (%), the half-width of the
-median's 95% interval over the first 150 calls (%), the same for the interquartile mean (the
-centre the harness reports; its interval is what the 1% stop reads), and the deciles over the
+median's 95% interval over the first 150 calls (%), the measure that the harness's 1% stop
+reads, the same for the interquartile mean (``centre_replay.py``), and the deciles over the
 median (two groups of calls show as a jump between deciles). ``--dump FILE`` writes every
 call's time as JSON (shape -> "kernel / protocol" -> microseconds, in call order), for
 replaying estimators offline (``bench/centre_replay.py``).
@@ -44,13 +44,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from pytest_kscientist.api import (  # noqa: E402  (after the path)
-    interquartile_interval,
-    interquartile_mean,
-    load_module,
-    make_timer,
-    median_interval,
-)
+from centre_replay import interquartile_interval, interquartile_mean  # noqa: E402
+
+from pytest_kscientist.api import load_module, make_timer, median_interval  # noqa: E402  (after the path)
 
 TASK = ROOT / "tasks" / "fp8_gemm"
 SCRATCH_BYTES = 256 * 1024 * 1024

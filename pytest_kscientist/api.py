@@ -32,11 +32,10 @@ from pytest_kscientist.worker import timing as _timing
 
 __all__ = [
     "CandidateResult", "Evaluator", "Member", "Point", "Population", "RunResults", "ThreadWatch",
-    "Worker", "best_member", "compare", "compose", "confirmed_speedup", "geomean",
-    "interquartile_interval", "interquartile_mean", "load_module", "load_reference", "load_task",
-    "make_timer", "median_interval", "read_hip_source", "read_space", "read_tunables",
-    "received", "rewrite_tunables", "sandbox_available", "split",
-    "start_worker",
+    "Worker", "best_member", "compare", "compose", "confirmed_speedup", "geomean", "load_module",
+    "load_reference", "load_task", "make_timer", "median_interval", "read_hip_source", "read_space",
+    "read_tunables", "received", "rewrite_tunables", "sandbox_available", "split",
+    "start_worker", "t95",
 ]
 
 # -- tasks, references and kernel files ------------------------------------------------------
@@ -69,16 +68,11 @@ geomean = _stats.geomean
 """``geomean(values)``: the geometric mean of positive values; ValueError otherwise."""
 
 median_interval = _stats.median_interval
-"""``median_interval(times)``: the distribution-free 95% interval of the median; ValueError for
-no values."""
+"""``median_interval(times)``: the distribution-free 95% interval of the median the harness
+reports (and its 1% stop reads); ValueError for no values."""
 
-interquartile_mean = _stats.interquartile_mean
-"""``interquartile_mean(times)``: the mean of the middle half of the calls, the centre the
-harness reports; ValueError for no values."""
-
-interquartile_interval = _stats.interquartile_interval
-"""``interquartile_interval(times)``: the ~95% interval of ``interquartile_mean`` that the
-harness reports and its 1% stop reads; ValueError for no values."""
+t95 = _stats.t95
+"""``t95(freedom)``: Student's t, two-sided 95%, for that many degrees of freedom."""
 
 compare = _correctness.compare
 """``compare(out, ref, atol, rtol)``: None when ``out`` matches ``ref``, else why not."""

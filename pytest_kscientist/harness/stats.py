@@ -53,40 +53,6 @@ def median_interval(times: Sequence[float]) -> tuple[float, float]:
     return ordered[low], ordered[high]
 
 
-def interquartile_mean(times: Sequence[float]) -> float:
-    """The mean of the middle half of ``times`` (a 25% trimmed mean; under 4 values, their mean).
-
-    Robust to outliers like the median, and continuous where the calls fall into two groups:
-    the median of calls split near half and half jumps between the groups from one sample to
-    the next (timing.md, "The centre of a benchmark's calls").
-    """
-    ordered = sorted(times)
-    n = len(ordered)
-    if n == 0:
-        raise ValueError("interquartile_mean() needs at least one value, got none")
-    cut = n // 4
-    return statistics.fmean(ordered[cut:n - cut])
-
-
-def interquartile_interval(times: Sequence[float]) -> tuple[float, float]:
-    """A ~95% interval of the interquartile mean (Tukey and McLaughlin: the standard error from
-    the winsorized sample, Student's t on the trimmed count); under 6 calls the whole range."""
-    ordered = sorted(times)
-    n = len(ordered)
-    if n == 0:
-        raise ValueError("interquartile_interval() needs at least one value, got none")
-    if n < 6:
-        return ordered[0], ordered[-1]
-    cut = n // 4
-    kept = n - 2 * cut
-    low_edge, high_edge = ordered[cut], ordered[n - cut - 1]
-    winsorized = [min(max(t, low_edge), high_edge) for t in ordered]
-    stderr = statistics.stdev(winsorized) / (kept / n) / math.sqrt(n)
-    half = t95(kept - 1) * stderr
-    centre = statistics.fmean(ordered[cut:n - cut])
-    return centre - half, centre + half
-
-
 def ratio_interval(num: TimingStats, den: TimingStats) -> tuple[float, float] | None:
     """A conservative interval of num.median / den.median from both medians' intervals."""
     bounds = (num.ci_low_us, num.ci_high_us, den.ci_low_us, den.ci_high_us)
