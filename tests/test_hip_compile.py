@@ -19,7 +19,7 @@ from helpers import DATA, REPO, run_pytest
 
 from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION
-from pytest_kscientist.hip import compile_gate
+from pytest_kscientist.hip import compile_gate, prelude
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip import toolchain as hip_toolchain
 
@@ -297,6 +297,7 @@ def test_a_compile_is_kept_by_its_inputs_and_answers_only_them(
         return 1, f"{cwd}/syntax_error.hip:13:28: error: expected ';' after expression\n"
 
     monkeypatch.setattr(compiles, "run", compiler)
+    monkeypatch.setattr(prelude, "built", lambda *args: None)  # its own tests: test_hip_prelude
     monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
     broken = tmp_path / "syntax_error.py"
     broken.write_text((HIP / "syntax_error.py").read_text())

@@ -13,6 +13,7 @@ Results are kept by their inputs' hash, with the other languages' (``harness/com
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 from pathlib import Path
@@ -31,6 +32,7 @@ from pytest_kscientist.harness.compiles import (
     killed,
 )
 from pytest_kscientist.harness.results import CompileResult, KernelResources
+from pytest_kscientist.hip import prelude
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip import toolchain as hip_toolchain
 
@@ -51,8 +53,9 @@ LOAD_INLINE_FLAGS = ("-DWITH_HIP", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "
                      "-D__HIP_NO_HALF_CONVERSIONS__=1", "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
                      "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++20", "-O3")
 def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit: Path,
-            obj: Path) -> list[str]:
-    """The compiler's command line for one target (device code only, with resource remarks)."""
+            obj: Path, pch: Path | None = None) -> list[str]:
+    """The compiler's command line for one target (device code only, with resource remarks);
+    with ``pch``, the prelude read from it and the extension's name left to the unit."""
     cmd = [str(tc.clang), "-x", "hip", f"--offload-arch={arch}", f"--hip-path={tc.hip_path}"]
     if tc.device_libs is not None:
         cmd.append(f"--rocm-device-lib-path={tc.device_libs}")
@@ -61,10 +64,43 @@ def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit:
     if tc.define_wavefront:
         # gfx9 (CDNA, GCN) runs 64-wide waves by default, gfx10+ (RDNA) 32-wide.
         cmd.append(f"-D__AMDGCN_WAVEFRONT_SIZE={64 if arch[3] == '9' else 32}")
-    cmd += [*LOAD_INLINE_FLAGS, f"-DTORCH_EXTENSION_NAME={source.module_name}", *source.flags,
-            "--cuda-device-only", "-c", "-o", str(obj), "-fno-color-diagnostics",
-            "-Rpass-analysis=kernel-resource-usage", str(unit)]
-    return cmd
+    cmd += [*LOAD_INLINE_FLAGS,
+            *([] if pch else [f"-DTORCH_EXTENSION_NAME={source.module_name}"]), *source.flags,
+            "--cuda-device-only", "-c", "-o", str(obj), "-fno-color-diagnostics"]
+    if pch is not None:
+        cmd += ["-include-pch", str(pch)]
+    return [*cmd, "-Rpass-analysis=kernel-resource-usage", str(unit)]
+
+
+def pch_command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, header: Path,
+                out: Path) -> list[str]:
+    """The command line that precompiles load_inline's prelude for ``command``'s compiles of
+    this target: the same, with the PCH as the device side's only output, and of the
+    candidate's flags only those the headers may read (``headers_flags``), so knob variants
+    that differ in their own macros share one PCH."""
+    shared = dataclasses.replace(source, flags=headers_flags(source.flags))
+    cmd = command(tc, arch, shared, header, out, pch=header)
+    at = cmd.index("-include-pch")
+    return [*cmd[:at], "-S", "-Xclang", "-emit-pch", str(header)]
+
+
+def headers_flags(flags: list[str]) -> list[str]:
+    """The flags a PCH of the prelude is built with: language and target options (``-std=``,
+    ``-f``, ``-m``) and macros named for the headers (a leading underscore, ``NDEBUG``). The
+    candidate's own macros (``-DBLOCK_M=64``), optimisation levels and warnings stay on its
+    compile's command line, which clang accepts beside a PCH built without them (clang 22);
+    those macros then apply to the candidate's code, not to torch's and HIP's headers."""
+    kept = []
+    for flag in flags:
+        if flag in LOAD_INLINE_FLAGS:
+            continue  # already there (a -std=c++20 of its own)
+        if flag.startswith(("-D", "-U")):
+            name = flag[2:].split("=", 1)[0]
+            if name.startswith("_") or name == "NDEBUG":
+                kept.append(flag)
+        elif not flag.startswith(("-O", "-W", "-w")):
+            kept.append(flag)
+    return kept
 
 
 def shorten(text: str, tc: hip_toolchain.Toolchain) -> str:
@@ -129,8 +165,10 @@ def parse_resources(output: str) -> list[KernelResources]:
             if {"vgprs", "sgprs", "lds_bytes", "occupancy_waves_per_simd"} <= k.keys()]
 
 
-def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
-    """Compile the candidate's device source for ``arch``: passed, failed or skipped."""
+def compile_candidate(path: Path, arch: str, timeout_s: float,
+                      precompiled: bool = True) -> CompileResult:
+    """Compile the candidate's device source for ``arch``: passed, failed or skipped. The
+    prelude's headers come precompiled (``hip.prelude``) unless ``precompiled`` is False."""
     tc = hip_toolchain.find()
     if isinstance(tc, str):
         return CompileResult(arch=arch, outcome="skipped", reason=(
@@ -140,13 +178,17 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
         source = hip.read_source(path)
     except hip.HipSourceError as exc:
         return CompileResult(arch=arch, outcome="failed", reason=str(exc))
+    versions = (compiler_version(tc.clang), tc.versions)
+    pch = prelude.built(hip.PRELUDE, lambda header, out: pch_command(
+        tc, arch, source, header, out), versions, path, timeout_s) if precompiled else None
     key, ran = compile_kept(
-        path, f"{path.stem}.hip", hip.translation_unit(source, path.name),
-        lambda unit, obj: command(tc, arch, source, unit, obj),
-        (compiler_version(tc.clang), tc.versions), timeout_s,
+        path, f"{path.stem}.hip", hip.translation_unit(source, path.name, pch is not None),
+        lambda unit, obj: command(tc, arch, source, unit, obj, pch), versions, timeout_s,
         {"HIP_PLATFORM": "amd"})  # nvcc on the PATH would otherwise pick the NVIDIA platform
     if not isinstance(ran, Ran):
         return ran  # kept from an earlier compile
+    if pch is not None and ran.code != 0 and prelude.refused(ran.output, pch):
+        return compile_candidate(path, arch, timeout_s, precompiled=False)
     code, output = ran.code, shorten(ran.output, tc)
     result = CompileResult(arch=arch, outcome="passed", seconds=ran.seconds,
                            compiler=compiler_version(tc.clang), toolchain=tc.versions,

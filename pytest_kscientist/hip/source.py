@@ -251,10 +251,17 @@ def read_source(path: Path) -> HipSource:
                      module_name=str(name), call_line=call.lineno)
 
 
-def translation_unit(source: HipSource, shown_as: str) -> str:
+# What load_inline puts before a HIP source (hipified): torch's and HIP's headers.
+PRELUDE = "#include <torch/types.h>\n#include <hip/hip_runtime.h>\n"
+
+
+def translation_unit(source: HipSource, shown_as: str, precompiled: bool = False) -> str:
     """The file the compiler sees: load_inline's prelude (hipified), then each chunk behind a
-    ``#line`` directive, so diagnostics name the candidate's own lines."""
-    parts = ["#include <torch/types.h>", "#include <hip/hip_runtime.h>"]
+    ``#line`` directive, so diagnostics name the candidate's own lines. ``precompiled``: the
+    prelude comes from a PCH (``hip.prelude``), and the extension's name is defined here, where
+    the command line would differ from the PCH's."""
+    parts = ([f"#define TORCH_EXTENSION_NAME {source.module_name}"] if precompiled
+             else [PRELUDE.rstrip("\n")])
     for chunk in source.chunks:
         if chunk.line is not None:
             parts.append(f'#line {chunk.line} "{shown_as}"')

@@ -1,0 +1,123 @@
+"""The HIP compile items' precompiled prelude (hip/prelude.py): torch's and HIP's headers built
+once per target into a PCH kept beside the compile results, shared by knob variants, refused
+PCHs rebuilt, nothing precompiled where results are not kept. Real clang (the toolchain of
+tools/install_hip_toolchain.sh), like test_hip_compile.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from pytest_kscientist.harness import compiles
+from pytest_kscientist.hip import compile_gate
+from pytest_kscientist.hip import source as hip
+from pytest_kscientist.hip import toolchain as hip_toolchain
+
+HIP = REPO / "tests" / "data" / "hip"
+SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "hip_mfma.py"
+
+
+@pytest.fixture
+def toolchain() -> hip_toolchain.Toolchain:
+    found = hip_toolchain.find()
+    if isinstance(found, str):
+        if os.environ.get("KS_HIP_REQUIRED") == "1":
+            pytest.fail(f"KS_HIP_REQUIRED=1 but no AMDGPU toolchain: {found}")
+        pytest.skip(f"no AMDGPU toolchain ({found}); {hip_toolchain.install_command()}")
+    return found
+
+
+@pytest.fixture
+def commands(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every compiler command line the gate runs (the real compiler still runs)."""
+    ran: list[list[str]] = []
+    real = compiles.run
+
+    def spy(cmd: list[str], cwd: Path, timeout_s: float,
+            env: dict[str, str] | None = None) -> tuple[int | None, str]:
+        ran.append(cmd)
+        return real(cmd, cwd, timeout_s, env)
+
+    monkeypatch.setattr(compiles, "run", spy)
+    return ran
+
+
+def test_knob_variants_share_one_pch_and_compile_through_it(
+        toolchain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        commands: list[list[str]]) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    plain = compile_gate.compile_candidate(SEED, "gfx942", 300, precompiled=False)
+    variant = tmp_path / "hip_mfma_pad8.py"
+    variant.write_text(SEED.read_text().replace('"LDS_PAD": 4,', '"LDS_PAD": 8,'))
+    assert variant.read_text() != SEED.read_text()
+    first = compile_gate.compile_candidate(SEED, "gfx942", 300)
+    second = compile_gate.compile_candidate(variant, "gfx942", 300)
+    assert first.outcome == second.outcome == "passed", (first.reason, second.reason)
+    assert first.kernels == plain.kernels  # the same code, the same resources
+    (pch,) = (tmp_path / "kept" / "prelude").glob("*.pch")
+    builds = [c for c in commands if "-emit-pch" in c]
+    compiles_ = [c for c in commands if "-include-pch" in c]
+    assert len(builds) == 1 and len(compiles_) == 2
+    assert all(c[c.index("-include-pch") + 1] == str(pch) for c in compiles_)
+    # The variant's own macros stay on its command line, off the PCH's.
+    assert "-DLDS_PAD=8" in compiles_[1] and not any("LDS_PAD" in f for f in builds[0])
+    assert not any(f.startswith("-DTORCH_EXTENSION_NAME") for f in compiles_[0])
+
+
+def test_errors_through_the_pch_name_the_candidates_lines(
+        toolchain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    result = compile_gate.compile_candidate(HIP / "syntax_error.py", "gfx942", 300)
+    assert result.outcome == "failed"
+    assert result.reason.startswith(
+        "syntax_error.py:13:28: error: expected ';' after expression"), result.reason
+    assert list((tmp_path / "kept" / "prelude").glob("*.pch"))
+
+
+def test_a_pch_clang_refuses_is_rebuilt_and_the_compile_still_passes(
+        toolchain, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        commands: list[list[str]]) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    fixed = tmp_path / "scale.py"
+    fixed.write_text((HIP / "syntax_error.py").read_text().replace(
+        "x[i] *= 2.0f\n", "x[i] *= 2.0f;\n"))
+    assert compile_gate.compile_candidate(fixed, "gfx942", 300).outcome == "passed"
+    (pch,) = (tmp_path / "kept" / "prelude").glob("*.pch")
+    pch.write_bytes(b"not a precompiled header")
+    fixed.write_text(fixed.read_text().replace("2.0f;", "3.0f;"))  # not a kept result
+    again = compile_gate.compile_candidate(fixed, "gfx942", 300)
+    assert again.outcome == "passed" and not again.cached, again.reason
+    # Refused, compiled without it, and the damaged file gone so the next compile rebuilds it.
+    assert not pch.exists() or pch.read_bytes() != b"not a precompiled header"
+    assert "-include-pch" not in commands[-1]
+
+
+def test_nothing_is_precompiled_where_results_are_not_kept(
+        toolchain, monkeypatch: pytest.MonkeyPatch, commands: list[list[str]]) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", "off")
+    result = compile_gate.compile_candidate(HIP / "syntax_error.py", "gfx942", 300)
+    assert result.outcome == "failed"
+    assert not any("-emit-pch" in c or "-include-pch" in c for c in commands)
+
+
+@pytest.mark.parametrize(("flags", "shared"), [
+    (["-std=c++20", "-O3", "-DBLOCK_M=64", "-UWAVES"], []),
+    (["-std=c++17", "-ffast-math", "-mcumode", "-Wall", "-w"],
+     ["-std=c++17", "-ffast-math", "-mcumode"]),
+    (["-D__HIP_NO_HALF_CONVERSIONS__=0", "-DNDEBUG", "-U_GLIBCXX_ASSERTIONS", "-DTILE=4"],
+     ["-D__HIP_NO_HALF_CONVERSIONS__=0", "-DNDEBUG", "-U_GLIBCXX_ASSERTIONS"]),
+])
+def test_the_pch_keeps_only_the_flags_the_headers_may_read(flags: list[str],
+                                                            shared: list[str]) -> None:
+    assert compile_gate.headers_flags(flags) == shared
+
+
+def test_a_unit_through_the_pch_defines_the_extension_name_itself() -> None:
+    source = hip.read_source(HIP / "syntax_error.py")
+    with_pch = hip.translation_unit(source, "k.py", precompiled=True)
+    assert with_pch.startswith(f"#define TORCH_EXTENSION_NAME {source.module_name}\n#line ")
+    assert "#include <torch/types.h>" not in with_pch
+    assert hip.translation_unit(source, "k.py").startswith(hip.PRELUDE)
