@@ -6,6 +6,7 @@ automatically, so ``pytest tests -m "not slow"`` is the fast lane (README, Devel
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,19 @@ import torch  # noqa: F401 - imported once here: pytester restores sys.modules a
 from helpers import AXPY, spawns
 
 collect_ignore = ["data"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One compile cache for the whole suite: pytester points HOME at each test's own folder,
+    so every pytester session evaluating the HIP seed compiled it (and built its precompiled
+    prelude) again. The folder is where this machine keeps compile results (``compiles``'s
+    default, resolved before any test moves HOME); a KS_COMPILE_CACHE already set wins, and
+    the tests of the cache set their own."""
+    from pytest_kscientist.harness.compiles import cache_folder
+
+    folder = cache_folder()
+    if folder is not None:
+        os.environ.setdefault("KS_COMPILE_CACHE", str(folder))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
