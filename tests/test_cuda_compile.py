@@ -111,3 +111,22 @@ def test_what_a_candidate_prints_in_the_recorders_place_is_checked(
     forged.write_text(f"import os\nos.write(1, b'\\n{cuda_gate.MARK}{printed}\\n')\nos._exit(0)\n")
     with pytest.raises(cuda_gate.NotCaptured, match=why.replace("(", r"\(")):
         cuda_gate.capture(forged, 60)
+
+
+@needs_nvcc
+def test_writer_drafts_in_cuda_are_compiled_before_any_gpu_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM writer's draft check (evolve/llm/draft.py) returns nvcc's errors for a CUDA
+    draft, passes it once fixed, and leaves a draft without load_inline or a target alone."""
+    from pytest_kscientist.evolve.llm.draft import KnownSources, check
+
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    broken = (CUDA / "syntax_error.py").read_text()
+    problem = check(broken, KnownSources())
+    assert problem.startswith("the CUDA source does not compile for sm_90:\n"
+                              'cuda.cu(6): error: expected a ";"'), problem
+    fixed = broken.replace("x[i] *= 2.0f\n", "x[i] *= 2.0f;\n")
+    assert check(fixed, KnownSources()) == ""
+    assert check(fixed.replace('KS_REQUIRES = "sm_90"', 'KS_REQUIRES = "nvidia"'),
+                 KnownSources()) == ""  # no sm target named: nothing to compile for
+    assert cuda_gate.draft_problem("def custom_kernel(data):\n    return data\n") == ""

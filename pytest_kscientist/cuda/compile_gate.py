@@ -241,3 +241,14 @@ def compile_items(parent: pytest.Collector, source: Path, runs_here: bool) -> li
         return []
     return [CudaCompileItem.from_parent(parent, name=f"compile[{arch}]", arch=arch)
             for arch in targets(source)]
+
+
+def draft_problem(source: str) -> str:
+    """Why a written draft that builds CUDA through load_inline does not compile for an sm
+    target its KS_REQUIRES names (nvcc's first errors), or "" when it compiles, names none, or
+    cannot be compiled here (no nvcc; its import stops before load_inline). For the LLM
+    writer's draft check: a draft nvcc rejects goes back to the writer before any GPU time."""
+    return compiles.draft_problem(
+        source, "CUDA",
+        lambda path: targets(path) if "load_inline" in path.read_text(errors="replace") else [],
+        compile_candidate)

@@ -79,6 +79,29 @@ def compile_kept(candidate: Path, unit_name: str, text: str,
                         bool(sandbox))
 
 
+DRAFT_TIMEOUT_S = 120.0
+
+
+def draft_problem(source: str, language: str, targets: Callable[[Path], list[str]],
+                  compile_one: Callable[[Path, str, float], CompileResult]) -> str:
+    """Why a written draft does not compile for one of the targets ``targets`` finds in it
+    (``compile_one``'s first errors), or "" when it compiles, declares none, or cannot be
+    compiled here (no compiler: its compile items and worker say so). A ``ValueError`` from
+    ``targets`` (a malformed declaration) is the problem. For the LLM writer's draft check."""
+    with tempfile.TemporaryDirectory(prefix="ks-draft-") as tmp:
+        path = Path(tmp) / "draft.py"
+        path.write_text(source, encoding="utf-8")
+        try:
+            archs = targets(path)
+        except ValueError as exc:
+            return str(exc)
+        for arch in archs:
+            result = compile_one(path, arch, DRAFT_TIMEOUT_S)
+            if result.outcome == "failed":
+                return f"the {language} source does not compile for {arch}:\n{result.reason}"
+    return ""
+
+
 @functools.cache
 def compiler_version(compiler: Path, marker: str = "") -> str:
     """The compiler's first ``--version`` line, or its last one holding ``marker`` (nvcc's

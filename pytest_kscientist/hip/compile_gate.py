@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.compiles import (
     MAX_ERRORS,
     CompileItem,
@@ -230,22 +230,8 @@ class HipCompileItem(CompileItem):
     compile_source = staticmethod(compile_candidate)
 
 
-DRAFT_TIMEOUT_S = 120.0
-
-
 def draft_problem(source: str) -> str:
     """Why a written draft that declares KS_HIP_ARCH does not compile for one of its targets
     (the compiler's first errors), or "" when it compiles, declares none, or no toolchain is
     installed here (its compile items then report it). For the LLM writer's draft check."""
-    with tempfile.TemporaryDirectory(prefix="ks-draft-") as tmp:
-        path = Path(tmp) / "draft.py"
-        path.write_text(source, encoding="utf-8")
-        try:
-            archs = hip.declared_archs(path)
-        except hip.HipDeclarationError as exc:
-            return str(exc)
-        for arch in archs:
-            result = compile_candidate(path, arch, DRAFT_TIMEOUT_S)
-            if result.outcome == "failed":
-                return f"the HIP source does not compile for {arch}:\n{result.reason}"
-    return ""
+    return compiles.draft_problem(source, "HIP", hip.declared_archs, compile_candidate)

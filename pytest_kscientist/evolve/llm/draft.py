@@ -2,8 +2,9 @@
 
 Checks: the reply holds one complete ``python`` block, it compiles, it defines the task's entry
 (``custom_kernel``, or ``ModelNew`` for a KernelBench problem: ``TaskBrief.entry``) at top
-level, and it is not a copy of a known kernel once comments, docstrings and formatting are
-normalised away.
+level, its HIP or CUDA source (``load_inline`` with targets in ``KS_HIP_ARCH`` or
+``KS_REQUIRES``) compiles for them where a compiler is found, and it is not a copy of a known
+kernel once comments, docstrings and formatting are normalised away.
 """
 
 from __future__ import annotations
@@ -137,11 +138,13 @@ def check(source: str, known: KnownSources, entry: str = "custom_kernel") -> str
         return f"the file does not compile: {exc}"
     if not defines_entry(tree, entry):
         return f"the file does not define {entry_label(entry)} at module level"
-    from pytest_kscientist.hip.compile_gate import draft_problem
+    from pytest_kscientist.cuda.compile_gate import draft_problem as cuda_problem
+    from pytest_kscientist.hip.compile_gate import draft_problem as hip_problem
 
-    hip_errors = draft_problem(source)  # a HIP draft is compiled for its targets (issue 14)
-    if hip_errors:
-        return hip_errors
+    # A HIP or CUDA draft is compiled for its targets (issues 14 and 32).
+    compiler_errors = hip_problem(source) or cuda_problem(source)
+    if compiler_errors:
+        return compiler_errors
     twin = known.match(source)
     if twin is not None:
         return (
