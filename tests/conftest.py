@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch  # noqa: F401 - imported once here: pytester restores sys.modules after inline runs
@@ -37,6 +38,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = getattr(item, "module", None)
         if function is not None and module is not None and spawns(function, module):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def toolchain() -> Any:
+    """The AMDGPU toolchain of the HIP compile gate; skips without one (fails under
+    ``KS_HIP_REQUIRED=1``, as CI sets it: tools/install_hip_toolchain.sh installs it)."""
+    from pytest_kscientist.hip import toolchain as hip_toolchain
+
+    found = hip_toolchain.find()
+    if isinstance(found, str):
+        if os.environ.get("KS_HIP_REQUIRED") == "1":
+            pytest.fail(f"KS_HIP_REQUIRED=1 but no AMDGPU toolchain: {found}")
+        pytest.skip(f"no AMDGPU toolchain ({found}); {hip_toolchain.install_command()}")
+    return found
 
 
 @pytest.fixture

@@ -21,21 +21,10 @@ from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION
 from pytest_kscientist.hip import compile_gate, prelude
 from pytest_kscientist.hip import source as hip
-from pytest_kscientist.hip import toolchain as hip_toolchain
 
 HIP = DATA / "hip"
 SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "hip_mfma.py"
 TASK = REPO / "tasks" / "fp8_gemm"
-
-
-@pytest.fixture
-def toolchain() -> hip_toolchain.Toolchain:
-    found = hip_toolchain.find()
-    if isinstance(found, str):
-        if os.environ.get("KS_HIP_REQUIRED") == "1":
-            pytest.fail(f"KS_HIP_REQUIRED=1 but no AMDGPU toolchain: {found}")
-        pytest.skip(f"no AMDGPU toolchain ({found}); {hip_toolchain.install_command()}")
-    return found
 
 
 def _write(tmp_path: Path, body: str, name: str = "k.py") -> Path:

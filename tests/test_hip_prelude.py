@@ -5,7 +5,6 @@ tools/install_hip_toolchain.sh), like test_hip_compile.py."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -14,20 +13,9 @@ from helpers import REPO
 from pytest_kscientist.harness import compiles
 from pytest_kscientist.hip import compile_gate
 from pytest_kscientist.hip import source as hip
-from pytest_kscientist.hip import toolchain as hip_toolchain
 
 HIP = REPO / "tests" / "data" / "hip"
 SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "hip_mfma.py"
-
-
-@pytest.fixture
-def toolchain() -> hip_toolchain.Toolchain:
-    found = hip_toolchain.find()
-    if isinstance(found, str):
-        if os.environ.get("KS_HIP_REQUIRED") == "1":
-            pytest.fail(f"KS_HIP_REQUIRED=1 but no AMDGPU toolchain: {found}")
-        pytest.skip(f"no AMDGPU toolchain ({found}); {hip_toolchain.install_command()}")
-    return found
 
 
 @pytest.fixture
