@@ -17,7 +17,10 @@ from pytest_kscientist.harness.attribution import Attribution
 # 6: attribution on a check (--ks-attribution: the kernels a profiled call's time went to).
 # 7: source on a candidate (its file's text, so --ks-compare can time the saved kernel beside),
 # load_s (its import's seconds: a load_inline build is most of it).
-RESULTS_SCHEMA_VERSION = 7
+# 8: compiles of CUDA candidates (compile[sm_XY]: KernelResources' registers, shared_bytes,
+# stack_bytes, spill_store_bytes, spill_load_bytes), CompileResult.cached (kept from an earlier
+# compile).
+RESULTS_SCHEMA_VERSION = 8
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
