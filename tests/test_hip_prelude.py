@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO
 
 from pytest_kscientist.harness import compiles
-from pytest_kscientist.hip import compile_gate
+from pytest_kscientist.hip import compile_gate, prelude
 from pytest_kscientist.hip import source as hip
 
 HIP = REPO / "tests" / "data" / "hip"
@@ -82,6 +82,23 @@ def test_nothing_is_precompiled_where_results_are_not_kept(
     compile_gate.compile_candidate(HIP / "syntax_error.py", "gfx942", 300)
     assert len(commands) == 1  # the compile itself, nothing built first
     assert not any("-emit-pch" in c or "-include-pch" in c for c in commands)
+
+
+def test_flags_the_headers_do_not_compile_with_are_not_tried_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(compiles, "run", lambda cmd, *args: ran.append(cmd) or (
+        1, "prelude.h:1:10: error: C++17 or later required"))
+    command = lambda header, out: ["clang", "-std=c++11", "-o", str(out), str(header)]  # noqa: E731
+    args = (hip.PRELUDE, command, ("clang 22",), HIP / "syntax_error.py", 60.0)
+    assert prelude.built(*args) is None and len(ran) == 1
+    assert prelude.built(*args) is None and len(ran) == 1  # the mark answers
+    (mark,) = (tmp_path / "kept" / "prelude").glob("*.failed")
+    monkeypatch.setattr(compiles, "run", lambda cmd, *args: ran.append(cmd) or (None, ""))
+    mark.unlink()
+    assert prelude.built(*args) is None and len(ran) == 2
+    assert not mark.exists()  # a timeout leaves no mark: the flags may be fine
 
 
 @pytest.mark.parametrize(("flags", "shared"), [

@@ -12,7 +12,8 @@ sandbox (its flags are on the command line), under a file lock (compile items ru
 A compile that uses it defines ``TORCH_EXTENSION_NAME`` in its unit instead of on the command
 line (a PCH refuses a macro that differs from its own). A header that changed since the PCH
 was built makes clang refuse the PCH: the compile then runs again without it
-(``refused``) and the PCH is built anew next time.
+(``refused``) and the PCH is built anew next time. Flags the headers do not compile with
+leave a ``.failed`` mark, so their compiles parse the headers without trying the PCH again.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple
     target = folder / "prelude" / f"{key}.pch"
     if target.is_file():
         return target
-    header = target.with_suffix(".h")
+    header, failed = target.with_suffix(".h"), target.with_suffix(".failed")
+    if failed.exists():
+        return None  # these flags broke the headers before: do not try again each compile
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target.with_suffix(".lock")), timeout=timeout_s):
@@ -59,6 +62,8 @@ def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple
                 code, _ = compiles.run([*compiler_sandbox(candidate), *command(header, out)],
                                        Path(tmp), timeout_s)
                 if code != 0 or not out.is_file():
+                    if code is not None and code > 0:  # not a timeout or a kill
+                        failed.touch()
                     return None
                 fd, part = tempfile.mkstemp(dir=target.parent, prefix=f".{key[:16]}-",
                                             suffix=".tmp")
