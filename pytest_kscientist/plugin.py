@@ -181,13 +181,18 @@ class KsHooks:
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        from pytest_kscientist.harness.collect import plan_rounds
+        from pytest_kscientist.harness.collect import plan_rounds, tag_timed
 
         items[:] = plan_rounds(items, self.ks.lineup)
+        tag_timed(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation
 
+        for name, prop in report.user_properties:
+            if name == "ks_item":  # every phase: where the session's time went
+                per_task = self.ks.item_seconds.setdefault(prop["task"], {})
+                per_task[prop["kind"]] = per_task.get(prop["kind"], 0.0) + report.duration
         if report.when != "call":
             return
         for name, prop in report.user_properties:

@@ -102,6 +102,7 @@ class FakeEvaluator:
                 hostname="h", platform="p", python="3", torch="t", device="cpu", device_name="fake"
             ),
             candidates=[self._beside(self._result(p), beside) for p in kernels],
+            item_seconds={"check": 1.25, "bench": 2.5, "validate": 0.01},
         )
 
     def _beside(self, result: CandidateResult, beside: tuple[Path, ...]) -> CandidateResult:

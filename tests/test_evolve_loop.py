@@ -106,6 +106,9 @@ def test_each_generation_selects_designs_writes_and_evaluates(tmp_path: Path) ->
     text = run.out.getvalue()
     for stage in ("seed", "select", "design", "write", "evaluate"):
         assert f"| {stage}" in text
+    # Where each child session's time went, most first, the negligible left out.
+    assert (": c0001 passed (in items: bench 2.5 s, check 1.2 s; the rest: the session's start "
+            "and its workers' loads)") in text
     assert "gen 3/3" in text and "over seed c0001 (tunable.py), ratios timed beside" in text
     assert "stopped: 3 generation(s) done" in text
     top = best_member(members)

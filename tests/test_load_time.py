@@ -61,5 +61,8 @@ def test_the_results_carry_each_candidates_import_time(tmp_path: Path) -> None:
     assert code == 0 and data is not None, output
     found = {c["name"]: c["load_s"] for c in data["candidates"]}
     assert found["slow_import"] >= SLOW_LOAD_S + 0.5, found
+    # Where the session's time went: the checks waited for that import; no bench item ran.
+    assert set(data["item_seconds"]) == {"check"}, data["item_seconds"]  # -k check
+    assert data["item_seconds"]["check"] >= SLOW_LOAD_S - 1.0, data["item_seconds"]
     assert ("load of slow_import: " in output
             and " s before its first call, most likely its module-level code" in output)

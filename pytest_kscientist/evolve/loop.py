@@ -403,7 +403,8 @@ class Evolution(WriteStage):
             )
             raise Stop(str(exc), exc.code) from None
         verdicts = self._store(pending, run, self.pop.run_id)
-        self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}")
+        self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}"
+                                f"{_where(getattr(run, 'item_seconds', None))}")
 
     def _store(self, pending: list[Member], run: Any, run_id: str, **note: Any) -> list[str]:
         """Record a session's results for ``pending``; return their verdicts."""
@@ -579,3 +580,14 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
         task_dir=task_dir,
     )
     return evolution.run()
+
+
+def _where(item_seconds: dict[str, float] | None) -> str:
+    """Where a child session's time went, by kind of item, most first (RunResults.item_seconds);
+    the rest of the session is its start-up, collection and the workers' loads."""
+    kinds = sorted(((k, s) for k, s in (item_seconds or {}).items() if s >= 0.05),
+                   key=lambda kv: -kv[1])
+    if not kinds:
+        return ""
+    return (" (in items: " + ", ".join(f"{kind} {s:.1f} s" for kind, s in kinds)
+            + "; the rest: the session's start and its workers' loads)")

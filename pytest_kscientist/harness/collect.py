@@ -582,6 +582,20 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
     return ordered
 
 
+def tag_timed(items: list[Any]) -> None:
+    """Give every item of a task a ``ks_item`` property (its task and kind: check, bench,
+    compile, gate, validate), so each phase's report adds its duration to the session's
+    ``item_seconds`` (reports carry it under xdist too)."""
+    for item in items:
+        if item.get_closest_marker("kscientist") is None:
+            continue
+        task = getattr(getattr(item, "parent", None), "task", None)
+        if task is None or any(name == "ks_item" for name, _ in item.user_properties):
+            continue
+        kind = getattr(item, "kind", None) or item.name.split("[", 1)[0]
+        item.user_properties.append(("ks_item", {"task": task.name, "kind": kind}))
+
+
 def start_workers(items: list[Any], jobs: int) -> int:
     """Begin starting and loading, ``jobs`` at a time in the background, the workers of every
     candidate (and baseline) that has an item to run; returns how many were begun.

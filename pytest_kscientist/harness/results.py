@@ -19,7 +19,7 @@ from pytest_kscientist.harness.attribution import Attribution
 # load_s (its import's seconds: a load_inline build is most of it).
 # 8: compiles of CUDA candidates (compile[sm_XY]: KernelResources' registers, shared_bytes,
 # stack_bytes, spill_store_bytes, spill_load_bytes), CompileResult.cached (kept from an earlier
-# compile).
+# compile), item_seconds on the run.
 RESULTS_SCHEMA_VERSION = 8
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
@@ -248,3 +248,7 @@ class RunResults(BaseModel):
     candidates: list[CandidateResult] = Field(default_factory=list)
     baselines: list[BaselineInfo] = Field(default_factory=list)
     task_validation: TaskValidation | None = None
+    # pytest's seconds in this task's items by kind (check, bench, compile, gate, validate),
+    # setup, call and teardown together: where a session's time went (a check that waits for
+    # its candidate's build counts the wait; the rest of a session is start-up and collection).
+    item_seconds: dict[str, float] = Field(default_factory=dict)

@@ -85,6 +85,9 @@ class KsSession:
         self.starting: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
+        # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
+        # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
+        self.item_seconds: dict[str, dict[str, float]] = {}
 
     def task_names(self) -> list[str]:
         """The tasks this run reports on: those with results, then those only validated."""
@@ -258,6 +261,7 @@ class KsSession:
                 candidates=list(self.results.get(name, {}).values()),
                 baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
+                item_seconds=self.item_seconds.get(name, {}),
             ).model_dump(mode="json")
             for name in self.task_names()
         ]
