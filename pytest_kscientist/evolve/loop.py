@@ -404,7 +404,7 @@ class Evolution(WriteStage):
             raise Stop(str(exc), exc.code) from None
         verdicts = self._store(pending, run, self.pop.run_id)
         self._stage("evaluate", f"done in {self.clock() - began:.1f} s: {', '.join(verdicts)}"
-                                f"{_where(getattr(run, 'item_seconds', None))}")
+                                f"{_where(run.item_seconds)}")
 
     def _store(self, pending: list[Member], run: Any, run_id: str, **note: Any) -> list[str]:
         """Record a session's results for ``pending``; return their verdicts."""
@@ -582,10 +582,10 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
     return evolution.run()
 
 
-def _where(item_seconds: dict[str, float] | None) -> str:
+def _where(item_seconds: dict[str, float]) -> str:
     """Where a child session's time went, by kind of item, most first (RunResults.item_seconds);
     the rest of the session is its start-up, collection and the workers' loads."""
-    kinds = sorted(((k, s) for k, s in (item_seconds or {}).items() if s >= 0.05),
+    kinds = sorted(((k, s) for k, s in item_seconds.items() if s >= 0.05),
                    key=lambda kv: -kv[1])
     if not kinds:
         return ""

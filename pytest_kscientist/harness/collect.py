@@ -589,11 +589,10 @@ def tag_timed(items: list[Any]) -> None:
     for item in items:
         if item.get_closest_marker("kscientist") is None:
             continue
-        task = getattr(getattr(item, "parent", None), "task", None)
-        if task is None or any(name == "ks_item" for name, _ in item.user_properties):
-            continue
-        kind = getattr(item, "kind", None) or item.name.split("[", 1)[0]
-        item.user_properties.append(("ks_item", {"task": task.name, "kind": kind}))
+        task = getattr(item.parent, "task", None)
+        if task is not None:  # every kscientist item is named <kind>[...] or <kind>
+            kind = item.name.split("[", 1)[0]
+            item.user_properties.append(("ks_item", {"task": task.name, "kind": kind}))
 
 
 def start_workers(items: list[Any], jobs: int) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.errors import KsError
+from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.results import CompileResult
 
 MAX_ERRORS = 3
@@ -232,10 +233,7 @@ def keep(key: str, result: CompileResult) -> None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key[:16]}-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(result.model_dump_json())
-        os.replace(tmp, folder / f"{key}.json")
+        atomic_write(folder / f"{key}.json", result.model_dump_json())
     except OSError:
         pass
 

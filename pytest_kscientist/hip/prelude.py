@@ -18,7 +18,6 @@ leave a ``.failed`` mark, so their compiles parse the headers without trying the
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from filelock import FileLock, Timeout
 
 from pytest_kscientist.harness import compiles
 from pytest_kscientist.harness.compiles import cache_folder, cache_key, compiler_sandbox
+from pytest_kscientist.harness.files import atomic_target
 
-HEADER = "prelude.h"
 # clang's words when it will not use a PCH (another compiler, a header changed since).
 REFUSALS = ("precompiled header", "PCH file", "precompiled file")
 
@@ -65,11 +64,8 @@ def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple
                     if code is not None and code > 0:  # not a timeout or a kill
                         failed.touch()
                     return None
-                fd, part = tempfile.mkstemp(dir=target.parent, prefix=f".{key[:16]}-",
-                                            suffix=".tmp")
-                os.close(fd)
-                shutil.copyfile(out, part)
-                os.replace(part, target)
+                with atomic_target(target) as part:
+                    shutil.copyfile(out, part)
     except (OSError, Timeout):
         return None  # a folder that cannot be written, or a build that never finished
     return target
@@ -77,7 +73,7 @@ def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple
 
 def refused(output: str, pch: Path) -> bool:
     """Whether clang would not use ``pch`` (then it is removed, to be built anew)."""
-    if not any(word in output for word in REFUSALS) or str(pch.name) not in output:
+    if not any(word in output for word in REFUSALS) or pch.name not in output:
         return False
     try:
         pch.unlink()
