@@ -386,9 +386,11 @@ def test_a_session_on_another_case_profile_is_flagged(tmp_path: Path) -> None:
 class _Session(ChildSession):
     """A ChildSession whose evaluate answers from memory (or fails), recording what it got."""
 
-    def __init__(self, tag: str, error: EvaluationError | None = None) -> None:
+    def __init__(self, tag: str, error: EvaluationError | None = None,
+                 bench_s: float = 1.0) -> None:
         super().__init__(Path("."), Path("."), [], tag=tag)
         self.error = error
+        self.bench_s = bench_s
         self.got: list[tuple[list[str], tuple[str, ...]]] = []
 
     def evaluate(self, kernels, timeout_s, beside=(), extra=()):
@@ -400,11 +402,12 @@ class _Session(ChildSession):
         return RunResults(task="toy", task_path="toy", profile="cpu",
                           salt=int(extra[1]) if extra else 5, started_at="now", machine=machine,
                           candidates=[CandidateResult(name=p.stem, path=str(p), sha256="0")
-                                      for p in kernels])
+                                      for p in kernels],
+                          item_seconds={"bench": self.bench_s, "check": 1.0})
 
 
 def test_parallel_sessions_deal_kernels_out_with_one_salt_and_merge() -> None:
-    sessions = [_Session("cuda:0"), _Session("cuda:1")]
+    sessions = [_Session("cuda:0", bench_s=20.0), _Session("cuda:1", bench_s=50.0)]
     parallel = ParallelSessions(sessions, salt_given=False)
     kernels = [Path(f"c000{i}.py") for i in (2, 3, 4)]
     run = parallel.evaluate(kernels, None)
@@ -412,6 +415,7 @@ def test_parallel_sessions_deal_kernels_out_with_one_salt_and_merge() -> None:
     salts = {s.got[0][1] for s in sessions}
     assert len(salts) == 1 and next(iter(salts))[0] == "--ks-salt"
     assert sorted(c.name for c in run.candidates) == ["c0002", "c0003", "c0004"]
+    assert run.item_seconds == {"bench": 50.0, "check": 1.0}  # the slower session's
     assert parallel.label(3) == "2 child pytest sessions at once (cuda:0, cuda:1)"
     assert parallel.label(1) == "a child pytest session (cuda:0)"
     parallel.evaluate([Path("c0005.py")], None)  # one kernel: one session

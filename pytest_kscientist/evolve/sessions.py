@@ -294,7 +294,11 @@ class ParallelSessions:
                 raise outcome
         runs = [o for o in outcomes if isinstance(o, RunResults)]
         merged = [c for r in runs for c in r.candidates]
-        return runs[0].model_copy(update={"candidates": merged})
+        # The sessions ran at once: the generation's time is the slowest one's, so its items'
+        # seconds are the ones that say where that time went.
+        slowest = max(runs, key=lambda r: sum(r.item_seconds.values()))
+        return runs[0].model_copy(update={"candidates": merged,
+                                          "item_seconds": slowest.item_seconds})
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
