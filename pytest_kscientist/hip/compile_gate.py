@@ -52,6 +52,11 @@ LOAD_INLINE_FLAGS = ("-DWITH_HIP", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "
                      "-fPIC", "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1",
                      "-D__HIP_NO_HALF_CONVERSIONS__=1", "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1",
                      "-DTORCH_API_INCLUDE_EXTENSION_H", "-std=c++20", "-O3")
+# The compiler's environment, for the PCH and the compiles that read it alike: nvcc on the PATH
+# would otherwise pick the NVIDIA platform.
+ENV = {"HIP_PLATFORM": "amd"}
+
+
 def command(tc: hip_toolchain.Toolchain, arch: str, source: hip.HipSource, unit: Path,
             obj: Path, pch: Path | None = None) -> list[str]:
     """The compiler's command line for one target (device code only, with resource remarks);
@@ -180,11 +185,10 @@ def compile_candidate(path: Path, arch: str, timeout_s: float,
         return CompileResult(arch=arch, outcome="failed", reason=str(exc))
     versions = (compiler_version(tc.clang), tc.versions)
     pch = prelude.built(hip.PRELUDE, lambda header, out: pch_command(
-        tc, arch, source, header, out), versions, path, timeout_s) if precompiled else None
+        tc, arch, source, header, out), versions, path, timeout_s, ENV) if precompiled else None
     key, ran = compile_kept(
         path, f"{path.stem}.hip", hip.translation_unit(source, path.name, pch is not None),
-        lambda unit, obj: command(tc, arch, source, unit, obj, pch), versions, timeout_s,
-        {"HIP_PLATFORM": "amd"})  # nvcc on the PATH would otherwise pick the NVIDIA platform
+        lambda unit, obj: command(tc, arch, source, unit, obj, pch), versions, timeout_s, ENV)
     if not isinstance(ran, Ran):
         return ran  # kept from an earlier compile
     if pch is not None and ran.code != 0 and prelude.refused(ran.output, pch):

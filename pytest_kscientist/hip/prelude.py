@@ -34,12 +34,13 @@ REFUSALS = ("precompiled header", "PCH file", "precompiled file")
 
 
 def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple[str, ...],
-          candidate: Path, timeout_s: float) -> Path | None:
+          candidate: Path, timeout_s: float, env: dict[str, str] | None = None) -> Path | None:
     """The PCH of ``text`` (the prelude) for ``command(header, output)`` (the unit's command
     line with the PCH's action: see ``hip.compile_gate.pch_command``), built now if it is not
-    kept yet; None where results are not kept or it does not build (the compile then parses
-    the headers itself, and says why if they fail). The header stays beside its PCH: clang
-    checks that a PCH's inputs are still there when it reads it."""
+    kept yet, in ``env`` as the compiles that read it; None where results are not kept or it
+    does not build (the compile then parses the headers itself, and says why if they fail).
+    The header stays beside its PCH: clang checks that a PCH's inputs are still there when it
+    reads it."""
     folder = cache_folder()
     if folder is None:
         return None
@@ -59,7 +60,7 @@ def built(text: str, command: Callable[[Path, Path], list[str]], versions: tuple
             with tempfile.TemporaryDirectory(prefix="ks-prelude-") as tmp:
                 out = Path(tmp) / "prelude.pch"
                 code, _ = compiles.run([*compiler_sandbox(candidate), *command(header, out)],
-                                       Path(tmp), timeout_s)
+                                       Path(tmp), timeout_s, env)
                 if code != 0 or not out.is_file():
                     if code is not None and code > 0:  # not a timeout or a kill
                         failed.touch()
