@@ -16,15 +16,26 @@ import torch  # noqa: F401 - imported once here: pytester restores sys.modules a
 from helpers import AXPY, spawns
 
 collect_ignore = ["data"]
+XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One compile cache for the whole suite: pytester points HOME at each test's own folder,
+    """The environment the suite's sessions and workers start in.
+
+    Under pytest-xdist (the README's ``pytest tests -n 2``) each worker's environment names
+    the worker; the sessions the tests start must see what a user's own session sees
+    (pytest-benchmark switches itself off under xdist, and the harness draws its fresh seeds
+    per xdist lane), so those variables go.
+
+    One compile cache for the whole suite: pytester points HOME at each test's own folder,
     so every pytester session evaluating the HIP seed compiled it (and built its precompiled
     prelude) again. The folder is where this machine keeps compile results (``compiles``'s
     default, resolved before any test moves HOME); a KS_COMPILE_CACHE already set wins, and
     the tests of the cache set their own."""
     from pytest_kscientist.harness.compiles import cache_folder
+
+    for name in XDIST_ENVIRONMENT:
+        os.environ.pop(name, None)
 
     folder = cache_folder()
     if folder is not None:
