@@ -9,8 +9,10 @@ GPU protocol (README, "How a call is timed"): a device-wide synchronisation, a s
 notes/timing.md), an event, the L2 flush (256 MB written), the start event, the call, the end
 event on the caller's stream right after it returns; then a device-wide synchronisation and an
 ``after`` event. The kernel time is start -> end, as in GPU MODE's eval and
-``triton.testing.do_bench``: the host's launch work overlaps the spin and the flush, so up to
-~0.3 ms of it is not counted.
+``triton.testing.do_bench``: the host's launch work overlaps the spin and the flush, so it is not
+counted. The spin is ~0.2 ms, longer where the recent calls' launches took longer (up to
+``LEAD_CAP_US``), so that launch work shorter than the cap is never counted rather than counted
+on a slow host and not on a fast one.
 Work the caller's stream did not order between start and end (a side stream that started
 during the flush, work left running after the end event) shows as extra device time in the
 flush span and the tail (end -> after); the runner reports that ``outside_us`` with every call
@@ -27,6 +29,7 @@ part of the subtracted overhead.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +37,15 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 # GPU cycles of the spin before each timed call: about 0.2 ms at the H200's 1.98 GHz, enough to
 # bring an idle GPU to the state a back-to-back loop runs in (measured, notes/timing.md).
 WARM_CYCLES = 400_000
+# The lead: the spin is lengthened to LEAD_MARGIN times the longest launch of the last
+# LEAD_WINDOW calls (the host's time from queueing the spin to the call's return), at most
+# LEAD_CAP_US. A call whose launch work outlasts the spin and the flush leaves the GPU idle
+# after the start event: on the H200 a Triton seed's split-K shapes (~0.16-0.3 ms of launch
+# work a call) read 2x apart from round to round and 1.33x from process to process, as the
+# host's speed moved that work in and out of the timed span (notes/timing.md).
+LEAD_WINDOW = 16
+LEAD_MARGIN = 1.25
+LEAD_CAP_US = 500.0
 
 
 class Timer:
@@ -100,7 +112,12 @@ class CudaTimer(Timer):
         self._zero = torch.Tensor.zero_
         self._current_stream = torch.cuda.current_stream
         self._scratch = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+        self._now = time.perf_counter_ns
+        # Filled in place, never replaced: the worker's tripwire watches this object's
+        # attributes. Whatever it holds, the lead stays within the bounds fixed here.
+        self._launches: deque[float] = deque(maxlen=LEAD_WINDOW)
         self.cycles_per_us = self._clock_rate()
+        self._lead_bounds = (WARM_CYCLES, max(WARM_CYCLES, int(LEAD_CAP_US * self.cycles_per_us)))
 
     def _clock_rate(self) -> float:
         """GPU spin cycles per microsecond, read from events around a spin (for ``busy``)."""
@@ -133,13 +150,15 @@ class CudaTimer(Timer):
         # Spin, flush, start and the call go in one queue with no gap: after 1-2 ms idle, any
         # emptied queue before the flush (a synchronisation, or the host waiting for the spin)
         # made small shapes 20-100 us slower. The host launches the call while the spin and
-        # the flush run, so launch work under ~0.3 ms is not counted, as in
+        # the flush run, so launch work shorter than the lead is not counted, as in
         # triton.testing.do_bench (notes/timing.md, section 2).
-        self._spin(WARM_CYCLES)
+        t0 = self._now()
+        self._spin(self.lead_cycles())
         record(flushed, stream)
         self._zero(self._scratch)
         record(start, stream)
         out = fn(arg)
+        launched = self._now()
         look()
         record(end, stream)
         self._device_sync()
@@ -147,7 +166,14 @@ class CudaTimer(Timer):
         self._ev_sync(after)
         elapsed = self._elapsed
         outside = elapsed(flushed, start) + elapsed(end, after)
+        self._launches.append((launched - t0) / 1000.0)
         return out, elapsed(start, end) * 1000.0, outside * 1000.0
+
+    def lead_cycles(self) -> int:
+        """The next call's spin: the warm-up's, or long enough for the recent launches."""
+        low, high = self._lead_bounds
+        longest = max(self._launches, default=0.0)
+        return min(max(low, int(LEAD_MARGIN * longest * self.cycles_per_us)), high)
 
 
 def make_timer(device: str, after_call: Callable[[], None] | None = None) -> Timer:
