@@ -42,6 +42,19 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("KS_COMPILE_CACHE", str(folder))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (pytest-xdist), the tests of one file go to one worker (xdist's
+    ``loadfile``) unless another ``--dist`` than the default is named: the modules' shared
+    fixtures (a compiled seed, a precompiled header, a corpus session) are built once, not once
+    per worker, and a module's tests keep their order."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    return LoadFileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``slow`` every test that starts a process (``helpers.spawns``)."""
     for item in items:
