@@ -100,6 +100,7 @@ def test_without_nvcc_the_item_skips_and_says_how_to_name_one(tmp_path: Path,
     assert result.reason.startswith("no nvcc to compile for sm_90") and "KS_NVCC" in result.reason
 
 
+@pytest.mark.slow  # runs the forged file in a process
 @pytest.mark.parametrize(("printed", "why"), [
     ("[1, 2]", "what its import printed as load_inline's arguments is not them"),
     ("{not json", "what its import printed as load_inline's arguments is not them"),
@@ -114,6 +115,7 @@ def test_what_a_candidate_prints_in_the_recorders_place_is_checked(
 
 
 @needs_nvcc
+@pytest.mark.slow  # runs nvcc
 def test_writer_drafts_in_cuda_are_compiled_before_any_gpu_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The LLM writer's draft check (evolve/llm/draft.py) returns nvcc's errors for a CUDA

@@ -45,6 +45,7 @@ def _pch_of(cmd: list[str]) -> Path:
     return Path(cmd[cmd.index("-include-pch") + 1])
 
 
+@pytest.mark.slow  # runs clang
 def test_knob_variants_share_one_pch_and_compile_through_it(
         toolchain, tmp_path: Path, commands: list[list[str]]) -> None:
     variant = tmp_path / "hip_mfma_pad8.py"
@@ -66,6 +67,7 @@ def test_knob_variants_share_one_pch_and_compile_through_it(
     assert first.kernels == plain.kernels
 
 
+@pytest.mark.slow  # runs clang
 def test_errors_through_the_pch_name_the_candidates_lines(
         toolchain, commands: list[list[str]]) -> None:
     result = compile_gate.compile_candidate(HIP / "syntax_error.py", "gfx942", 300)
@@ -121,6 +123,7 @@ def test_a_unit_through_the_pch_defines_the_extension_name_itself() -> None:
     assert hip.translation_unit(source, "k.py").startswith(hip.PRELUDE)
 
 
+@pytest.mark.slow  # runs clang
 def test_a_pch_clang_refuses_is_removed_and_the_compile_still_passes(
         toolchain, tmp_path: Path, commands: list[list[str]]) -> None:
     fixed = tmp_path / "scale.py"
