@@ -61,6 +61,7 @@ class Timer:
 
     def __init__(self, after_call: Callable[[], None] | None = None) -> None:
         self.after_call = after_call or _nothing
+        self._now = time.perf_counter_ns
 
     def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float, float]:
         raise NotImplementedError
@@ -84,10 +85,6 @@ def _nothing() -> None:
 
 
 class CpuTimer(Timer):
-    def __init__(self, after_call: Callable[[], None] | None = None) -> None:
-        super().__init__(after_call)
-        self._now = time.perf_counter_ns
-
     def time_call(self, fn: Callable[[Any], Any], arg: Any) -> tuple[Any, float, float]:
         now, look = self._now, self.after_call
         t0 = now()
@@ -112,7 +109,6 @@ class CudaTimer(Timer):
         self._zero = torch.Tensor.zero_
         self._current_stream = torch.cuda.current_stream
         self._scratch = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
-        self._now = time.perf_counter_ns
         # Filled in place, never replaced: the worker's tripwire watches this object's
         # attributes. Whatever it holds, the lead stays within the bounds fixed here.
         self._launches: deque[float] = deque(maxlen=LEAD_WINDOW)
