@@ -2,7 +2,7 @@
 run, and the CI gate across sessions.
 
     python bench/aa.py [--runs 3] [--kernel PATH] [--budget SECONDS] [--device auto]
-                       [--shapes EXPR] [--no-slower] [--workers N]
+                       [--shapes EXPR] [--no-slower] [--workers N] [--keep DIR]
 
 Each run is one ``pytest tasks/fp8_gemm -k bench --kernel aa_one.py --kernel aa_two.py``
 session (the plain two-``--kernel`` form; the reference is timed too, no baselines). Per run and
@@ -138,6 +138,8 @@ def main() -> None:
     parser.add_argument("--no-slower", action="store_true", help="skip the slower run")
     parser.add_argument("--workers", type=int, default=1,
                         help="--ks-bench-workers: worker processes each kernel is timed in")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="a folder to keep each run's pytest output and --ks-json in")
     args = parser.parse_args()
     gpu = args.device.startswith("cuda")
     if args.device == "auto":
@@ -158,7 +160,7 @@ def main() -> None:
             if slower:
                 copies[1].write_text(kernel.read_text() + SLOWER)
             began = time.monotonic()
-            cands, _ = one_run(copies, args.budget, args.device, Path(tmp) / f"run{i}.json",
+            cands, log = one_run(copies, args.budget, args.device, Path(tmp) / f"run{i}.json",
                                first if i else None, args.shapes, args.workers)
             one, two = cands["aa_one"], cands["aa_two"]
             rows = shapes(one, two)
@@ -168,6 +170,17 @@ def main() -> None:
             print("|---|---|---|---|")
             for case_id, ratio, low, high, overlap in rows:
                 print(f"| {case_id} | {ratio:.4f} | {low:.4f}-{high:.4f} | {overlap} |")
+            shown = {r[0] for r in rows}
+            for who in (one, two):  # a shape without a ratio: say why, never drop it silently
+                for case in who["cases"]:
+                    if case["kind"] == "bench" and case["case_id"] not in shown:
+                        brief = {k: v for k, v in case.items() if k not in ("stats", "fellows")}
+                        print(f"| {case['case_id']} | no ratio ({who['name']}) | "
+                              f"{json.dumps(brief)[:600]} | - |")
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                (args.keep / f"run{i}.log").write_text(log)
+                shutil.copy(Path(tmp) / f"run{i}.json", args.keep / f"run{i}.json")
             worst = max((abs(r[1] - 1) for r in rows), default=math.nan)
             apart = sum(not r[4] for r in rows)
             excluded = sum(not r[2] <= 1 <= r[3] for r in rows)  # a difference read
