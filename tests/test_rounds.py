@@ -13,7 +13,7 @@ from test_baselines import _FakeEvaluator, _FakePartner
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.baselines import Turns
 from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
-from pytest_kscientist.harness.stats import geomean, spread_interval
+from pytest_kscientist.harness.stats import geomean, rounds_centre, spread_interval
 
 
 def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
@@ -69,6 +69,40 @@ def test_rounds_in_two_workers_put_a_workers_bias_into_the_interval() -> None:
     done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
     one = done["a"].result
     assert one is not None and one.fellows["b"].speedup_high == pytest.approx(1 / 1.2)
+
+
+def test_one_slowed_round_moves_the_ratio_little_and_a_slower_kernel_fully() -> None:
+    """Two copies of one kernel, one round of four where "a" alone was slowed by 45% for its
+    whole turn (the 2-core CPU: one round read 0.69 while the others read 0.99-1.01): the
+    rounds' median keeps the ratio at 1 where their geomean read 0.91; the interval, widened to
+    the rounds' spread, still says the rounds disagreed. A kernel 10% slower in every round
+    reads 10% slower."""
+    ev = _FakeEvaluator({"a": [1.0, 1.45, 1.0, 1.0], "b": [1.0] * 4}, rounds=4)
+    members = [Member("a", lambda turn: "a"), Member("b", lambda turn: "b")]
+    done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
+    ab = done["a"].result.fellows["b"]  # type: ignore[union-attr]
+    assert ab.round_speedups == pytest.approx([1.0, 1 / 1.45, 1.0, 1.0])
+    assert ab.speedup == pytest.approx(1.0)
+    assert geomean(ab.round_speedups) < 0.92  # what the geomean would have said
+    assert ab.speedup_low < 0.8 and ab.speedup_high >= 1.0, ab
+    # a's own median interval takes in its rounds' disagreement too: the copies' intervals
+    # overlap (pooled calls alone, nine at 1.0 and three at 1.45, would not say it)
+    a_stats, b_stats = done["a"].result.stats, done["b"].result.stats  # type: ignore[union-attr]
+    assert a_stats.median_us == pytest.approx(1.0) and b_stats.ci_high_us == pytest.approx(1.0)
+    assert a_stats.ci_low_us < 0.9 < 1.4 < a_stats.ci_high_us, a_stats
+    ev = _FakeEvaluator({"a": [1.1] * 4, "b": [1.0] * 4}, rounds=4)
+    done = bench_together(ev, members, [], {"n": 1, "seed": 1}, "cpu", budget_s=1.0)  # type: ignore[arg-type]
+    ab = done["a"].result.fellows["b"]  # type: ignore[union-attr]
+    assert ab.speedup == pytest.approx(1 / 1.1) and ab.speedup_high < 1.0, ab
+
+
+def test_rounds_centre_is_the_median_on_the_log_scale() -> None:
+    assert rounds_centre([2.0]) == pytest.approx(2.0)
+    assert rounds_centre([2.0, 0.5]) == pytest.approx(1.0)  # two rounds: their geomean
+    assert rounds_centre([1.0, 4.0, 1.0]) == pytest.approx(1.0)
+    assert rounds_centre([1.0, 2.0, 4.0, 100.0]) == pytest.approx(geomean([2.0, 4.0]))
+    with pytest.raises(ValueError, match="positive ratios"):
+        rounds_centre([1.0, 0.0])
 
 
 def test_turns_give_each_round_its_worker_and_start_twins_once() -> None:

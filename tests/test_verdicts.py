@@ -12,6 +12,7 @@ import pytest
 from helpers import AXPY, CANDIDATES, case_reasons, run_pytest
 
 from pytest_kscientist.harness.results import RESULTS_SCHEMA_VERSION, RunResults
+from pytest_kscientist.harness.stats import rounds_centre
 
 EXPECTED = {
     "wrong": "wrong result: 33 of 33 elements outside",
@@ -92,7 +93,7 @@ def test_a_candidate_failing_a_check_is_not_timed(corpus_run) -> None:
 def test_json_follows_the_schema(corpus_run) -> None:
     _, _, data = corpus_run
     run = RunResults.model_validate(data)
-    assert run.schema_version == RESULTS_SCHEMA_VERSION == 8
+    assert run.schema_version == RESULTS_SCHEMA_VERSION == 9
     assert run.task == "axpy" and run.profile == "cpu"
     good = next(c for c in run.candidates if c.name == "good")
     assert good.sha256 and Path(good.path).name == "good.py"
@@ -105,4 +106,9 @@ def test_json_follows_the_schema(corpus_run) -> None:
     assert bench.stats.verified_runs == 2 * 4
     assert good.geomean_us == pytest.approx(bench.stats.median_us)
     assert good.speedup_over_reference is not None
+    # every shared round's ratio is kept, and the speedup is their median
+    over_ref = bench.fellows["reference"]
+    assert len(over_ref.round_speedups) == over_ref.rounds == 4
+    assert over_ref.speedup == pytest.approx(rounds_centre(over_ref.round_speedups))
+    assert over_ref.speedup_low <= over_ref.speedup <= over_ref.speedup_high
     assert {c.name for c in run.candidates if c.geomean_us is None} >= set(EXPECTED)

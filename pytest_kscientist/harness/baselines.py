@@ -20,7 +20,13 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
 from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied, build_folder
-from pytest_kscientist.harness.stats import geomean, ratio_interval, spread_interval, summarize
+from pytest_kscientist.harness.stats import (
+    geomean,
+    ratio_interval,
+    rounds_centre,
+    spread_interval,
+    summarize,
+)
 
 
 def describe(need: str) -> str:
@@ -182,22 +188,32 @@ class Partner:
 
 
 def pool(rounds: list[CaseResult]) -> CaseResult:
-    """One result whose stats cover every timed call of the rounds."""
+    """One result whose stats cover every timed call of the rounds. The median's interval is
+    the pooled calls' distribution-free one, widened to the spread of the rounds' own medians
+    (``spread_interval``) where that is wider: the pooled calls alone take every call as
+    independent, so a machine that ran a kernel slower for a round or two (seen on the 2-core
+    CPU) gave two copies of one kernel disjoint intervals."""
     first = rounds[0]
     assert first.stats is not None
-    samples = [t for r in rounds if r.stats for t in r.stats.samples_us]
-    verified = sum(r.stats.verified_runs for r in rounds if r.stats)
-    counted = max((r.stats.counted_outside_us for r in rounds if r.stats), default=0.0)
+    timed = [r.stats for r in rounds if r.stats]
+    samples = [t for s in timed for t in s.samples_us]
+    verified = sum(s.verified_runs for s in timed)
+    counted = max((s.counted_outside_us for s in timed), default=0.0)
     stats = summarize(samples, verified_runs=verified, clock=first.stats.clock,
                       counted_us=counted)
+    spread = spread_interval([s.median_us for s in timed])
+    if spread is not None and stats.ci_low_us is not None and stats.ci_high_us is not None:
+        stats = stats.model_copy(update={"ci_low_us": min(stats.ci_low_us, spread[0]),
+                                         "ci_high_us": max(stats.ci_high_us, spread[1])})
     return first.model_copy(update={"stats": stats})
 
 
 def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
-    """The baseline's pooled stats and its per-round speedup ratio, geometric mean, with an
-    interval: the geometric means of each round's ratio interval (``ratio_interval``), widened
-    to the rounds' own spread where that is wider (``spread_interval``: with the rounds in
-    several workers, a worker's lasting bias shows there)."""
+    """The baseline's pooled stats and its speedup: the rounds' median ratio
+    (``rounds_centre``), with an interval: the geometric means of each round's ratio interval
+    (``ratio_interval``), widened to the rounds' own spread where that is wider
+    (``spread_interval``: with the rounds in several workers, a worker's lasting bias shows
+    there), and always holding the speedup."""
     pairs = [
         (b.stats, c.stats)
         for c, b in zip(mine, theirs, strict=False)
@@ -214,9 +230,12 @@ def paired(mine: list[CaseResult], theirs: list[CaseResult]) -> BaselineTiming:
         spread = spread_interval(ratios)
         if spread is not None:
             low, high = min(low, spread[0]), max(high, spread[1])
+    speedup = rounds_centre(ratios)
+    if low is not None and high is not None:
+        low, high = min(low, speedup), max(high, speedup)
     missed = [r.reason for r in theirs if r.outcome == "xfailed"]
-    return BaselineTiming(stats=pool(theirs).stats, speedup=geomean(ratios), rounds=len(ratios),
-                          speedup_low=low, speedup_high=high,
+    return BaselineTiming(stats=pool(theirs).stats, speedup=speedup, rounds=len(ratios),
+                          round_speedups=ratios, speedup_low=low, speedup_high=high,
                           verified=not missed, mismatch=missed[0] if missed else "")
 
 

@@ -20,7 +20,9 @@ from pytest_kscientist.harness.attribution import Attribution
 # 8: compiles of CUDA candidates (compile[sm_XY]: KernelResources' registers, shared_bytes,
 # stack_bytes, spill_store_bytes, spill_load_bytes), CompileResult.cached (kept from an earlier
 # compile), item_seconds on the run.
-RESULTS_SCHEMA_VERSION = 8
+# 9: round_speedups on a baseline's or fellow's timing (each shared round's ratio, in round
+# order: whether the rounds agreed); ``speedup`` is their median, no longer their geomean.
+RESULTS_SCHEMA_VERSION = 9
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -55,11 +57,14 @@ class BaselineTiming(BaseModel):
     """A baseline timed interleaved with a candidate on one benchmark case."""
 
     stats: TimingStats | None = None
-    speedup: float | None = None  # geomean over rounds of baseline median / candidate median
+    speedup: float | None = None  # median over rounds of baseline median / candidate median
     # Conservative 95% interval of ``speedup``: the medians' intervals divided crosswise.
     speedup_low: float | None = None
     speedup_high: float | None = None
     rounds: int = 0
+    # Each round's ratio (baseline median / candidate median), in round order; ``speedup`` is
+    # their median (on the log scale; ``stats.rounds_centre``).
+    round_speedups: list[float] = Field(default_factory=list)
     reason: str = ""  # why there is no speedup: the baseline failed, or was not run
     # False: the baseline's sampled outputs missed the tolerance in some round and it declares
     # verify = "report", so its times were kept as a yardstick; ``mismatch`` says by how much.

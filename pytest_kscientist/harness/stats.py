@@ -87,6 +87,17 @@ def spread_interval(ratios: Sequence[float]) -> tuple[float, float] | None:
     return math.exp(centre - half), math.exp(centre + half)
 
 
+def rounds_centre(ratios: Sequence[float]) -> float:
+    """The centre of per-round ratios: their median on the log scale (up to two rounds, their
+    geometric mean). A round in which one side alone was slowed for its whole turn (a burst of
+    the machine's own work, seen on the 2-core CPU as one round of four at 0.69 while the
+    others read 0.99-1.01) moves it little; a kernel that is slower in every round moves it
+    fully."""
+    if not ratios or any(r <= 0 for r in ratios):
+        raise ValueError(f"rounds_centre() needs positive ratios, got {list(ratios)!r}")
+    return math.exp(statistics.median(math.log(r) for r in ratios))
+
+
 def geomean(values: Sequence[float]) -> float:
     """Geometric mean of positive values."""
     if not values or any(v <= 0 for v in values):
