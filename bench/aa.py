@@ -3,6 +3,7 @@ run, and the CI gate across sessions.
 
     python bench/aa.py [--runs 3] [--kernel PATH] [--budget SECONDS] [--device auto]
                        [--shapes EXPR] [--no-slower] [--workers N] [--keep DIR]
+                       [--task DIR]
 
 Each run is one ``pytest tasks/fp8_gemm -k bench --kernel aa_one.py --kernel aa_two.py``
 session (the plain two-``--kernel`` form; the reference is timed too, no baselines). Per run and
@@ -90,9 +91,10 @@ _CYCLES_PER_US = _cycles_per_us()
 
 
 def one_run(copies: list[Path], budget: str, device: str, out: Path,
-            gate_on: Path | None, shapes: str = "", workers: int = 1) -> tuple[dict, str]:
+            gate_on: Path | None, shapes: str = "", workers: int = 1,
+            task: Path = TASK) -> tuple[dict, str]:
     select = f"(bench or gate) and ({shapes})" if shapes else "bench or gate"
-    cmd = [sys.executable, "-m", "pytest", str(TASK), "-p", "no:cacheprovider", "-q", "-rA",
+    cmd = [sys.executable, "-m", "pytest", str(task), "-p", "no:cacheprovider", "-q", "-rA",
            "-k", select, "--ks-baselines", "none", "--ks-device", device,
            "--kernel", str(copies[0]), "--kernel", str(copies[1]), "--ks-json", str(out)]
     if budget:
@@ -141,6 +143,8 @@ def main() -> None:
     parser.add_argument("--no-slower", action="store_true", help="skip the slower run")
     parser.add_argument("--workers", type=int, default=1,
                         help="--ks-bench-workers: worker processes each kernel is timed in")
+    parser.add_argument("--task", type=Path, default=TASK,
+                        help="the task folder (a copy of fp8_gemm with other [bench] settings)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="a folder to keep each run's pytest output and --ks-json in")
     args = parser.parse_args()
@@ -151,7 +155,7 @@ def main() -> None:
         gpu = torch.cuda.is_available()
     tol = 0.02 if gpu else 0.05
     default = "triton_fused.py" if gpu else "torch_dequant.py"
-    kernel = args.kernel or TASK / "seeds" / default
+    kernel = args.kernel or args.task / "seeds" / default
     summary = []
     with tempfile.TemporaryDirectory(prefix="ks-aa-") as tmp:
         copies = [Path(tmp) / f"aa_{n}.py" for n in ("one", "two")]
@@ -164,7 +168,7 @@ def main() -> None:
                 copies[1].write_text(kernel.read_text() + SLOWER)
             began = time.monotonic()
             cands, log = one_run(copies, args.budget, args.device, Path(tmp) / f"run{i}.json",
-                               first if i else None, args.shapes, args.workers)
+                               first if i else None, args.shapes, args.workers, args.task)
             one, two = cands["aa_one"], cands["aa_two"]
             rows = shapes(one, two)
             label = "slower aa_two" if slower else "A/A"
