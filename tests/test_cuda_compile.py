@@ -84,11 +84,42 @@ def test_a_compile_error_fails_and_a_gpu_asked_for_at_import_skips(
         cwd=tmp_path)
     assert code == 1, output
     assert ('syntax_error does not compile for sm_90:\ncuda.cu(6): error: expected a ";"\n'
-            "     6 | }\n(cuda.cu: the file's cuda_sources as load_inline writes them)") in output
+            "     6 | }   (syntax_error.py line 14)\n"
+            "(cuda.cu: the file's cuda_sources as load_inline writes them)") in output
     if not gpu:
         assert "gpu_at_import::compile[sm_90] SKIPPED" in output
         assert ("not compiled here: its import stopped before load_inline on this machine "
                 "(exit 1): AssertionError: Torch not compiled with CUDA enabled") in output
+
+
+def test_an_error_line_is_placed_in_the_candidates_file() -> None:
+    """cuda.cu's quoted line gets the line of the .py file it was written on, told apart from
+    its twins by its neighbours; a line the file builds at import, or holds too often, gets
+    none."""
+    file_text = (SEP := "\n").join([
+        'SRC = r"""',                      # 1
+        "__global__ void a(float* x) {",   # 2
+        "    x[0] = 1.0f;",                # 3
+        "}",                               # 4
+        "__global__ void b(float* x) {",   # 5
+        "    x[0] = 1.0f;",                # 6
+        "}",                               # 7
+        'TAIL = f"int n = {N};"',          # 8
+    ])
+    unit = SEP.join(["#include <cuda_runtime.h>", "__global__ void a(float* x) {",
+                     "    x[0] = 1.0f;", "}", "__global__ void b(float* x) {",
+                     "    x[0] = 1.0f;", "}", "int n = 4;"])
+    lines = file_text.splitlines()
+    assert cuda_gate.file_line(lines, unit.splitlines(), 6) == 6  # twin of 3: neighbours tell
+    assert cuda_gate.file_line(lines, unit.splitlines(), 3) == 3
+    assert cuda_gate.file_line(lines, unit.splitlines(), 8) is None  # built by an f-string
+    assert cuda_gate.file_line(lines, unit.splitlines(), 1) is None  # the prelude's own
+    assert cuda_gate.file_line(lines, unit.splitlines(), 99) is None
+    reason = ('cuda.cu(6): error: expected a ";"\n     6 |     x[0] = 1.0f;\n'
+              'cuda.cu(8): error: x\n     8 | int n = 4;\n(cuda.cu: ...)')
+    assert cuda_gate.with_file_lines(reason, unit, file_text, "k.py").splitlines() == [
+        'cuda.cu(6): error: expected a ";"', "     6 |     x[0] = 1.0f;   (k.py line 6)",
+        "cuda.cu(8): error: x", "     8 | int n = 4;", "(cuda.cu: ...)"]
 
 
 def test_without_nvcc_the_item_skips_and_says_how_to_name_one(tmp_path: Path,

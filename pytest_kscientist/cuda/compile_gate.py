@@ -190,6 +190,43 @@ def first_errors(output: str, unit: str) -> str:
     return "\n".join(found)
 
 
+QUOTED = re.compile(r"^  (?P<number> *\d+) \| ")
+
+
+def with_file_lines(reason: str, unit: str, file_text: str, shown_as: str) -> str:
+    """``reason`` (``first_errors``' lines) with each quoted line of cuda.cu followed by where
+    it stands in the candidate's file, where ``file_line`` can tell. Done on every result, kept
+    ones too: a kept verdict is shared by files with the same cuda.cu, not the same lines."""
+    unit_lines, file_lines = unit.splitlines(), file_text.splitlines()
+    out = []
+    for line in reason.splitlines():
+        m = QUOTED.match(line)
+        own = file_line(file_lines, unit_lines, int(m["number"])) if m else None
+        out.append(f"{line}   ({shown_as} line {own})" if own is not None else line)
+    return "\n".join(out)
+
+
+def file_line(file_lines: list[str], unit_lines: list[str], number: int) -> int | None:
+    """The line of the candidate's file that cuda.cu's line ``number`` (1-based) came from:
+    where that line, with as many neighbours as it takes to be told apart (up to three on each
+    side), stands in the file as written. None for a line the file builds at import (a
+    substituted f-string, a joined list) or one it holds too often to tell."""
+    index = number - 1
+    if not 0 <= index < len(unit_lines) or not unit_lines[index].strip():
+        return None
+    written = [line.strip() for line in file_lines]
+    for reach in range(4):
+        low, high = max(0, index - reach), min(len(unit_lines), index + reach + 1)
+        window = [line.strip() for line in unit_lines[low:high]]
+        hits = [i for i in range(len(written) - len(window) + 1)
+                if written[i:i + len(window)] == window]
+        if len(hits) == 1:
+            return hits[0] + (index - low) + 1
+        if not hits:
+            return None
+    return None
+
+
 def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     """Capture the candidate's CUDA source and compile it for ``arch``."""
     compiler = nvcc()
@@ -207,7 +244,7 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
         path, "cuda.cu", text, lambda unit, obj: command(compiler, build, arch, unit, obj),
         (version,), timeout_s)
     if not isinstance(ran, compiles.Ran):
-        return ran  # kept from an earlier compile
+        return _located(ran, text, path)  # kept from an earlier compile
     code, output = ran.code, ran.output
     result = CompileResult(arch=arch, outcome="passed", seconds=ran.seconds,
                            sandboxed=ran.sandboxed, compiler=version)
@@ -225,7 +262,15 @@ def compile_candidate(path: Path, arch: str, timeout_s: float) -> CompileResult:
     else:
         result.kernels = parse_ptxas(output)
     compiles.keep_verdict(key, result, code, output, ERROR)
-    return result
+    return _located(result, text, path)
+
+
+def _located(result: CompileResult, unit: str, path: Path) -> CompileResult:
+    """``result`` with its reason's quoted cuda.cu lines placed in the candidate's file."""
+    if result.outcome != "failed" or not result.reason:
+        return result
+    placed = with_file_lines(result.reason, unit, path.read_text(errors="replace"), path.name)
+    return result.model_copy(update={"reason": placed})
 
 
 class CudaCompileItem(compiles.CompileItem):
