@@ -185,6 +185,10 @@ def main() -> None:
                         brief = {k: v for k, v in case.items() if k not in ("stats", "fellows")}
                         print(f"| {case['case_id']} | no ratio ({who['name']}) | "
                               f"{json.dumps(brief)[:600]} | - |")
+            for line in log.splitlines():  # a failed item says why a shape may lack a ratio
+                words = line.split(" ", 2)
+                if words[0] in ("FAILED", "ERROR") and not any("::gate" in w for w in words[1:2]):
+                    print(f"  {line[:300]}")
             if args.keep:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 (args.keep / f"run{i}.log").write_text(log)
