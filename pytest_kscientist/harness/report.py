@@ -80,8 +80,8 @@ def pairwise_lines(cands: list[CandidateResult]) -> list[str]:
     if len(ranked) < 2:
         return []
     best = ranked[0]
-    lines = [f"side by side, timed in the same rounds (the ratio of medians per benchmark, "
-             f"geomean, 95% interval), against the fastest, {best.name}:"]
+    lines = [f"side by side, timed in the same rounds (per benchmark the rounds' median ratio of "
+             f"medians, geomean, 95% interval), against the fastest, {best.name}:"]
     for other in ranked[1:]:
         ratio = best.fellow_speedups.get(other.name)
         if ratio is None:
