@@ -35,6 +35,11 @@
 #     checks; its build is reused by the rest), its plain-loop sweep beside the Triton seed
 #     (bench/cuda_sweep.py --kernels), then both seeds in the harness beside both baselines
 #     and the reference, the per-shape table (bench/summarize.py)
+#   KS_PART=owed: notes/STATUS.md's device call 0: the H200 A/A with the rounds' median, each
+#     run's output and --ks-json kept (bench/aa.py --runs 3 --no-slower --keep), the seed's
+#     short calls probed for the split (bench/spread_probe.py), then --evolve 1 with the child
+#     session's --durations (its logs in $OUT/child_logs.tgz); prints the A/A table, the missing
+#     ratios, the probe's rows and the generation lines
 # Logs land in $OUT; each step is time-boxed so the call ends inside the device's 600 s.
 #   device call (repository root, carry [".whl"]):  KS_PART=measure bash bench/device_timing.sh
 set -u
@@ -165,6 +170,21 @@ elif [[ $KS_PART == verify ]]; then
   t 170 "$OUT/gpu-tests.log" python3 -m pytest tests -m gpu -p no:cacheprovider -q -rA
   t 90 "$OUT/suite.log" python3 -m pytest tasks/fp8_gemm -p no:cacheprovider -q \
     --kernel "$SEED" --ks-skip-reference --ks-baselines all
+elif [[ $KS_PART == owed ]]; then
+  t 200 "$OUT/aa.log" python3 bench/aa.py --runs 3 --no-slower --device cuda --budget 1 \
+    --keep "$OUT/aa"
+  rm -f "$OUT"/aa/*.json  # the logs say what a missing ratio was; the JSON would crowd $OUT
+  t 80 "$OUT/spread.log" python3 bench/spread_probe.py --calls 300 \
+    --shapes m1024-n7168-k256 m1024-n4096-k512
+  rm -rf /tmp/ks-owed && mkdir -p /tmp/ks-owed
+  export PYTEST_ADDOPTS=--durations=12  # the child session's durations, in its own log
+  t 270 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider --evolve 1 tasks/fp8_gemm \
+    --ks-population /tmp/ks-owed
+  unset PYTEST_ADDOPTS
+  find /tmp/ks-owed -name '*.log' | tar -czf "$OUT/child_logs.tgz" -T - 2>/dev/null
+  grep -E '^(geomean|\| [0-9]|\| m.*no ratio|  FAILED)' "$OUT/aa.log" | cut -c1-300
+  grep -E '^\| m' "$OUT/spread.log" | head -12
+  grep -E 'generation|done in|bench items' "$OUT/evolve.log" | tail -8
 elif [[ $KS_PART == final ]]; then
   t 90 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 250 "$OUT/gpu-tests.log" python3 -m pytest tests/adversarial/test_gpu_corpus.py \
