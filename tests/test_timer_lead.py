@@ -20,7 +20,7 @@ def _timer(cycles_per_us: float = 2000.0) -> timing.CudaTimer:
     timer = timing.CudaTimer.__new__(timing.CudaTimer)
     timer.cycles_per_us = cycles_per_us
     timer._launches = deque(maxlen=timing.LEAD_WINDOW)
-    timer._lead_bounds = (timing.WARM_CYCLES, int(timing.LEAD_CAP_US * cycles_per_us))
+    timer._lead_bounds = timing.lead_bounds(cycles_per_us)
     return timer
 
 

@@ -113,7 +113,7 @@ class CudaTimer(Timer):
         # attributes. Whatever it holds, the lead stays within the bounds fixed here.
         self._launches: deque[float] = deque(maxlen=LEAD_WINDOW)
         self.cycles_per_us = self._clock_rate()
-        self._lead_bounds = (WARM_CYCLES, max(WARM_CYCLES, int(LEAD_CAP_US * self.cycles_per_us)))
+        self._lead_bounds = lead_bounds(self.cycles_per_us)
 
     def _clock_rate(self) -> float:
         """GPU spin cycles per microsecond, read from events around a spin (for ``busy``)."""
@@ -170,6 +170,11 @@ class CudaTimer(Timer):
         low, high = self._lead_bounds
         longest = max(self._launches, default=0.0)
         return min(max(low, int(LEAD_MARGIN * longest * self.cycles_per_us)), high)
+
+
+def lead_bounds(cycles_per_us: float) -> tuple[int, int]:
+    """The spin's bounds in cycles: the warm-up spin, and LEAD_CAP_US (never below it)."""
+    return WARM_CYCLES, max(WARM_CYCLES, int(LEAD_CAP_US * cycles_per_us))
 
 
 def make_timer(device: str, after_call: Callable[[], None] | None = None) -> Timer:
