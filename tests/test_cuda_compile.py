@@ -96,7 +96,7 @@ def test_an_error_line_is_placed_in_the_candidates_file() -> None:
     """cuda.cu's quoted line gets the line of the .py file it was written on, told apart from
     its twins by its neighbours; a line the file builds at import, or holds too often, gets
     none."""
-    file_text = (SEP := "\n").join([
+    file_text = "\n".join([
         'SRC = r"""',                      # 1
         "__global__ void a(float* x) {",   # 2
         "    x[0] = 1.0f;",                # 3
@@ -106,7 +106,7 @@ def test_an_error_line_is_placed_in_the_candidates_file() -> None:
         "}",                               # 7
         'TAIL = f"int n = {N};"',          # 8
     ])
-    unit = SEP.join(["#include <cuda_runtime.h>", "__global__ void a(float* x) {",
+    unit = "\n".join(["#include <cuda_runtime.h>", "__global__ void a(float* x) {",
                      "    x[0] = 1.0f;", "}", "__global__ void b(float* x) {",
                      "    x[0] = 1.0f;", "}", "int n = 4;"])
     lines = file_text.splitlines()

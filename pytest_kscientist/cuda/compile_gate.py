@@ -172,8 +172,13 @@ def parse_ptxas(output: str) -> list[KernelResources]:
             for shown, k in zip(names, kernels.values(), strict=True)]
 
 
+# A line of cuda.cu as first_errors quotes it under its error, read back by with_file_lines.
+QUOTE = "  {number:4d} | {text}"
+QUOTED = re.compile(r"^  (?P<number> *\d+) \| ")
+
+
 def first_errors(output: str, unit: str) -> str:
-    """nvcc's first errors, each with the line of cuda.cu it names."""
+    """nvcc's first errors, each with the line of cuda.cu it names (``QUOTE``)."""
     lines = unit.splitlines()
     found = []
     for line in output.splitlines():
@@ -184,13 +189,10 @@ def first_errors(output: str, unit: str) -> str:
         if m["where"] and (n := re.search(r"\((\d+)\)$", m["where"])):
             number = int(n[1])
             if 0 < number <= len(lines):
-                found.append(f"  {number:4d} | {lines[number - 1]}")
+                found.append(QUOTE.format(number=number, text=lines[number - 1]))
         if len(found) >= 2 * compiles.MAX_ERRORS:
             break
     return "\n".join(found)
-
-
-QUOTED = re.compile(r"^  (?P<number> *\d+) \| ")
 
 
 def with_file_lines(reason: str, unit: str, file_text: str, shown_as: str) -> str:

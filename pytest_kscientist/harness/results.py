@@ -58,7 +58,8 @@ class BaselineTiming(BaseModel):
 
     stats: TimingStats | None = None
     speedup: float | None = None  # median over rounds of baseline median / candidate median
-    # Conservative 95% interval of ``speedup``: the medians' intervals divided crosswise.
+    # 95% interval of ``speedup``: the geomean of each round's interval (the two medians'
+    # intervals divided crosswise), widened to the rounds' spread, holding ``speedup``.
     speedup_low: float | None = None
     speedup_high: float | None = None
     rounds: int = 0
