@@ -4,8 +4,8 @@ A baseline runs in its own worker, never in a candidate's process, and is verifi
 candidate (its sampled outputs are judged against the reference). A case's benchmark
 alternates rounds between the candidates' workers and each baseline's worker, in an order
 that changes every round (C B1 B2, then B2 B1 C, then B1 B2 C, ...: ``rounds.round_order``),
-and the speedup is the geometric mean over rounds of the baseline's median over the
-candidate's median in the same round: clock drift (boost, thermal) shifts both sides of each
+and the speedup is the median over rounds (on the log scale) of the baseline's median over
+the candidate's median in the same round: clock drift (boost, thermal) shifts both sides of each
 ratio alike.
 """
 
@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
@@ -78,16 +79,29 @@ def _lacks(need: str, device: str) -> str:
 
 
 def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
-                 timeout_s: float, init_seed: int = 0, spares: Spares | None = None) -> Worker:
+                 timeout_s: float, init_seed: int = 0, spares: Spares | None = None,
+                 answered: list[Any] | None = None) -> Worker:
     """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load.
     ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's);
-    ``spares``: runner processes started ahead of need (the session's)."""
+    ``spares``: runner processes started ahead of need (the session's); ``answered``: where
+    its load_inline calls answered by the session's shared builds are noted
+    (results.InlineBuild), whether or not it loads."""
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
                         protect=task.spec_path, spares=spares, builds=build_folder(source))
+        shared = spares.shared_builds() if spares is not None and worker.shares_builds else None
+
+        def build(request: dict[str, Any], deadline: float) -> dict[str, Any]:
+            reply, record = shared.answer(request, deadline)
+            if answered is not None:
+                answered.append(record)
+            return reply
+
         began = time.monotonic()
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
-                                   prepare=prepare, init_seed=init_seed)
+                                   prepare=prepare, init_seed=init_seed,
+                                   interim=build if shared is not None else None,
+                                   shared=shared is not None)
         worker.load_s = time.monotonic() - began
     except WorkerDied as exc:
         raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None

@@ -338,9 +338,12 @@ class CandidateNode(pytest.Collector):
 
     def _start(self) -> Worker:
         try:
+            # Its first load's load_inline answers are its record's (results.InlineBuild).
+            answered = self.ks.inline_builds.setdefault((self.task.name, self.name), [])
             worker = start_worker(self.task, self.source, self.entry, self.prepare,
                                   self.ks.device, self.ks.settings.timeout_s,
-                                  self.ks.evaluator(self.task).init_seed, self.ks.spares)
+                                  self.ks.evaluator(self.task).init_seed, self.ks.spares,
+                                  None if answered else answered)
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True

@@ -238,8 +238,22 @@ def load_lines(cands: list[CandidateResult]) -> list[str]:
     for c in cands:
         if c.role == "candidate" and c.load_s is not None and c.load_s >= SLOW_LOAD_S:
             lines.append(f"load of {c.name}: {c.load_s:.1f} s before its first call, most "
-                         f"likely {build_hint(c.source or '')}")
+                         f"likely {build_hint(c.source or '')}{shared_note(c)}")
     return lines
+
+
+def shared_note(c: CandidateResult) -> str:
+    """What became of the slow load's load_inline builds (harness/shared_builds.py)."""
+    built = [b for b in c.inline_builds if b.outcome == "built"]
+    declined = [b for b in c.inline_builds if b.outcome == "declined"]
+    note = ""
+    if built:
+        note += (f"; {len(built)} build(s) kept by the hash of their sources and flags, so "
+                 "any candidate with the same ones loads them without building")
+    if declined:
+        note += (f"; {declined[0].module} built in its own folder, not shared: "
+                 f"{declined[0].why}")
+    return note
 
 
 def write_summary(tr: Any, session: Any) -> None:

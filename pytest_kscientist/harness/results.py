@@ -22,7 +22,9 @@ from pytest_kscientist.harness.attribution import Attribution
 # compile), item_seconds on the run.
 # 9: round_speedups on a baseline's or fellow's timing (each shared round's ratio, in round
 # order: whether the rounds agreed); ``speedup`` is their median, no longer their geomean.
-RESULTS_SCHEMA_VERSION = 9
+# 10: inline_builds on a candidate (its load_inline calls the pytest process answered: built
+# into the shared folder of their sources, reused from it, failed or declined).
+RESULTS_SCHEMA_VERSION = 10
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -126,6 +128,17 @@ class KernelResources(BaseModel):
     spill_load_bytes: int | None = None
 
 
+class InlineBuild(BaseModel):
+    """One load_inline call of a candidate's import, answered by the pytest process
+    (harness/shared_builds.py)."""
+
+    module: str
+    key: str = ""  # the first 16 hex digits of the build's hash ("" when declined)
+    outcome: Literal["built", "reused", "failed", "declined"]
+    seconds: float = 0.0  # the answer's wait: the build, or the look-up
+    why: str = ""  # why it was declined (the candidate then built it in its own folder)
+
+
 class CompileResult(BaseModel):
     """The verdict of one compile[<arch>] item: a HIP candidate compiled for one AMD target, or
     a CUDA candidate's load_inline source for one NVIDIA target where it cannot run."""
@@ -179,6 +192,7 @@ class CandidateResult(BaseModel):
     # Seconds its first worker's import took (a load_inline build or a Triton compile at
     # import is most of it); None when it never loaded.
     load_s: float | None = None
+    inline_builds: list[InlineBuild] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -85,6 +85,9 @@ class KsSession:
         self.starting: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
+        # (task, candidate) -> its first worker's load_inline calls answered here
+        # (CandidateResult.inline_builds).
+        self.inline_builds: dict[tuple[str, str], list[Any]] = {}
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
         self.item_seconds: dict[str, dict[str, float]] = {}
@@ -239,6 +242,7 @@ class KsSession:
                 per_task.setdefault(name, record).not_run = record.not_run
             for name, record in per_task.items():
                 record.load_s = self.loads.get((task, name))
+                record.inline_builds = self.inline_builds.get((task, name), [])
             score_all(per_task, REFERENCE_NAME)
             for info in self.baselines.get(task, []):
                 info.verified = baseline_verified(info.name, per_task)

@@ -34,7 +34,7 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,10 @@ CPU_THREADS = 1
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
+# A worker's own request while it answers one of ours (a load's builds), with the answer's
+# deadline -> the reply; at most MAX_INTERIM of them per answer.
+Interim = Callable[[dict[str, Any], float], dict[str, Any]]
+MAX_INTERIM = 8
 
 
 class KsSandboxUnavailable(KsWarning):
@@ -445,6 +449,7 @@ class Spares:
     def __init__(self, ahead: bool, fork: bool = False) -> None:
         self.ahead = ahead
         self.fork = fork
+        self._builds: Any = None  # shared_builds.SharedBuilds, made on first use
         self._zygotes: dict[tuple[Any, ...], Any] = {}  # environment -> forked.Zygote
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
@@ -454,6 +459,16 @@ class Spares:
     def for_device(cls, gpu: bool) -> Spares:
         """A session's: on a GPU, spares started ahead; on the CPU, workers forked instead."""
         return cls(ahead=gpu, fork=not gpu)
+
+    def shared_builds(self) -> Any:
+        """The session's answers to its workers' load_inline calls
+        (``harness/shared_builds.SharedBuilds``)."""
+        with self._lock:
+            if self._builds is None:
+                from pytest_kscientist.harness.shared_builds import SharedBuilds
+
+                self._builds = SharedBuilds(extension_root())
+            return self._builds
 
     def start_zygote(self, env: dict[str, str]) -> None:
         """Start the zygote of ``env`` now, before any worker is asked for (``fork`` only)."""
@@ -540,6 +555,10 @@ class Worker:
         # ``builds``: the one extension folder it may write (build_folder of its candidate).
         mounts = _spawn_mounts(Path(protect or problem["path"]), sandbox, builds)
         prefix = sandbox_prefix(*mounts) if mounts is not None else []
+        # Its load_inline calls may be built by the pytest process (harness/shared_builds.py)
+        # only where no candidate can write the extension root, its own folder excepted.
+        self.shares_builds = (builds is not None and mounts is not None
+                              and extension_root() in mounts[0])
         process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device),
                                                        ahead=builds is None, mounts=mounts)
         self.sandboxed = bool(prefix)
@@ -574,8 +593,24 @@ class Worker:
                              self.log_tail()) from None
         self.seq_out += 1
 
-    def _receive(self, op: str, timeout: float) -> tuple[dict[str, Any], bytes]:
+    def _receive(self, op: str, timeout: float, interim: Interim | None = None
+                 ) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
+        header, payload = self._frame(op, deadline, timeout)
+        asked = 0
+        while interim is not None and header.get("op") == "build" and asked < MAX_INTERIM:
+            asked += 1
+            self._send({"op": "built", **interim(header, deadline)})
+            header, payload = self._frame(op, deadline, timeout)
+        if header.get("op") != op:
+            self.kill()
+            raise WorkerDied(f"worker answered '{header.get('op')}' to '{op}'", self.log_tail())
+        return header, payload
+
+    def _frame(self, op: str, deadline: float, timeout: float
+               ) -> tuple[dict[str, Any], bytes]:
+        """The worker's next authenticated frame, while it answers ``op`` (within ``timeout``
+        seconds in all, until ``deadline``)."""
         try:
             header, payload = channel.read_frame(self.process.res_r, self.key, self.seq_in,
                                                  deadline)
@@ -595,17 +630,17 @@ class Worker:
             self.kill()
             raise WorkerDied(f"{exc}; worker killed", self.log_tail()) from None
         self.seq_in += 1
-        if header.get("op") != op:
-            self.kill()
-            raise WorkerDied(f"worker answered '{header.get('op')}' to '{op}'", self.log_tail())
         return header, payload
 
     def request(
-        self, op: str, timeout: float | None = None, **fields: Any
+        self, op: str, timeout: float | None = None, interim: Interim | None = None,
+        **fields: Any
     ) -> tuple[dict[str, Any], bytes]:
-        """Send one request and wait for its authenticated answer."""
+        """Send one request and wait for its authenticated answer; ``interim`` answers the
+        worker's own requests on the way (a load's builds: harness/shared_builds.py), given
+        the request and the answer's deadline."""
         self._send({"op": op, **fields})
-        return self._receive(op, self.timeout if timeout is None else timeout)
+        return self._receive(op, self.timeout if timeout is None else timeout, interim)
 
     def cpu_us(self) -> float | None:
         """CPU time the runner process has used so far, all its threads (those that exited

@@ -28,7 +28,7 @@ from typing import Any
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.forms import leaves
 from pytest_kscientist.protocol import channel, cuda_share, handover, perturb
-from pytest_kscientist.worker import threads
+from pytest_kscientist.worker import inline_builds, threads
 from pytest_kscientist.worker.integrity import Tripwire
 from pytest_kscientist.worker.threads import ThreadWatch
 from pytest_kscientist.worker.timing import make_timer
@@ -215,6 +215,16 @@ class Runner:
         channel.send(self.res_fd, self.key, self.seq_out, header, payload)
         self.seq_out += 1
 
+    def ask_build(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The pytest process's answer to a load_inline call (worker/inline_builds.py): asked
+        while the load request is open, answered before its reply."""
+        self.send({"op": "build", **call})
+        reply, _ = channel.read_frame(self.req_fd, b"", self.seq_in)
+        self.seq_in += 1
+        if reply.get("op") != "built":
+            raise RuntimeError(f"the pytest process answered '{reply.get('op')}' to a build")
+        return reply
+
     def serve(self) -> None:
         while True:
             try:
@@ -244,10 +254,12 @@ class Runner:
             source = file.read()
         folder = extension_dir(self.torch, hashlib.sha256(source).hexdigest())
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
-        if b"use_pch" in source:
+        if b"use_pch" in source or req.get("shared"):
             from torch.utils import cpp_extension
 
             serialize_pch(cpp_extension, os.path.dirname(folder))
+            if req.get("shared"):
+                inline_builds.install(cpp_extension, self.torch, self.ask_build)
         module = _load_module(req["path"], "_ks_candidate")
         self.kernel_path = req["path"]
         problem = self.tripwire.check()

@@ -1,0 +1,197 @@
+"""load_inline builds made by the pytest process and shared by the hash of their arguments
+(issue 32, harness/shared_builds.py): a second candidate with the same sources loads the first
+one's build; no candidate can write it; what cannot be built safely is built as before."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from helpers import AXPY, run_pytest
+
+from pytest_kscientist.harness.shared_builds import SharedBuilds, declined_because, working_in
+from pytest_kscientist.harness.spawn import build_folder, extension_root, sandbox_available
+from pytest_kscientist.worker.inline_builds import BUILD_ENVIRONMENT, normalised
+
+# axpy through a C extension on Python's C API (no torch header: g++ builds it in ~1 s).
+# SCALE is read at each call, as the CUDA seed reads its knobs: a child that moves it has the
+# same load_inline sources.
+C_AXPY = r'''
+#include <Python.h>
+static PyObject* axpy(PyObject* self, PyObject* args) {
+    unsigned long long out, x, y; long long n; double a;
+    if (!PyArg_ParseTuple(args, "KKKLd", &out, &x, &y, &n, &a)) return NULL;
+    float* o = (float*)out; const float* p = (const float*)x; const float* q = (const float*)y;
+    for (long long i = 0; i < n; ++i) o[i] = (float)a * p[i] + q[i];
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"axpy", axpy, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "ks_c_axpy", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_ks_c_axpy(void) { return PyModule_Create(&mod); }
+'''
+
+CANDIDATE = '''import os
+
+from torch.utils.cpp_extension import load_inline
+
+SCALE = 2.0  # {note}
+SRC = r"""{source}"""
+ext = load_inline(name="ks_c_axpy", cpp_sources=[SRC], no_implicit_headers=True,
+                  extra_cflags=["-O2"]{extra})
+TRIED = {{}}
+# The folder the module was loaded from: another candidate's writes there must fail.
+LIB = ext.__file__
+try:
+    with open(LIB, "ab") as f:
+        f.write(b"planted")
+    TRIED["write"] = "written"
+except OSError as exc:
+    TRIED["write"] = type(exc).__name__
+
+
+def custom_kernel(data):
+    x, y, out = data
+    if TRIED["write"] != "OSError" and {must_be_read_only}:
+        raise RuntimeError(f"wrote the shared build {{LIB}}")
+    ext.axpy(out.data_ptr(), x.data_ptr(), y.data_ptr(), x.numel(), SCALE)
+    return out
+'''
+
+
+def candidate(note: str = "", source: str = C_AXPY, extra: str = "",
+              must_be_read_only: bool = True) -> str:
+    return CANDIDATE.format(note=note, source=source, extra=extra,
+                            must_be_read_only=must_be_read_only)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder with the axpy task and its own torch extension root, where the sandbox works
+    with that root read-only."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler for load_inline")
+    if sandbox_available((extension_root(),), ()) is not None:
+        pytest.skip("the worker sandbox does not work here (unshare)")
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    return tmp_path
+
+
+def builds(data: dict, name: str) -> list[dict]:
+    return next(c["inline_builds"] for c in data["candidates"] if c["name"] == name)
+
+
+@pytest.mark.slow
+def test_a_knob_child_loads_its_parents_build_and_cannot_write_it(project: Path) -> None:
+    (project / "parent.py").write_text(candidate())
+    code, output, data = run_pytest(["axpy", "--kernel", "parent.py"], cwd=project)
+    assert code == 0, output
+    [record] = builds(data, "parent")
+    assert record["outcome"] == "built" and record["module"] == "ks_c_axpy", record
+    [shared] = [p for p in extension_root().iterdir() if p.name.startswith("src-")]
+    assert (shared / "ks_c_axpy.so").is_file() and (shared / "ks-built.json").is_file()
+    assert not list(build_folder(project / "parent.py").iterdir())  # nothing built in its own
+
+    (project / "child.py").write_text(candidate(note="moved").replace("2.0", "2.0 + 0.0"))
+    before = (shared / "ks_c_axpy.so").read_bytes()
+    code, output, data = run_pytest(["axpy", "--kernel", "child.py"], cwd=project)
+    assert code == 0, output
+    [record] = builds(data, "child")
+    assert record["outcome"] == "reused" and record["key"] == shared.name[4:20], record
+    assert (shared / "ks_c_axpy.so").read_bytes() == before  # its write was refused
+
+
+@pytest.mark.slow
+def test_a_build_that_fails_is_the_candidates_failure_with_the_compilers_error(
+        project: Path) -> None:
+    broken = C_AXPY.replace("Py_RETURN_NONE;", "Py_RETURN_NONE")
+    (project / "broken.py").write_text(candidate(source=broken))
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "broken.py"],
+                                    cwd=project)
+    assert code == 1, output
+    assert "load_inline build of 'ks_c_axpy' failed" in output, output
+    assert "first error: main.cpp:" in output and "error:" in output, output
+    assert builds(data, "broken")[0]["outcome"] == "failed"
+    assert not [p for p in extension_root().iterdir() if p.name.startswith(("src-", ".src-"))]
+
+
+@pytest.mark.slow
+def test_a_call_that_names_a_folder_builds_on_its_own_as_before(project: Path) -> None:
+    headers = project / "headers"
+    headers.mkdir()
+    extra = f", extra_include_paths=[{str(headers)!r}]"
+    (project / "own.py").write_text(candidate(extra=extra, must_be_read_only=False))
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "own.py"], cwd=project)
+    assert code == 0, output
+    [record] = builds(data, "own")
+    assert record["outcome"] == "declined" and "include paths" in record["why"], record
+    own = build_folder(project / "own.py")
+    assert (own / "ks_c_axpy" / "ks_c_axpy.so").is_file()  # torch's own build, in its folder
+    assert not [p for p in extension_root().iterdir() if p.name.startswith("src-")]
+
+
+ENVIRONMENT = {n: os.environ.get(n) for n in BUILD_ENVIRONMENT}
+CALL = {"name": "m", "cpp_sources": ["#include <Python.h>\n#include \"local.h\" // ok\n"],
+        "cuda_sources": [], "extra_cflags": ["-O3"], "extra_cuda_cflags": ["--use_fast_math"]}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({}, None),
+    ({"cpp_sources": ['#include "/tmp/planted.h"']}, "may read a file"),
+    ({"cpp_sources": ['#include "../ks-0123/planted.h"']}, "may read a file"),
+    ({"cpp_sources": ["#include <cuda/../../planted.h>"]}, "may read a file"),
+    ({"cpp_sources": ['%:include "/tmp/planted.h"']}, "may read a file"),
+    ({"cpp_sources": ['#define P "x.h"\n#include P']}, "may read a file"),
+    ({"cpp_sources": ["#include_next <stdio.h>"]}, "may read a file"),
+    ({"cpp_sources": ['asm(".incbin \\"/etc/hostname\\"");']}, "can read a file"),
+    ({"cpp_sources": ['??=include "/tmp/x"']}, "can read a file"),
+    ({"extra_cflags": ["-fplugin=evil.so"]}, "names a file"),
+    ({"extra_cuda_cflags": ["-Xcompiler=-fplugin=evil.so"]}, "names a file"),
+    ({"extra_cuda_cflags": ["-ccbin=gcc"]}, "names a file"),
+    ({"extra_ldflags": ["-L."]}, "names a file"),
+    ({"extra_ldflags": ["-Wl,-rpath,/tmp"]}, "not one plain flag"),
+    ({"extra_cflags": ["@flags.txt"]}, "not one plain flag"),
+    ({"extra_cflags": ["-O3 -include x.h"]}, "not one plain flag"),
+    ({"extra_include_paths": ["/tmp"]}, "include paths"),
+    ({"name": "not a name"}, "not an identifier"),
+])
+def test_what_the_pytest_process_declines_to_build(change: dict, why: str | None) -> None:
+    found = declined_because({**CALL, **change}, [], ENVIRONMENT)
+    assert (found is None) if why is None else (found is not None and why in found), found
+
+
+def test_arch_flags_and_the_environment_must_be_what_torch_and_pytest_use() -> None:
+    gencode = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
+    assert declined_because(CALL, gencode, ENVIRONMENT) is None
+    assert "arch flags" in declined_because(CALL, ["-ccbin=x"], ENVIRONMENT)
+    assert "environment" in declined_because(CALL, [], {**ENVIRONMENT, "CXX": "/tmp/evil-cc"})
+
+
+def test_load_inline_arguments_become_plain_json() -> None:
+    assert normalised({"name": "m", "cpp_sources": "int a;", "cuda_sources": None,
+                       "functions": ("f",), "verbose": True, "use_pch": False}) == {
+        "name": "m", "cpp_sources": ["int a;"], "cuda_sources": [], "functions": ["f"],
+        "use_pch": False}
+    assert normalised({"name": "m", "cpp_sources": [b"bytes"]}) is None
+    assert normalised({"name": "m", "cpp_sources": [], "functions": {"f": 1}}) is None
+
+
+def test_a_build_past_its_deadline_is_killed_and_leaves_nothing(tmp_path: Path) -> None:
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler for load_inline")
+    root = tmp_path / "root"
+    root.mkdir()
+    # torch/extension.h alone takes the host compiler 15-20 s on the 2-core CPU.
+    call = {"name": "slow", "cpp_sources": ["int f() { return 1; }"], "cuda_sources": [],
+            "no_implicit_headers": False}
+    began = time.monotonic()
+    reply, record = SharedBuilds(root).answer(
+        {"args": call, "arch_flags": [], "environment": ENVIRONMENT}, time.monotonic() + 4)
+    assert time.monotonic() - began < 12
+    assert reply["ok"] is False and "did not finish" in reply["reason"], reply
+    assert record.outcome == "failed"
+    assert not list(root.iterdir())  # the partial folder removed
+    assert not working_in(root)  # ninja and the compilers killed
