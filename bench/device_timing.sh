@@ -185,6 +185,7 @@ elif [[ $KS_PART == owed ]]; then
   grep -E '^(geomean|\| [0-9]|\| m.*no ratio|  FAILED)' "$OUT/aa.log" | cut -c1-300
   grep -E '^\| m' "$OUT/spread.log" | head -12
   grep -E 'generation|done in|bench items' "$OUT/evolve.log" | tail -8
+  python3 bench/inline_builds.py /tmp/ks-owed  # the shared builds: built in 0, reused in 1?
 elif [[ $KS_PART == final ]]; then
   t 90 "$OUT/fidelity.log" python3 bench/fidelity.py --budget 0.3 --out "$OUT/fidelity.json"
   t 250 "$OUT/gpu-tests.log" python3 -m pytest tests/adversarial/test_gpu_corpus.py \

@@ -195,3 +195,27 @@ def test_a_build_past_its_deadline_is_killed_and_leaves_nothing(tmp_path: Path) 
     assert record.outcome == "failed"
     assert not list(root.iterdir())  # the partial folder removed
     assert not working_in(root)  # ninja and the compilers killed
+
+
+LAZY = '''from torch.utils.cpp_extension import load_inline
+
+SRC = r"""{source}"""
+EXT = []
+
+
+def custom_kernel(data):
+    if not EXT:  # built at the first call, as some GPU MODE submissions do
+        EXT.append(load_inline(name="ks_c_axpy", cpp_sources=[SRC], no_implicit_headers=True))
+    x, y, out = data
+    EXT[0].axpy(out.data_ptr(), x.data_ptr(), y.data_ptr(), x.numel(), 2.0)
+    return out
+'''
+
+
+@pytest.mark.slow
+def test_a_kernel_that_builds_at_its_first_call_builds_on_its_own(project: Path) -> None:
+    (project / "lazy.py").write_text(LAZY.format(source=C_AXPY))
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "lazy.py"], cwd=project)
+    assert code == 0, output
+    assert builds(data, "lazy") == []  # nothing asked of the pytest process after the load
+    assert (build_folder(project / "lazy.py") / "ks_c_axpy" / "ks_c_axpy.so").is_file()

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -174,6 +175,7 @@ class Runner:
         self.clock = time.perf_counter
         self.set_profile = sys.setprofile
         self.kernel_path = ""
+        self.loading = 0  # the thread importing the candidate, during a load request
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
         self.problem = hello["problem"]
@@ -217,7 +219,10 @@ class Runner:
 
     def ask_build(self, call: dict[str, Any]) -> dict[str, Any]:
         """The pytest process's answer to a load_inline call (worker/inline_builds.py): asked
-        while the load request is open, answered before its reply."""
+        while the load request is open, answered before its reply; a call made later (a
+        kernel that builds at its first call) or from another thread builds on its own."""
+        if not self.loading or threading.get_ident() != self.loading:
+            return {"declined": True}
         self.send({"op": "build", **call})
         reply, _ = channel.read_frame(self.req_fd, b"", self.seq_in)
         self.seq_in += 1
@@ -260,7 +265,11 @@ class Runner:
             serialize_pch(cpp_extension, os.path.dirname(folder))
             if req.get("shared"):
                 inline_builds.install(cpp_extension, self.torch, self.ask_build)
-        module = _load_module(req["path"], "_ks_candidate")
+        self.loading = threading.get_ident()  # ask_build's: the thread of this load
+        try:
+            module = _load_module(req["path"], "_ks_candidate")
+        finally:
+            self.loading = 0
         self.kernel_path = req["path"]
         problem = self.tripwire.check()
         if problem:
