@@ -219,3 +219,14 @@ def test_a_kernel_that_builds_at_its_first_call_builds_on_its_own(project: Path)
     assert code == 0, output
     assert builds(data, "lazy") == []  # nothing asked of the pytest process after the load
     assert (build_folder(project / "lazy.py") / "ks_c_axpy" / "ks_c_axpy.so").is_file()
+
+
+def test_an_interrupted_builds_folder_is_removed_an_hour_later(tmp_path: Path) -> None:
+    old, fresh = tmp_path / ".src-aa-11111111", tmp_path / ".src-bb-22222222"
+    for folder in (old, fresh):
+        folder.mkdir()
+        (folder / "main.o").write_bytes(b"x")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    SharedBuilds(tmp_path)
+    assert not old.exists() and fresh.exists()  # one still building may be another session's

@@ -56,6 +56,7 @@ LITERAL = re.compile(r"""\s*(<[^<>]+>|"[^"]+")\s*(//.*|/\*.*)?""")
 EMBEDS = re.compile(r"incbin|\.include|__has_embed|\?\?=", re.IGNORECASE)
 MAX_SOURCE_BYTES = 8 << 20
 DONE = "ks-built.json"
+STALE_S = 3600.0
 # A compiler's or linker's error line (gcc, clang, nvcc "error:", "fatal error:", collect2's).
 ERROR_LINE = re.compile(r"\berror( \w+)?:")
 
@@ -133,11 +134,24 @@ class BuildTimeout(RuntimeError):
 
 @dataclass
 class SharedBuilds:
-    """The builds one pytest session answers (``Spares.builds``), into ``root``."""
+    """The builds one pytest session answers (``Spares.shared_builds``), into ``root``."""
 
     root: Path
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _building: dict[str, threading.Event] = field(default_factory=dict)
+    # key -> the failed build's message: the session's other calls with it get it at once (a
+    # generation's children of one broken parent would each build it again).
+    _failed: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The temporary folders of builds whose pytest process died (kill -9) an hour ago or
+        # more: never renamed, never read.
+        for stale in self.root.glob(".src-*"):
+            try:
+                if time.time() - stale.stat().st_mtime > STALE_S:
+                    shutil.rmtree(stale, ignore_errors=True)
+            except OSError:
+                continue
 
     def answer(self, request: dict[str, Any], deadline: float) -> tuple[dict[str, Any],
                                                                           InlineBuild]:
@@ -159,6 +173,9 @@ class SharedBuilds:
         reply = {"ok": True, "folder": str(folder), "module": module}
         outcome = "reused"
         while not (folder / DONE).exists():
+            if key in self._failed:
+                return ({"ok": False, "reason": self._failed[key]},
+                        self._record(module, key, "failed", began))
             with self._lock:
                 wait = self._building.get(key)
                 if wait is None:
@@ -172,7 +189,9 @@ class SharedBuilds:
                     break
                 continue
             try:
-                failure = self._build(args, arch, folder, deadline)
+                failure, kept = self._build(args, arch, folder, deadline)
+                if failure is not None and kept:
+                    self._failed[key] = failure
             finally:
                 with self._lock:
                     del self._building[key]
@@ -192,9 +211,10 @@ class SharedBuilds:
                            seconds=time.monotonic() - began)
 
     def _build(self, args: dict[str, Any], arch: list[str], folder: Path, deadline: float
-               ) -> str | None:
+               ) -> tuple[str | None, bool]:
         """Build ``args`` into ``folder`` (renamed from a temporary folder when complete);
-        the compiler's message when it fails or outlives ``deadline``."""
+        the compiler's message when it fails or outlives ``deadline``, and whether that
+        verdict holds for every call with these arguments (a timeout is this load's)."""
         from torch.utils import cpp_extension
 
         from pytest_kscientist.worker.runner import serialize_pch
@@ -216,7 +236,7 @@ class SharedBuilds:
             shutil.rmtree(partial, ignore_errors=True)
             return (f"load_inline build of '{args['name']}' did not finish within "
                     f"{time.monotonic() - began:.0f} s ({exc}) and was killed; raise "
-                    "--ks-timeout or build less")
+                    "--ks-timeout or build less"), False
         except Exception as exc:  # noqa: BLE001 - a failed build is the candidate's verdict
             error = exc
         finally:
@@ -227,14 +247,14 @@ class SharedBuilds:
         if error is not None:
             shutil.rmtree(partial, ignore_errors=True)
             # The temporary folder's path, on every line of the output, says nothing to them.
-            return _failure(args["name"], str(error).replace(f"{partial}{os.sep}", ""))
+            return _failure(args["name"], str(error).replace(f"{partial}{os.sep}", "")), True
         (partial / DONE).write_text(json.dumps({"module": args["name"],
                                                 "seconds": time.monotonic() - began}))
         try:
             partial.rename(folder)
         except OSError:  # another process finished the same build first
             shutil.rmtree(partial, ignore_errors=True)
-        return None
+        return None, True
 
     @staticmethod
     def _intercept(cpp_extension: Any) -> None:
