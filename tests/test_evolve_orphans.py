@@ -133,6 +133,35 @@ def test_a_process_whose_starter_died_before_it_ran_dies_at_once(how: str) -> No
             proc.wait()
 
 
+# A compile (a compile item's, a shared load_inline build's) whose pytest process is killed.
+COMPILING = """
+import sys
+from pathlib import Path
+from pytest_kscientist.harness.compiles import run
+run([sys.executable, "-c", "import os, time; MARK; time.sleep(600)"], Path("."), 600.0)
+"""
+
+
+def test_a_compiler_dies_with_the_pytest_process_that_started_it(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    code = COMPILING.replace("MARK", f"open({str(marker)!r}, 'w').write(str(os.getpid()))")
+    starter = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + START_S
+        while not marker.exists() or not marker.read_text():
+            assert time.monotonic() < deadline and starter.poll() is None
+            time.sleep(0.05)
+        compiler = _identity(int(marker.read_text()))
+        assert compiler is not None
+        os.kill(starter.pid, signal.SIGKILL)
+        starter.wait()
+        assert not _wait_gone([compiler])
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+
+
 # -- a worker whose pytest process is killed mid-call -----------------------------------------
 PYTEST_SIDE = """
 import sys, threading

@@ -142,20 +142,30 @@ def _warn_unsandboxed(why: str) -> None:
 def run(cmd: list[str], cwd: Path, timeout_s: float,
         env: dict[str, str] | None = None) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group, in the workers' scrubbed environment plus ``env``;
-    (exit code or None on timeout, output)."""
-    from pytest_kscientist.harness.spawn import clean_environment
+    (exit code or None on timeout, output). The group dies with this process (a lifeline: a
+    ``kill -9`` of pytest leaves no compiler running beside the next session's timing)."""
+    from pytest_kscientist.harness.spawn import Lifeline, clean_environment
 
     env = {**clean_environment("cpu"), **(env or {})}
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace",
-                            start_new_session=True)
+    lifeline = Lifeline()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return None, out
-    return proc.returncode, out
+        proc = subprocess.Popen(lifeline.command(cmd, group=True), cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", start_new_session=True,
+                                pass_fds=(lifeline.read_fd,))
+        lifeline.started()
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            return None, out
+        except BaseException:  # an interrupt: the compiler goes with the wait
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        return proc.returncode, out
+    finally:
+        lifeline.cut()
 
 
 def demangled(names: list[str]) -> list[str]:
