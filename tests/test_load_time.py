@@ -10,7 +10,7 @@ from pathlib import Path
 from helpers import AXPY, run_pytest
 
 from pytest_kscientist.harness.report import SLOW_LOAD_S, build_hint, load_lines
-from pytest_kscientist.harness.results import CandidateResult
+from pytest_kscientist.harness.results import CandidateResult, InlineBuild
 
 WHOLE = '''
 from torch.utils.cpp_extension import load_inline
@@ -28,12 +28,12 @@ def test_the_hint_names_what_the_build_spends_its_time_on() -> None:
     assert "Python's C API" in build_hint(WHOLE)
     no_pch = SPLIT.replace(", use_pch=True", "")
     assert "use_pch=True reuses torch's precompiled header" in build_hint(no_pch)
-    assert build_hint(SPLIT).startswith("its load_inline build (kept per file hash")
+    assert build_hint(SPLIT) == "its load_inline build"
     # a wrapper with no torch header (the CUDA seed's) needs no precompiled header
     c_api = SPLIT.replace(', functions=["f"]', "").replace(", use_pch=True", "")
-    assert build_hint(c_api).startswith("its load_inline build (kept per file hash")
+    assert build_hint(c_api) == "its load_inline build"
     seed = Path(__file__).parent.parent / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
-    assert build_hint(seed.read_text()).startswith("its load_inline build (kept per file hash")
+    assert build_hint(seed.read_text()) == "its load_inline build"
     assert build_hint("import triton\n@triton.jit\ndef k(): pass\n").startswith("Triton kernels")
     assert build_hint("import time\ntime.sleep(9)\n") == "its module-level code"
 
@@ -49,6 +49,23 @@ def test_only_slow_candidate_imports_get_a_line() -> None:
     assert lines[0].startswith("load of slow: 12.2 s before its first call, most likely its "
                                "load_inline build, which puts torch's headers in every CUDA "
                                "source")
+
+
+def test_the_line_says_where_the_build_is_kept() -> None:
+    def cand(*builds: InlineBuild) -> CandidateResult:
+        return CandidateResult(name="k", path="k.py", sha256="0", load_s=SLOW_LOAD_S + 1,  # type: ignore[arg-type]
+                               source=SPLIT, inline_builds=list(builds))
+
+    shared = load_lines([cand(InlineBuild(module="k", key="0" * 16, outcome="built"))])[0]
+    assert shared.endswith("(1 kept by the hash of their sources and flags: any file with the "
+                           "same ones loads them without building)"), shared
+    own = load_lines([cand(InlineBuild(module="k", outcome="declined", why="it names include "
+                                       "paths or SYCL sources"))])[0]
+    assert "(k built in its own folder, kept for this file only: not shared because it names " \
+        "include paths" in own, own
+    unsandboxed = load_lines([cand()])[0]
+    assert unsandboxed.endswith("(kept for this file: an unchanged file loads it without "
+                                "building)"), unsandboxed
 
 
 def test_the_results_carry_each_candidates_import_time(tmp_path: Path) -> None:

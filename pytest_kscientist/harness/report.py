@@ -228,8 +228,7 @@ def build_hint(source: str) -> str:
         return ("its load_inline build, whose C++ wrapper parses torch's headers (14-42 s of "
                 "the host compiler): use_pch=True reuses torch's precompiled header, or see "
                 f"{seed}")
-    return ("its load_inline build (kept per file hash: an unchanged file loads from the cache "
-            "next time)")
+    return "its load_inline build"
 
 
 def load_lines(cands: list[CandidateResult]) -> list[str]:
@@ -243,16 +242,20 @@ def load_lines(cands: list[CandidateResult]) -> list[str]:
 
 
 def shared_note(c: CandidateResult) -> str:
-    """What became of the slow load's load_inline builds (harness/shared_builds.py)."""
+    """Where the slow load's load_inline builds are kept (harness/shared_builds.py)."""
+    if "load_inline" not in (c.source or "") and not c.inline_builds:
+        return ""
     built = [b for b in c.inline_builds if b.outcome == "built"]
     declined = [b for b in c.inline_builds if b.outcome == "declined"]
     note = ""
     if built:
-        note += (f"; {len(built)} build(s) kept by the hash of their sources and flags, so "
-                 "any candidate with the same ones loads them without building")
+        note += (f" ({len(built)} kept by the hash of their sources and flags: any file with "
+                 "the same ones loads them without building)")
     if declined:
-        note += (f"; {declined[0].module} built in its own folder, not shared: "
-                 f"{declined[0].why}")
+        note += (f" ({declined[0].module} built in its own folder, kept for this file only: "
+                 f"not shared because {declined[0].why})")
+    if not c.inline_builds:
+        note += " (kept for this file: an unchanged file loads it without building)"
     return note
 
 
