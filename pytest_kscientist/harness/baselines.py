@@ -80,16 +80,18 @@ def _lacks(need: str, device: str) -> str:
 
 def start_worker(task: Task, source: Path, entry: str, prepare: str | None, device: str,
                  timeout_s: float, init_seed: int = 0, spares: Spares | None = None,
-                 answered: list[Any] | None = None) -> Worker:
+                 builds: Callable[[], Any] | None = None, answered: list[Any] | None = None
+                 ) -> Worker:
     """A fresh worker with ``source`` loaded; raises CandidateFailure if it does not load.
     ``init_seed``: the seed a KernelBench model's weights are built with (Evaluator's);
-    ``spares``: runner processes started ahead of need (the session's); ``answered``: where
-    its load_inline calls answered by the session's shared builds are noted
-    (results.InlineBuild), whether or not it loads."""
+    ``spares``: runner processes started ahead of need (the session's); ``builds``: the
+    session's shared load_inline builds (``shared_builds.SharedBuilds``, made on first use),
+    which answer its load_inline calls where its sandbox allows; ``answered``: where those
+    answers are noted (results.InlineBuild), whether or not it loads."""
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
                         protect=task.spec_path, spares=spares, builds=build_folder(source))
-        shared = spares.shared_builds() if spares is not None and worker.shares_builds else None
+        shared = builds() if builds is not None and worker.shares_builds else None
 
         def build(request: dict[str, Any], deadline: float) -> dict[str, Any]:
             reply, record = shared.answer(request, deadline)

@@ -343,7 +343,7 @@ class CandidateNode(pytest.Collector):
             worker = start_worker(self.task, self.source, self.entry, self.prepare,
                                   self.ks.device, self.ks.settings.timeout_s,
                                   self.ks.evaluator(self.task).init_seed, self.ks.spares,
-                                  None if answered else answered)
+                                  self.ks.shared_builds, None if answered else answered)
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True

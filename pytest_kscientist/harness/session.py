@@ -10,6 +10,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,13 @@ from pytest_kscientist.harness.results import (
 from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
-from pytest_kscientist.harness.spawn import Spares, clean_environment, gpu_visible, quiet_prefix
+from pytest_kscientist.harness.spawn import (
+    Spares,
+    clean_environment,
+    extension_root,
+    gpu_visible,
+    quiet_prefix,
+)
 from pytest_kscientist.options import Settings
 
 REFERENCE_NAME = "reference"
@@ -88,6 +95,8 @@ class KsSession:
         # (task, candidate) -> its first worker's load_inline calls answered here
         # (CandidateResult.inline_builds).
         self.inline_builds: dict[tuple[str, str], list[Any]] = {}
+        self._builds: Any = None  # shared_builds()
+        self._builds_lock = threading.Lock()
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
         self.item_seconds: dict[str, dict[str, float]] = {}
@@ -155,6 +164,16 @@ class KsSession:
                                                  turns=Turns(self.settings.bench_workers))
                 out.append(self.partners[key])
         return out
+
+    def shared_builds(self) -> Any:
+        """The answers to this session's workers' load_inline calls
+        (``harness/shared_builds.SharedBuilds``), made on first use; workers load in threads."""
+        with self._builds_lock:
+            if self._builds is None:
+                from pytest_kscientist.harness.shared_builds import SharedBuilds
+
+                self._builds = SharedBuilds(extension_root())
+            return self._builds
 
     @cached_property
     def spares(self) -> Spares:

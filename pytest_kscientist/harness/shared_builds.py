@@ -134,7 +134,7 @@ class BuildTimeout(RuntimeError):
 
 @dataclass
 class SharedBuilds:
-    """The builds one pytest session answers (``Spares.shared_builds``), into ``root``."""
+    """The builds one pytest session answers (``KsSession.shared_builds``), into ``root``."""
 
     root: Path
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -449,7 +449,6 @@ class Spares:
     def __init__(self, ahead: bool, fork: bool = False) -> None:
         self.ahead = ahead
         self.fork = fork
-        self._builds: Any = None  # shared_builds.SharedBuilds, made on first use
         self._zygotes: dict[tuple[Any, ...], Any] = {}  # environment -> forked.Zygote
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
@@ -459,16 +458,6 @@ class Spares:
     def for_device(cls, gpu: bool) -> Spares:
         """A session's: on a GPU, spares started ahead; on the CPU, workers forked instead."""
         return cls(ahead=gpu, fork=not gpu)
-
-    def shared_builds(self) -> Any:
-        """The session's answers to its workers' load_inline calls
-        (``harness/shared_builds.SharedBuilds``)."""
-        with self._lock:
-            if self._builds is None:
-                from pytest_kscientist.harness.shared_builds import SharedBuilds
-
-                self._builds = SharedBuilds(extension_root())
-            return self._builds
 
     def start_zygote(self, env: dict[str, str]) -> None:
         """Start the zygote of ``env`` now, before any worker is asked for (``fork`` only)."""
