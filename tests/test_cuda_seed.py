@@ -310,8 +310,8 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
-    sum partials across CTAs), at both N tiles, with one or two C buffers; one build serves
-    them all."""
+    sum partials across CTAs), at both N tiles, with one or two C buffers; one build, shared
+    by the pytest process, serves them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
     points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0, "OVERLAP": 0},
               "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
@@ -324,7 +324,14 @@ def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     code, output, data = run_pytest(["fp8_gemm", "-k", "check", *kernels, "--ks-timeout", "400"],
                                     cwd=tmp_path, timeout=900)
     assert code == 0, output
+    builds = []
     for name in points:
         (candidate,) = [c for c in data["candidates"] if c["name"] == name]
         outcomes = {case["outcome"] for case in candidate["cases"]}
         assert outcomes == {"passed"}, output
+        builds += candidate["inline_builds"]
+    # One build, made by the pytest process and shared (harness/shared_builds.py): the knobs
+    # are read at each call, so the three files' load_inline arguments are equal.
+    assert len({b["key"] for b in builds}) == 1, builds
+    assert sorted(b["outcome"] for b in builds) in (["built", "reused", "reused"],
+                                                    ["reused"] * 3), builds
