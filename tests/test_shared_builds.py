@@ -72,8 +72,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder with the axpy task and its own torch extension root, where the sandbox works
     with that root read-only."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
-    if shutil.which("c++") is None:
-        pytest.skip("no C++ compiler for load_inline")
+    if shutil.which("c++") is None or shutil.which("ninja") is None:
+        pytest.skip("load_inline needs a C++ compiler and ninja")
     if sandbox_available((extension_root(),), ()) is not None:
         pytest.skip("the worker sandbox does not work here (unshare)")
     shutil.copytree(AXPY, tmp_path / "axpy")
@@ -180,8 +180,8 @@ def test_load_inline_arguments_become_plain_json() -> None:
 
 
 def test_a_build_past_its_deadline_is_killed_and_leaves_nothing(tmp_path: Path) -> None:
-    if shutil.which("c++") is None:
-        pytest.skip("no C++ compiler for load_inline")
+    if shutil.which("c++") is None or shutil.which("ninja") is None:
+        pytest.skip("load_inline needs a C++ compiler and ninja")
     root = tmp_path / "root"
     root.mkdir()
     # torch/extension.h alone takes the host compiler 15-20 s on the 2-core CPU.
