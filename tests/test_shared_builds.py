@@ -4,8 +4,11 @@ one's build; no candidate can write it; what cannot be built safely is built as 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -230,3 +233,57 @@ def test_an_interrupted_builds_folder_is_removed_an_hour_later(tmp_path: Path) -
     os.utime(old, (hours_ago, hours_ago))
     SharedBuilds(tmp_path)
     assert not old.exists() and fresh.exists()  # one still building may be another session's
+
+
+# A seed the offline scientist can move: its knobs go to the C function at each call, so its
+# children's load_inline arguments equal its own.
+C_CHUNKED = r'''
+#include <Python.h>
+static PyObject* axpy(PyObject* self, PyObject* args) {
+    unsigned long long out, x, y; long long n, chunk;
+    if (!PyArg_ParseTuple(args, "KKKLL", &out, &x, &y, &n, &chunk)) return NULL;
+    float* o = (float*)out; const float* p = (const float*)x; const float* q = (const float*)y;
+    for (long long s = 0; s < n; s += chunk)
+        for (long long i = s; i < n && i < s + chunk; ++i) o[i] = 2.0f * p[i] + q[i];
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"axpy", axpy, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "ks_c_chunked", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_ks_c_chunked(void) { return PyModule_Create(&mod); }
+'''
+SEED = '''from torch.utils.cpp_extension import load_inline
+
+TUNABLES = {{"chunk": 256}}
+TUNABLE_SPACE = {{"chunk": [64, 128, 256, 512, 1024]}}
+SRC = r"""{source}"""
+ext = load_inline(name="ks_c_chunked", cpp_sources=[SRC], no_implicit_headers=True)
+
+
+def custom_kernel(data):
+    x, y, out = data
+    ext.axpy(out.data_ptr(), x.data_ptr(), y.data_ptr(), x.numel(), TUNABLES["chunk"])
+    return out
+'''
+
+
+@pytest.mark.slow
+def test_an_evolves_children_load_their_parents_build(project: Path) -> None:
+    seeds = project / "axpy" / "seeds"
+    shutil.rmtree(seeds)
+    seeds.mkdir()
+    (seeds / "chunked.py").write_text(SEED.format(source=C_CHUNKED))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--evolve", "1", "axpy", "--ks-llm", "offline", "--ks-profile", "cpu"],
+                          cwd=project, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {}
+    for record in sorted((project / "population" / "axpy").glob("c*/results.json")):
+        result = json.loads(record.read_text())["result"]
+        found[record.parent.name] = [b["outcome"] for b in result["inline_builds"]]
+    seed, *children = found.values()
+    assert seed == ["built"] and children, found
+    assert all(outcomes == ["reused"] for outcomes in children), found
+    # The parent re-timed beside its children (--ks-beside, a partner) loaded the shared build
+    # too: no file built in its own folder.
+    own = [p for p in extension_root().glob("ks-*/**/*") if p.is_file()]
+    assert not own, own

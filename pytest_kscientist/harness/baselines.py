@@ -156,6 +156,10 @@ class Partner:
     # do the same untimed work between calls; a trusted baseline verifies one output a round.
     full_sample: bool = False
     turns: Turns = field(default_factory=Turns)  # --ks-bench-workers
+    # The session's shared load_inline builds and where its answers are noted (start_worker):
+    # a parent re-timed beside its children (--ks-beside) loads the build it shared.
+    builds: Callable[[], Any] | None = None
+    answered: list[Any] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -178,7 +182,8 @@ class Partner:
         entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
         try:
             return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
-                                self.device, self.timeout_s, self.init_seed, self.spares)
+                                self.device, self.timeout_s, self.init_seed, self.spares,
+                                self.builds, None if self.answered else self.answered)
         except CandidateFailure as exc:
             self.broken = exc.reason
             raise

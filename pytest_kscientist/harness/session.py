@@ -161,7 +161,10 @@ class KsSession:
                                                  init_seed=self.evaluator(task).init_seed,
                                                  spares=self.spares,
                                                  full_sample=key in self.beside,
-                                                 turns=Turns(self.settings.bench_workers))
+                                                 turns=Turns(self.settings.bench_workers),
+                                                 builds=self.shared_builds,
+                                                 answered=self.inline_builds.setdefault(
+                                                     key, []))
                 out.append(self.partners[key])
         return out
 
