@@ -122,6 +122,23 @@ def test_a_build_that_fails_is_the_candidates_failure_with_the_compilers_error(
 
 
 @pytest.mark.slow
+def test_an_arch_list_set_before_the_call_is_shared_and_a_compiler_is_not(
+        project: Path) -> None:
+    """GPU MODE files often set TORCH_CUDA_ARCH_LIST before load_inline: its flags travel
+    with the call. A compiler of the candidate's choosing does not: that call builds alone."""
+    arch = "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n"
+    (project / "arch.py").write_text(arch + candidate())
+    cxx = "import os\nos.environ['CXX'] = 'g++'\n"
+    (project / "cxx.py").write_text(cxx + candidate(must_be_read_only=False))
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "arch.py",
+                                     "--kernel", "cxx.py"], cwd=project)
+    assert code == 0, output
+    assert [b["outcome"] for b in builds(data, "arch")] == ["built"], output
+    [declined] = builds(data, "cxx")
+    assert declined["outcome"] == "declined" and "environment" in declined["why"], declined
+
+
+@pytest.mark.slow
 def test_a_call_that_names_a_folder_builds_on_its_own_as_before(project: Path) -> None:
     headers = project / "headers"
     headers.mkdir()

@@ -23,9 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 # Environment variables a build reads; the pytest process builds only when the worker's values
-# equal its own (a candidate that changed them builds on its own).
+# equal its own (a candidate that changed them builds on its own). TORCH_CUDA_ARCH_LIST, which
+# GPU MODE files often set before load_inline, is not among them: the arch flags it makes are
+# computed here and sent with the call (``arch_flags``).
 BUILD_ENVIRONMENT = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "NVCC_APPEND_FLAGS",
-                     "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC", "TORCH_CUDA_ARCH_LIST")
+                     "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC")
 # load_inline's arguments that do not change what is built.
 UNBUILT = ("verbose", "keep_intermediates", "build_directory")
 SOURCES = ("cpp_sources", "cuda_sources", "sycl_sources")
@@ -73,7 +75,6 @@ def install(cpp_extension: Any, torch: Any, ask: Callable[[dict[str, Any]], dict
     loaded again goes to torch, whose versioning renames it)."""
     original = cpp_extension.load_inline
     signature = inspect.signature(original)
-    environment = {name: os.environ.get(name) for name in BUILD_ENVIRONMENT}
     served: set[str] = set()
 
     def load_inline(*args: Any, **kwargs: Any) -> Any:
@@ -84,10 +85,12 @@ def install(cpp_extension: Any, torch: Any, ask: Callable[[dict[str, Any]], dict
         bound.apply_defaults()
         call = normalised(dict(bound.arguments))
         name = bound.arguments.get("name")
-        now = {n: os.environ.get(n) for n in BUILD_ENVIRONMENT}
         if (call is None or bound.arguments.get("build_directory") is not None
-                or name in served or now != environment or torch.version.hip is not None):
+                or name in served or torch.version.hip is not None):
             return original(*args, **kwargs)
+        # The pytest process builds only in its own environment, so it declines a call made
+        # after the candidate changed these (its record says so).
+        now = {n: os.environ.get(n) for n in BUILD_ENVIRONMENT}
         reply = ask({"args": call, "arch_flags": arch_flags(cpp_extension, torch, call),
                      "environment": now})
         if reply.get("declined"):
