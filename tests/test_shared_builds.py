@@ -96,6 +96,7 @@ def test_a_knob_child_loads_its_parents_build_and_cannot_write_it(project: Path)
     assert record["outcome"] == "built" and record["module"] == "ks_c_axpy", record
     [shared] = [p for p in extension_root().iterdir() if p.name.startswith("src-")]
     assert (shared / "ks_c_axpy.so").is_file() and (shared / "ks-built.json").is_file()
+    assert "-O2" in (shared / "ks-build.log").read_text()  # the compiler's lines, kept
     assert not list(build_folder(project / "parent.py").iterdir())  # nothing built in its own
 
     (project / "child.py").write_text(candidate(note="moved").replace("2.0", "2.0 + 0.0"))

@@ -56,6 +56,7 @@ LITERAL = re.compile(r"""\s*(<[^<>]+>|"[^"]+")\s*(//.*|/\*.*)?""")
 EMBEDS = re.compile(r"incbin|\.include|__has_embed|\?\?=", re.IGNORECASE)
 MAX_SOURCE_BYTES = 8 << 20
 DONE = "ks-built.json"
+BUILD_LOG = "ks-build.log"
 STALE_S = 3600.0
 # A compiler's or linker's error line (gcc, clang, nvcc "error:", "fatal error:", collect2's).
 ERROR_LINE = re.compile(r"\berror( \w+)?:")
@@ -291,6 +292,8 @@ class SharedBuilds:
                 raise BuildTimeout("the load's deadline")
             if code:
                 raise RuntimeError(f"{error_prefix}: {output}")
+            # What verbose=True would have printed (ptxas -v's registers, warnings), kept.
+            Path(build_directory, BUILD_LOG).write_text(output)
             return None
 
         jit_compile.ks_build_only = True  # type: ignore[attr-defined]
