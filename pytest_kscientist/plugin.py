@@ -159,8 +159,8 @@ class KsHooks:
             config = session.config
             if not (config.option.collectonly or session.testsfailed
                     or config.pluginmanager.has_plugin("dsession")):  # xdist's controller
-                from pytest_kscientist.harness.collect import start_workers
                 from pytest_kscientist.harness.compiles import compile_ahead
+                from pytest_kscientist.harness.starts import start_workers
 
                 compile_ahead(session.items, _cores())
                 start_workers(session.items, _cores())
@@ -181,7 +181,7 @@ class KsHooks:
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        from pytest_kscientist.harness.collect import plan_rounds, tag_timed
+        from pytest_kscientist.harness.items import plan_rounds, tag_timed
 
         items[:] = plan_rounds(items, self.ks.lineup)
         tag_timed(items)

@@ -78,7 +78,7 @@ def test_only_files_that_build_extensions_get_a_folder(tmp_path: Path,
 
 def test_the_extension_root_is_known_while_another_thread_imports_torch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A background start (collect.Starting) asks for the extension root while the main thread
+    # A background start (starts.Starting) asks for the extension root while the main thread
     # is inside `import torch`: torch is then in sys.modules without its `version` yet. Under
     # load in the full suite this raised AttributeError ("partially initialized module 'torch'")
     # and the candidate failed to load.

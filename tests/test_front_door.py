@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import AXPY
 
-from pytest_kscientist.harness.collect import _beyond
+from pytest_kscientist.harness.items import _beyond
 
 WRONG_SHAPE = """
 import torch

@@ -189,7 +189,7 @@ class Partner:
             raise
 
     def start_early(self) -> None:
-        """Start the worker now (collect.start_workers); a failure is kept in ``broken``."""
+        """Start the worker now (starts.start_workers); a failure is kept in ``broken``."""
         try:
             self.live()
         except CandidateFailure:

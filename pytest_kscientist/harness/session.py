@@ -88,7 +88,7 @@ class KsSession:
         self.validations: dict[str, TaskValidation] = {}
         # The candidate nodes (collect.CandidateNode) that started a worker this session
         self.holders: set[Any] = set()
-        # Worker starts begun in the background (collect.start_workers), until waited for.
+        # Worker starts begun in the background (starts.start_workers), until waited for.
         self.starting: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
@@ -137,7 +137,7 @@ class KsSession:
 
     def evaluator(self, task: Task) -> Evaluator:
         # By spec file: the problems of a KernelBench level share one folder.
-        # (collect.start_workers makes each task's before its background starts ask for it)
+        # (starts.start_workers makes each task's before its background starts ask for it)
         if task.spec_path not in self.evaluators:
             self.evaluators[task.spec_path] = Evaluator(task, self.device, self.salt)
         return self.evaluators[task.spec_path]

@@ -253,7 +253,7 @@ class Runner:
     # -- requests ---------------------------------------------------------------------------
 
     def op_load(self, req: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        # Workers load together (collect.start_workers): each file builds its extensions in
+        # Workers load together (starts.start_workers): each file builds its extensions in
         # its own folder, and takes turns at torch's precompiled header.
         with open(req["path"], "rb") as file:
             source = file.read()

@@ -1,0 +1,378 @@
+"""The items under a candidate's node (collect.CandidateNode): its checks and benchmarks
+(CaseItem), its check on drawn cases (DrawnItem), its performance gates (GateItem); and the
+order the session runs them in (``plan_rounds``: each case's benchmarks side by side, in the
+shared rounds of rounds.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_kscientist.errors import CandidateFailure, GateFailure
+from pytest_kscientist.formats.task import Case
+from pytest_kscientist.harness import attribution, benchmark_bridge, gates
+from pytest_kscientist.harness.baselines import yardstick_only
+from pytest_kscientist.harness.results import CaseResult
+from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
+from pytest_kscientist.harness.scores import floor_fraction
+from pytest_kscientist.harness.session import REFERENCE_NAME
+from pytest_kscientist.harness.spawn import Worker, WorkerDied
+
+if TYPE_CHECKING:
+    from pytest_kscientist.harness.collect import CandidateNode
+
+
+class CandidateItem(pytest.Item):
+    """An item under a CandidateNode, marked ``kscientist``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_marker(pytest.mark.kscientist)
+
+    @property
+    def candidate(self) -> CandidateNode:
+        from pytest_kscientist.harness.collect import CandidateNode  # it imports this module
+
+        assert isinstance(self.parent, CandidateNode)
+        return self.parent
+
+    def teardown(self) -> None:
+        if self.candidate.last_item is self:
+            self.candidate.drop_worker()
+
+    def _publish(self, **fields: Any) -> None:
+        """A case's result on the report (``ks_case``), for the session and xdist."""
+        cand = self.candidate
+        self.user_properties.append(("ks_case", {
+            "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "role": cand.role, "result": fields,
+        }))
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.name}: "
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        exc = excinfo.value
+        if isinstance(exc, CandidateFailure):
+            text = self.failure_head() + exc.reason
+            detail = _beyond(exc.reason, exc.detail.rstrip())
+            if detail:
+                text += "\n\n" + detail
+            return text
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.candidate.name}::{self.name}"
+
+
+class CaseItem(CandidateItem):
+    """A correctness check or a benchmark of one candidate on one case."""
+
+    def __init__(self, *, kind: str, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.case = case
+        self.attribution: attribution.Attribution | None = None  # its profiled call, if made
+
+    def runtest(self) -> None:
+        cand = self.candidate
+        ks = cand.ks
+        evaluator = ks.evaluator(cand.task)
+        case_id = cand.task.case_id(self.case)
+        try:
+            if self.kind == "bench":
+                ks.wait_for_starts()
+            if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
+                raise CandidateFailure(f"not timed: {cand.failed_check}")
+            worker = cand.live_worker()
+            if self.kind == "check":
+                result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
+                result.attribution = self._attribute(evaluator, worker)
+            else:
+                result = self._bench(worker)
+        except CandidateFailure as exc:
+            if not exc.wrong_result:
+                # A worker that failed may hold a sticky device error or a candidate's patches:
+                # start afresh next time. One that only computed a wrong result is kept.
+                cand.drop_worker()
+            if isinstance(exc, WorkerDied) and exc.hung:
+                # Each further case would wait out the whole timeout again: fail them at once.
+                cand.load_failure = CandidateFailure(
+                    f"not run: the candidate hung on {self.kind} {case_id} and was killed")
+            if self.kind == "check" and not cand.failed_check:
+                # Timing a candidate that fails a check cannot give a passing benchmark: its
+                # benchmarks fail at once instead of spending their budget (issue 10).
+                cand.failed_check = f"check {case_id} failed earlier in this run"
+            self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
+                          reason=exc.reason, detail=exc.detail[-4000:],
+                          attribution=self.attribution)
+            raise
+        result = yardstick_only(cand.name, result)
+        self._publish(**result.model_dump())
+        if result.kind == "bench":
+            self._to_pytest_benchmark(result)
+        if result.outcome == "xfailed":
+            # Reported, not failed: the task declares this baseline a yardstick (verify =
+            # "report"), so its times still count, flagged unverified.
+            pytest.xfail(result.reason)
+
+    def _attribute(self, evaluator: Any, worker: Worker) -> attribution.Attribution | None:
+        """The candidate's profiled call, on its first passing check, when asked for
+        (--ks-attribution) or required (--ks-min-own-share, else the task's [kernel]
+        min_own_share: a candidate under it fails here; the reference and baselines are
+        reported, never refused)."""
+        cand = self.candidate
+        minimum, source = cand.ks.settings.min_own_share, "--ks-min-own-share"
+        if minimum is None:
+            minimum, source = (cand.task.spec.kernel.min_own_share,
+                               "the task's [kernel] min_own_share")
+        if cand.attributed or not (cand.ks.settings.attribution or minimum is not None):
+            return None
+        cand.attributed = True
+        self.attribution = evaluator.attribute(worker, self.case,
+                                               cand.source.read_text(errors="replace"))
+        if minimum is not None and cand.role == "candidate":
+            why = attribution.refusal(self.attribution, minimum, source)
+            if why:
+                raise CandidateFailure(why, wrong_result=True)
+        return self.attribution
+
+    def _bench(self, worker: Worker) -> CaseResult:
+        """Time the case: a candidate or the reference in the rounds its case shares with the
+        other candidates and the task's active baselines; a baseline's own item alone."""
+        cand, ks = self.candidate, self.candidate.ks
+        if cand.role in ROUND_ROLES:
+            result = self._in_rounds(worker)
+        else:
+            result = ks.evaluator(cand.task).bench(worker, self.case, ks.device_name,
+                                                   ks.bench_budget(cand.task),
+                                                   tolerate=cand.tolerate)
+        result.floor_fraction = floor_fraction(result)
+        return result
+
+    def round_key(self) -> tuple[str, str]:
+        return str(self.candidate.task.spec_path), self.candidate.task.case_id(self.case)
+
+    def _in_rounds(self, worker: Worker) -> CaseResult:
+        """This item's result from the rounds every selected bench item of its case shares:
+        timed now when it is the first of them, else taken from what the first one timed."""
+        cand, ks = self.candidate, self.candidate.ks
+        evaluator, budget = ks.evaluator(cand.task), ks.bench_budget(cand.task)
+        key = self.round_key()
+        outcome = ks.lineup.take(key, cand.name)
+        if outcome is None:
+            nodes = _fellows(self, ks.lineup.planned.get(key, []))
+            partners = (ks.partners_for(cand.task)
+                        if any(n.role == "candidate" for n in nodes) else [])
+            if len(nodes) == 1 and not partners:
+                return evaluator.bench(worker, self.case, ks.device_name, budget,
+                                       tolerate=cand.tolerate)
+            done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
+                                  self.case, ks.device_name, budget)
+            outcome = done.pop(cand.name)
+            ks.lineup.done[key] = done
+        if outcome.failure is not None:
+            raise outcome.failure
+        assert outcome.result is not None
+        return outcome.result
+
+    def _to_pytest_benchmark(self, result: CaseResult) -> None:
+        bs = benchmark_bridge.benchmark_session(self.config)
+        if bs is None:
+            return
+        cand = self.candidate
+        extra = {"ks_task": cand.task.name, "ks_candidate": cand.name, "ks_role": cand.role,
+                 "ks_sha256": cand.sha256, "floor_us": result.floor_us,
+                 "clock": result.stats.clock if result.stats else "",
+                 "speedups": {k: v.speedup for k, v in result.baselines.items()}}
+        benchmark_bridge.record(bs, self.nodeid, f"{cand.name}::{self.name}",
+                                f"{cand.task.name} {result.case_id}", result, extra)
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} {self.kind} {self.candidate.task.case_id(self.case)}: "
+
+
+# Who is timed in the shared rounds of a case (baselines are partners there, beside them).
+ROUND_ROLES = ("candidate", "reference")
+
+
+def _fellows(item: CaseItem, planned: list[CandidateNode]) -> list[CandidateNode]:
+    """The item's candidate first, then every other node planned for the case that can still
+    be timed (not skipped, loaded, no failed check), in item order."""
+    own = item.candidate
+    return [own, *(n for n in planned if n is not own and n.timeable())]
+
+
+def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
+    """Items in the order the shared rounds need (rounds.order_items), each selected bench
+    item of a round role planned into ``lineup`` under its case."""
+    def bench_key(item: Any) -> tuple[str, str] | None:
+        if isinstance(item, CaseItem) and item.kind == "bench":
+            return item.round_key()
+        return None
+
+    ordered = order_items(items, bench_key, lambda item: isinstance(item, GateItem))
+    for item in ordered:
+        if isinstance(item, CandidateItem):
+            item.candidate.last_item = item
+        key = bench_key(item)
+        node = item.candidate if key is not None else None
+        if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
+            lineup.plan(key, node)
+    return ordered
+
+
+def tag_timed(items: list[Any]) -> None:
+    """Give every item of a task a ``ks_item`` property (its task and kind: check, bench,
+    compile, gate, validate), so each phase's report adds its duration to the session's
+    ``item_seconds`` (reports carry it under xdist too)."""
+    for item in items:
+        if item.get_closest_marker("kscientist") is None:
+            continue
+        task = getattr(item.parent, "task", None)
+        if task is not None:  # every kscientist item is named <kind>[...] or <kind>
+            kind = item.name.split("[", 1)[0]
+            item.user_properties.append(("ks_item", {"task": task.name, "kind": kind}))
+
+
+class DrawnItem(CandidateItem):
+    """A candidate checked on Hypothesis-drawn cases of its task's space (drawn.py)."""
+
+    def __init__(self, *, space: Any, examples: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.space = space
+        self.examples = examples
+
+    def runtest(self) -> None:
+        from pytest_kscientist.formats import drawn
+
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        evaluator = ks.evaluator(task)
+
+        def check(case: Case) -> None:
+            try:
+                evaluator.check(cand.live_worker(), case)
+            except CandidateFailure as exc:
+                if not exc.wrong_result:
+                    cand.drop_worker()
+                    own = next((c for c in cand.tests if c != case), None)
+                    if own is not None and _dies_at(own):
+                        raise _Everywhere(case, own, exc) from None
+                raise
+
+        def _dies_at(own: Case) -> bool:
+            """Whether the worker dies at the task's own case too: a crash at every shape is
+            not a shape's failure (issue 29: such a candidate read "fails at m=1, n=1, k=128"
+            after ~12 s of shrinking)."""
+            try:
+                evaluator.check(cand.live_worker(), own)
+            except CandidateFailure as again:
+                if not again.wrong_result:
+                    cand.drop_worker()
+                    return True
+            return False
+
+        try:
+            cand.live_worker()  # a candidate that does not load fails here, as at every item
+        except CandidateFailure as exc:
+            self._publish(case={}, case_id="drawn", outcome="failed", reason=exc.reason,
+                          detail=exc.detail[-4000:])
+            raise
+        try:
+            found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
+                                  self.examples)
+        except _Everywhere as crash:
+            reason = (f"{crash.failure.reason}, at the first drawn case "
+                      f"({drawn.describe(crash.case)}) and at the task's own case "
+                      f"{task.case_id(crash.own)} alike: "
+                      "not a shape's failure, so not shrunk")
+            self._publish(case=crash.case, case_id="drawn", outcome="failed", reason=reason,
+                          detail=crash.failure.detail[-4000:])
+            raise CandidateFailure(reason, crash.failure.detail) from None
+        if found is None:
+            self._publish(case={}, case_id="drawn", outcome="passed",
+                          reason=f"{self.examples} drawn cases passed")
+            return
+        case, exc, again = found
+        where = drawn.describe(case)
+        note = "" if again else " (it did not fail again when replayed: flaky?)"
+        reason = (f"fails at {where}: {exc.reason} (the smallest failing case of "
+                  f"{self.examples} drawn{note}; reproduce with --ks-salt {ks.salt})")
+        if not cand.failed_check:
+            cand.failed_check = f"drawn check failed at {where} earlier in this run"
+        self._publish(case=case, case_id=f"drawn {where}", outcome="failed", reason=reason,
+                      detail=exc.detail[-4000:])
+        raise CandidateFailure(reason, exc.detail)
+
+    def _publish(self, **fields: Any) -> None:
+        super()._publish(kind="check", **fields)
+
+    def failure_head(self) -> str:
+        return f"{self.candidate.name} drawn check: "
+
+
+class _Everywhere(BaseException):
+    """A drawn case's worker died and so did one on the task's own case: raised through
+    Hypothesis (which shrinks only on Exception) to stop the search at once."""
+
+    def __init__(self, case: Case, own: Case, failure: CandidateFailure) -> None:
+        super().__init__(failure.reason)
+        self.case = case
+        self.own = own
+        self.failure = failure
+
+
+class GateItem(CandidateItem):
+    """A performance gate on one candidate, judged from its benchmarks earlier in this run."""
+
+    def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self) -> None:
+        cand = self.candidate
+        ks, task = cand.ks, cand.task
+        results = ks.results.get(task.name, {})
+        mine = results.get(cand.name)
+        kind, name, factor = self.check
+        if kind == "min_speedup":
+            verdict = gates.min_speedup(mine, name, factor, results,
+                                        ks.skipped_baselines(task.name))
+        else:
+            settings = ks.settings
+            assert settings.compare_path is not None and settings.max_regression is not None
+            verdict = gates.max_regression(mine, task.name, ks.profile, settings.max_regression,
+                                           settings.compare_path, settings.compare_runs,
+                                           results.get(REFERENCE_NAME))
+        self.user_properties.append(("ks_gate", {
+            "task": task.name, "candidate": cand.name, "path": str(cand.source),
+            "sha256": cand.sha256, "gate": self.name[len("gate["):-1],
+            "outcome": verdict.outcome, "message": verdict.message,
+        }))
+        if verdict.outcome == "skipped":
+            # Reported at the task file, like the skip marks of the baseline items, rather than
+            # at this line of the plugin (the same flag pytest's own skip marks use).
+            raise pytest.skip.Exception(verdict.message, _use_item_location=True)
+        if verdict.outcome == "failed":
+            raise GateFailure(verdict.message)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
+        if isinstance(excinfo.value, GateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+def _beyond(reason: str, detail: str) -> str:
+    """What ``detail`` adds to ``reason``: without the part that repeats the reason's message
+    (issue 29: shape and NaN failures printed their message twice)."""
+    if not detail or detail in reason:
+        return ""
+    tails = [reason] + [reason[i + 2:] for i in range(len(reason)) if reason.startswith(": ", i)]
+    for tail in tails:
+        if tail and detail.startswith(tail):
+            return detail[len(tail):].lstrip("; \n")
+    return detail

@@ -1,0 +1,84 @@
+"""Workers started and loaded in the background before the first item needs them
+(``start_workers``), so their starts, imports and builds overlap each other and the items that
+time nothing, and none overlaps a timed call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pytest_kscientist.harness.items import CandidateItem, CaseItem
+
+if TYPE_CHECKING:
+    from pytest_kscientist.harness.collect import CandidateNode
+
+
+def start_workers(items: list[Any], jobs: int) -> int:
+    """Begin starting and loading, ``jobs`` at a time in the background, the workers of every
+    candidate (and baseline) that has an item to run; returns how many were begun.
+
+    A worker's start (torch's import) and load (the candidate's import: a ``load_inline``
+    build, a Triton compile at import) then overlap with the others' on the machine's cores and
+    with the items that time nothing (task validation, checks): an item waits for its own
+    candidate's start, and the first benchmark item for every start
+    (``KsSession.wait_for_starts``), so no build runs beside a timed call. A load that fails is
+    the candidate's failure, shown whole by its first item.
+    """
+    nodes: list[CandidateNode] = []
+    partners: list[Any] = []
+    for item in items:
+        if not isinstance(item, CandidateItem):
+            continue
+        node = item.candidate
+        if node in nodes or node.skip_reason or node.worker is not None:
+            continue
+        if node.load_failure is not None:
+            continue
+        nodes.append(node)
+        if isinstance(item, CaseItem) and item.kind == "bench" and node.role == "candidate":
+            partners += [p for p in node.ks.partners_for(node.task) if p not in partners]
+    if len(nodes) + len(partners) < 2 or jobs < 2:
+        return 0  # nothing to overlap: the first item starts its worker as before
+    for node in nodes:  # made here, not by two threads at once
+        node.ks.evaluator(node.task)
+        _ = node.ks.spares
+    gate = threading.BoundedSemaphore(jobs)
+    pending = nodes[0].ks.starting
+    for node in nodes:
+        node.starting = Starting(node.start_early, gate, pending)
+    for partner in partners:
+        Starting(partner.start_early, gate, pending)
+    return len(nodes) + len(partners)
+
+
+class Starting(threading.Thread):
+    """A worker's start in the background (``start_workers``), one of ``gate``'s at a time,
+    listed in ``pending`` (its session's ``KsSession.starting``) until waited for.
+
+    A daemon: an interrupted session does not wait for a build to end (the worker it was
+    starting dies with this process, through its lifeline)."""
+
+    def __init__(self, job: Callable[[], None], gate: threading.BoundedSemaphore,
+                 pending: list[Any]) -> None:
+        super().__init__(name="ks-start", daemon=True)
+        self.job, self.gate = job, gate
+        self.error: BaseException | None = None
+        pending.append(self)
+        self.start()
+
+    def run(self) -> None:
+        with self.gate:
+            try:
+                self.job()
+            except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
+                self.error = exc
+
+    def wait(self) -> None:
+        self.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+
