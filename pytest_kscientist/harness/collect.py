@@ -10,7 +10,7 @@ the task's own validation item, ``<task file>::task::validate`` (task_validation
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -33,10 +33,12 @@ from pytest_kscientist.harness.rounds import Member
 from pytest_kscientist.harness.scan import KsSuspiciousCode, scan_file
 from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession
 from pytest_kscientist.harness.spawn import Worker
-from pytest_kscientist.harness.starts import Starting
 from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip.compile_gate import compile_items
+
+if TYPE_CHECKING:
+    from pytest_kscientist.harness.starts import Starting
 
 
 def load_any(path: Path, kernelbench_tol: float = 1e-2) -> Task:

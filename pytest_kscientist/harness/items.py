@@ -7,7 +7,7 @@ shared rounds of rounds.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -34,10 +34,8 @@ class CandidateItem(pytest.Item):
 
     @property
     def candidate(self) -> CandidateNode:
-        from pytest_kscientist.harness.collect import CandidateNode  # it imports this module
-
-        assert isinstance(self.parent, CandidateNode)
-        return self.parent
+        """Its parent: items are made only by CandidateNode.collect."""
+        return cast("CandidateNode", self.parent)
 
     def teardown(self) -> None:
         if self.candidate.last_item is self:
