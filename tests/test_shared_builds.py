@@ -305,3 +305,34 @@ def test_an_evolves_children_load_their_parents_build(project: Path) -> None:
     # too: no file built in its own folder.
     own = [p for p in extension_root().glob("ks-*/**/*") if p.is_file()]
     assert not own, own
+
+
+MANY = '''from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <Python.h>
+static struct PyModuleDef mod = {{PyModuleDef_HEAD_INIT, "NAME", NULL, -1, NULL}};
+PyMODINIT_FUNC PyInit_NAME(void) {{ return PyModule_Create(&mod); }}
+"""
+MODULES = [load_inline(name=f"ks_many_{{i}}", cpp_sources=[SRC.replace("NAME", f"ks_many_{{i}}")],
+                       no_implicit_headers=True) for i in range({count})]
+
+
+def custom_kernel(data):
+    x, y, out = data
+    assert len(MODULES) == {count}
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+@pytest.mark.slow
+def test_a_load_with_more_calls_than_are_answered_builds_the_rest_on_its_own(
+        project: Path) -> None:
+    from pytest_kscientist.harness.spawn import MAX_INTERIM
+
+    (project / "many.py").write_text(MANY.format(count=MAX_INTERIM + 1))
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "many.py"], cwd=project)
+    assert code == 0, output
+    assert [b["outcome"] for b in builds(data, "many")] == ["built"] * MAX_INTERIM
+    assert (build_folder(project / "many.py") / f"ks_many_{MAX_INTERIM}").is_dir()

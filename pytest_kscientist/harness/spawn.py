@@ -54,9 +54,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 # A worker's own request while it answers one of ours (a load's builds), with the answer's
-# deadline -> the reply; at most MAX_INTERIM of them per answer.
+# deadline -> the reply; at most MAX_INTERIM of them per answer are passed on.
 Interim = Callable[[dict[str, Any], float], dict[str, Any]]
-MAX_INTERIM = 8
+MAX_INTERIM = 16
 
 
 class KsSandboxUnavailable(KsWarning):
@@ -587,9 +587,10 @@ class Worker:
         deadline = time.monotonic() + timeout
         header, payload = self._frame(op, deadline, timeout)
         asked = 0
-        while interim is not None and header.get("op") == "build" and asked < MAX_INTERIM:
-            asked += 1
-            self._send({"op": "built", **interim(header, deadline)})
+        while interim is not None and header.get("op") == "build":
+            asked += 1  # past MAX_INTERIM a load's calls build on their own, unanswered here
+            reply = interim(header, deadline) if asked <= MAX_INTERIM else {"declined": True}
+            self._send({"op": "built", **reply})
             header, payload = self._frame(op, deadline, timeout)
         if header.get("op") != op:
             self.kill()
