@@ -336,3 +336,29 @@ def test_a_load_with_more_calls_than_are_answered_builds_the_rest_on_its_own(
     assert code == 0, output
     assert [b["outcome"] for b in builds(data, "many")] == ["built"] * MAX_INTERIM
     assert (build_folder(project / "many.py") / f"ks_many_{MAX_INTERIM}").is_dir()
+
+
+def test_a_torch_whose_build_steps_differ_is_declined_not_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build here takes torch's private build steps apart; where they differ (another
+    torch version), the call is declined and the candidate builds it as before."""
+    from torch.utils import cpp_extension
+
+    for name in ("_jit_compile", "_run_ninja_build"):  # as torch has them, not intercepted
+        found = getattr(cpp_extension, name)
+        monkeypatch.setattr(cpp_extension, name, getattr(found, "ks_original", found))
+
+    def build_step(name, sources, novel, **rest):  # a parameter load_inline does not pass
+        raise AssertionError("not to be called")
+
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_build_library", build_step)
+    call = {"name": "m", "cpp_sources": ["int f() { return 1; }"], "cuda_sources": [],
+            "no_implicit_headers": True}
+    request = {"args": call, "arch_flags": [], "environment": ENVIRONMENT}
+    reply, record = SharedBuilds(tmp_path).answer(request, time.monotonic() + 60)
+    assert reply == {"declined": True} and record.outcome == "declined", record
+    assert "needs ['novel']" in record.why, record.why
+    assert not list(tmp_path.iterdir())  # its partial folder removed
+    monkeypatch.delattr(cpp_extension, "_get_num_workers")
+    reply, record = SharedBuilds(tmp_path).answer(request, time.monotonic() + 60)
+    assert reply == {"declined": True} and "lacks ['_get_num_workers']" in record.why

@@ -133,6 +133,16 @@ class BuildTimeout(RuntimeError):
     """A shared build ran past its load's deadline and was killed."""
 
 
+class Unsupported(Exception):
+    """This torch's build steps are not the ones the build here takes apart (its private
+    functions or their parameters differ): the call is declined, built by the candidate."""
+
+
+# torch's private functions the build here uses (cpp_extension, torch 2.11 and 2.13).
+PYTEST_NEEDS = ("_jit_compile", "_run_ninja_build", "_write_ninja_file_and_build_library",
+                "_get_num_workers", "_is_cuda_file")
+
+
 @dataclass
 class SharedBuilds:
     """The builds one pytest session answers (``KsSession.shared_builds``), into ``root``."""
@@ -166,7 +176,7 @@ class SharedBuilds:
                 environment, dict):
             return {"declined": True}, InlineBuild(module=module, outcome="declined",
                                                    why="a malformed request")
-        why = declined_because(args, arch, environment)
+        why = declined_because(args, arch, environment) or _unsupported()
         if why is not None:
             return {"declined": True}, InlineBuild(module=module, outcome="declined", why=why)
         key = build_key(args, arch, environment)
@@ -193,6 +203,9 @@ class SharedBuilds:
                 failure, kept = self._build(args, arch, folder, deadline)
                 if failure is not None and kept:
                     self._failed[key] = failure
+            except Unsupported as exc:
+                return {"declined": True}, InlineBuild(module=module, outcome="declined",
+                                                       why=str(exc))
             finally:
                 with self._lock:
                     del self._building[key]
@@ -232,6 +245,9 @@ class SharedBuilds:
         try:
             cpp_extension.load_inline(**call, build_directory=str(partial), verbose=False)
             error: BaseException | None = None
+        except Unsupported:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         except BuildTimeout as exc:
             _settle(partial)
             shutil.rmtree(partial, ignore_errors=True)
@@ -269,16 +285,27 @@ class SharedBuilds:
         jit, ninja = cpp_extension._jit_compile, cpp_extension._run_ninja_build
         build = cpp_extension._write_ninja_file_and_build_library
         jit_signature = inspect.signature(jit)
-        takes = set(inspect.signature(build).parameters)
+        parameters = inspect.signature(build).parameters
+        named = {n: p for n, p in parameters.items()
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        takes = None if len(named) < len(parameters) else set(named)  # None: **kwargs too
+        required = [n for n, p in named.items() if p.default is inspect.Parameter.empty]
         local = _BUILDING
 
         def jit_compile(*args: Any, **kwargs: Any) -> Any:
             if local.partial is None:
                 return jit(*args, **kwargs)
-            given = jit_signature.bind(*args, **kwargs)
+            try:
+                given = jit_signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise Unsupported(f"torch's _jit_compile was called otherwise: {exc}") from None
             given.apply_defaults()
             values = dict(given.arguments)
-            build(**{k: v for k, v in values.items() if k in takes})
+            missing = [n for n in required if n not in values]
+            if missing:
+                raise Unsupported(f"torch's build step needs {missing}, which load_inline "
+                                  "does not pass here")
+            build(**{k: v for k, v in values.items() if takes is None or k in takes})
             return None
 
         def run_ninja(build_directory: str, verbose: bool, error_prefix: str) -> None:
@@ -297,8 +324,18 @@ class SharedBuilds:
             return None
 
         jit_compile.ks_build_only = True  # type: ignore[attr-defined]
+        jit_compile.ks_original = jit  # type: ignore[attr-defined]
+        run_ninja.ks_original = ninja  # type: ignore[attr-defined]
         cpp_extension._jit_compile = jit_compile
         cpp_extension._run_ninja_build = run_ninja
+
+
+def _unsupported() -> str | None:
+    """Why this torch's cpp_extension cannot be built here (PYTEST_NEEDS), or None."""
+    from torch.utils import cpp_extension
+
+    missing = [name for name in PYTEST_NEEDS if not hasattr(cpp_extension, name)]
+    return f"this torch's cpp_extension lacks {missing}" if missing else None
 
 
 def _sandboxed(command: list[str], root: Path, partial: Path, timeout_s: float

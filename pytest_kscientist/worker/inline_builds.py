@@ -28,6 +28,8 @@ from typing import Any
 # computed here and sent with the call (``arch_flags``).
 BUILD_ENVIRONMENT = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "NVCC_APPEND_FLAGS",
                      "NVCC_PREPEND_FLAGS", "PYTORCH_NVCC")
+# torch's private functions the worker side uses (a torch without them builds on its own).
+WORKER_NEEDS = ("_get_cuda_arch_flags", "_import_module_from_library")
 # load_inline's arguments that do not change what is built.
 UNBUILT = ("verbose", "keep_intermediates", "build_directory")
 SOURCES = ("cpp_sources", "cuda_sources", "sycl_sources")
@@ -86,7 +88,8 @@ def install(cpp_extension: Any, torch: Any, ask: Callable[[dict[str, Any]], dict
         call = normalised(dict(bound.arguments))
         name = bound.arguments.get("name")
         if (call is None or bound.arguments.get("build_directory") is not None
-                or name in served or torch.version.hip is not None):
+                or name in served or torch.version.hip is not None
+                or not all(hasattr(cpp_extension, f) for f in WORKER_NEEDS)):
             return original(*args, **kwargs)
         # The pytest process builds only in its own environment, so it declines a call made
         # after the candidate changed these (its record says so).
