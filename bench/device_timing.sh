@@ -40,6 +40,11 @@
 #     short calls probed for the split (bench/spread_probe.py), then --evolve 1 with the child
 #     session's --durations (its logs in $OUT/child_logs.tgz); prints the A/A table, the missing
 #     ratios, the probe's rows and the generation lines
+#   KS_PART=builds: the shared load_inline builds on the GPU (harness/shared_builds.py): the
+#     CUDA seed's gpu-marked test (three knob variants, one shared build) with the shared-build
+#     tests, then bench/build_times.py (the seed's build cold and warm, its first evaluation,
+#     the default run and an --evolve 1 from empty caches); prints the tests' last lines and
+#     the table
 # Logs land in $OUT; each step is time-boxed so the call ends inside the device's 600 s.
 #   device call (repository root, carry [".whl"]):  KS_PART=measure bash bench/device_timing.sh
 set -u
@@ -101,6 +106,12 @@ lts__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
     python3 bench/cuda_profile.py m6144-n4608-k7168
 elif [[ ${KS_PART:-measure} == timeline ]]; then
   t 420 "$OUT/timeline.md" python3 bench/cuda_timeline.py
+elif [[ ${KS_PART:-measure} == builds ]]; then
+  t 200 "$OUT/builds-tests.log" python3 -m pytest -p no:cacheprovider -q -rA \
+    tests/test_cuda_seed.py tests/test_shared_builds.py -m "gpu or not gpu"
+  t 360 "$OUT/build_times.log" python3 bench/build_times.py
+  grep -E '^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed' "$OUT/builds-tests.log" | tail -12
+  tail -20 "$OUT/build_times.log"
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu
