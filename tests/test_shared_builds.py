@@ -64,6 +64,11 @@ def custom_kernel(data):
 '''
 
 
+# The C kernels here read their tensors through raw host pointers: their sessions run on the
+# CPU on a GPU machine too.
+ON_CPU = ("--ks-device", "cpu", "--ks-profile", "cpu")
+
+
 def candidate(note: str = "", source: str = C_AXPY, extra: str = "",
               must_be_read_only: bool = True) -> str:
     return CANDIDATE.format(note=note, source=source, extra=extra,
@@ -90,7 +95,7 @@ def builds(data: dict, name: str) -> list[dict]:
 @pytest.mark.slow
 def test_a_knob_child_loads_its_parents_build_and_cannot_write_it(project: Path) -> None:
     (project / "parent.py").write_text(candidate())
-    code, output, data = run_pytest(["axpy", "--kernel", "parent.py"], cwd=project)
+    code, output, data = run_pytest([*ON_CPU, "axpy", "--kernel", "parent.py"], cwd=project)
     assert code == 0, output
     [record] = builds(data, "parent")
     assert record["outcome"] == "built" and record["module"] == "ks_c_axpy", record
@@ -101,7 +106,7 @@ def test_a_knob_child_loads_its_parents_build_and_cannot_write_it(project: Path)
 
     (project / "child.py").write_text(candidate(note="moved").replace("2.0", "2.0 + 0.0"))
     before = (shared / "ks_c_axpy.so").read_bytes()
-    code, output, data = run_pytest(["axpy", "--kernel", "child.py"], cwd=project)
+    code, output, data = run_pytest([*ON_CPU, "axpy", "--kernel", "child.py"], cwd=project)
     assert code == 0, output
     [record] = builds(data, "child")
     assert record["outcome"] == "reused" and record["key"] == shared.name[4:20], record
@@ -113,7 +118,7 @@ def test_a_build_that_fails_is_the_candidates_failure_with_the_compilers_error(
         project: Path) -> None:
     broken = C_AXPY.replace("Py_RETURN_NONE;", "Py_RETURN_NONE")
     (project / "broken.py").write_text(candidate(source=broken))
-    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "broken.py"],
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "broken.py"],
                                     cwd=project)
     assert code == 1, output
     assert "load_inline build of 'ks_c_axpy' failed" in output, output
@@ -131,7 +136,7 @@ def test_an_arch_list_set_before_the_call_is_shared_and_a_compiler_is_not(
     (project / "arch.py").write_text(arch + candidate())
     cxx = "import os\nos.environ['CXX'] = 'g++'\n"
     (project / "cxx.py").write_text(cxx + candidate(must_be_read_only=False))
-    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "arch.py",
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "arch.py",
                                      "--kernel", "cxx.py"], cwd=project)
     assert code == 0, output
     assert [b["outcome"] for b in builds(data, "arch")] == ["built"], output
@@ -145,7 +150,8 @@ def test_a_call_that_names_a_folder_builds_on_its_own_as_before(project: Path) -
     headers.mkdir()
     extra = f", extra_include_paths=[{str(headers)!r}]"
     (project / "own.py").write_text(candidate(extra=extra, must_be_read_only=False))
-    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "own.py"], cwd=project)
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "own.py"],
+                                    cwd=project)
     assert code == 0, output
     [record] = builds(data, "own")
     assert record["outcome"] == "declined" and "include paths" in record["why"], record
@@ -236,7 +242,8 @@ def custom_kernel(data):
 @pytest.mark.slow
 def test_a_kernel_that_builds_at_its_first_call_builds_on_its_own(project: Path) -> None:
     (project / "lazy.py").write_text(LAZY.format(source=C_AXPY))
-    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "lazy.py"], cwd=project)
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "lazy.py"],
+                                    cwd=project)
     assert code == 0, output
     assert builds(data, "lazy") == []  # nothing asked of the pytest process after the load
     assert (build_folder(project / "lazy.py") / "ks_c_axpy" / "ks_c_axpy.so").is_file()
@@ -291,7 +298,7 @@ def test_an_evolves_children_load_their_parents_build(project: Path) -> None:
     seeds.mkdir()
     (seeds / "chunked.py").write_text(SEED.format(source=C_CHUNKED))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "--evolve", "1", "axpy", "--ks-llm", "offline", "--ks-profile", "cpu"],
+                           "--evolve", "1", "axpy", "--ks-llm", "offline", *ON_CPU],
                           cwd=project, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = {}
@@ -332,7 +339,8 @@ def test_a_load_with_more_calls_than_are_answered_builds_the_rest_on_its_own(
     from pytest_kscientist.harness.spawn import MAX_INTERIM
 
     (project / "many.py").write_text(MANY.format(count=MAX_INTERIM + 1))
-    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "many.py"], cwd=project)
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "many.py"],
+                                    cwd=project)
     assert code == 0, output
     assert [b["outcome"] for b in builds(data, "many")] == ["built"] * MAX_INTERIM
     assert (build_folder(project / "many.py") / f"ks_many_{MAX_INTERIM}").is_dir()
