@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import shutil
+import site
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,47 @@ def test_the_extension_root_is_known_while_another_thread_imports_torch(
     partial.__spec__ = importlib.util.find_spec("torch")  # no attributes yet
     monkeypatch.setitem(sys.modules, "torch", partial)
     assert extension_root() == whole
+
+
+# A candidate that, at import, plants a .pth file in site-packages (it would run in every
+# later Python process: the next session's pytest process too) and a script beside Python.
+PLANTER = '''import os, site, sys
+
+FOUND = {}
+for what, path in (("site-packages", os.path.join(site.getsitepackages()[0], "ks_planted.pth")),
+                   ("prefix", os.path.join(sys.prefix, "bin", "ks_planted"))):
+    try:
+        with open(path, "w") as f:
+            f.write("import os\\\\n")
+        FOUND[what] = "written"
+    except OSError as exc:
+        FOUND[what] = type(exc).__name__
+
+
+def custom_kernel(data):
+    x, y, out = data
+    if set(FOUND.values()) != {"OSError"}:
+        raise RuntimeError(f"installed code writes: {FOUND}")
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+def test_a_candidate_cannot_plant_code_in_the_python_installation(tmp_path: Path) -> None:
+    from pytest_kscientist.harness.spawn import installed_code, protected_paths
+
+    if sandbox_available(tuple(protected_paths(AXPY / "reference.py"))) is not None:
+        pytest.skip("the worker sandbox does not work here (unshare)")
+    assert installed_code(), "no Python installation found to protect"
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "planter.py").write_text(PLANTER)
+    planted = [Path(site.getsitepackages()[0]) / "ks_planted.pth",
+               Path(sys.prefix) / "bin" / "ks_planted"]
+    try:
+        code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "planter.py",
+                                      "--ks-device", "cpu"], cwd=tmp_path)
+        assert code == 0, output
+        assert not any(p.exists() for p in planted)
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)

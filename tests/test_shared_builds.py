@@ -145,6 +145,22 @@ def test_an_arch_list_set_before_the_call_is_shared_and_a_compiler_is_not(
 
 
 @pytest.mark.slow
+def test_an_own_build_that_asks_for_torchs_precompiled_header_builds_without_it(
+        project: Path) -> None:
+    """torch's folder is read-only in the sandbox (spawn.installed_code): a build of the
+    candidate's own that asks for use_pch goes on without the header (torch would write it
+    there), as does load_inline's removal of it."""
+    headers = project / "headers"
+    headers.mkdir()
+    extra = f", extra_include_paths=[{str(headers)!r}], use_pch=True"
+    (project / "pch.py").write_text(candidate(extra=extra, must_be_read_only=False))
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "pch.py"],
+                                    cwd=project)
+    assert code == 0, output
+    assert builds(data, "pch")[0]["outcome"] == "declined"
+
+
+@pytest.mark.slow
 def test_a_call_that_names_a_folder_builds_on_its_own_as_before(project: Path) -> None:
     headers = project / "headers"
     headers.mkdir()

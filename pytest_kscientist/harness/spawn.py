@@ -27,6 +27,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -99,8 +100,25 @@ def clean_environment(device: str) -> dict[str, str]:
     return env
 
 
+def installed_code() -> list[Path]:
+    """Where Python, its packages (torch, pytest, this plugin when pip-installed) and the CUDA
+    or ROCm toolkit live. A candidate that wrote there could plant code that runs in every
+    later Python process (a ``.pth`` file in site-packages runs at each start), the pytest
+    process of the next session or ``--evolve`` generation included, or change the headers and
+    compilers every later build uses: with Python under the home folder (pyenv, conda, a
+    venv) it could, before these were kept read-only."""
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()]
+    user_site = site.getusersitepackages()
+    found += [user_site] if isinstance(user_site, str) else []
+    nvcc = shutil.which("nvcc")
+    found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH")]
+    found += [str(Path(nvcc).resolve().parent.parent)] if nvcc else []
+    return [Path(f).resolve() for f in dict.fromkeys(found) if f and Path(f).is_dir()]
+
+
 def protected_paths(reference: Path) -> list[Path]:
-    """Folders a candidate must not write to: the task's project and the pytest working folder.
+    """Folders a candidate must not write to: the task's project, the pytest working folder
+    and the installed code (``installed_code``).
 
     A folder that holds the temporary directory, the home directory or a cache that compilers
     write to (Triton, torch extensions) is left writable, or legitimate kernels would break.
@@ -113,7 +131,7 @@ def protected_paths(reference: Path) -> list[Path]:
                "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
     needed = [p.resolve() for p in needed]
     chosen: list[Path] = []
-    for path in (root, Path.cwd().resolve()):
+    for path in (root, Path.cwd().resolve(), *installed_code()):
         if not path.is_dir() or path == Path(path.anchor):
             continue
         if any(n == path or path in n.parents for n in needed):

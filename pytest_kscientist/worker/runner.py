@@ -83,14 +83,23 @@ def serialize_pch(cpp_extension: Any, folder: str) -> None:
     """Make ``load_inline(use_pch=True)``'s check-and-build of torch's precompiled header take
     an exclusive lock (``folder``/pch.lock) first. torch writes that header into its own
     include folder unlocked, so workers loading together on a fresh machine built it at once
-    and their compilers read each other's half-written file (cc1plus killed, on the H200)."""
+    and their compilers read each other's half-written file (cc1plus killed, on the H200).
+
+    In the sandbox torch's folder is read-only (spawn.installed_code): there the header is not
+    built (the compiler then reads torch/extension.h itself: slower, the same result), and
+    load_inline's removal of it when ``use_pch`` is off is skipped."""
     import fcntl
 
     build = getattr(cpp_extension, "_check_and_build_extension_h_precompiler_headers", None)
-    if build is None or getattr(build, "ks_serialized", False):
-        return
+    remove = getattr(cpp_extension, "remove_extension_h_precompiler_headers", None)
+
+    def read_only() -> bool:
+        where = getattr(cpp_extension, "__file__", None)
+        return where is not None and not os.access(os.path.dirname(where), os.W_OK)
 
     def serialized(*args: Any, **kwargs: Any) -> Any:
+        if read_only():
+            return None
         path = os.path.join(folder, "pch.lock")
         try:
             os.makedirs(folder, exist_ok=True)
@@ -103,8 +112,14 @@ def serialize_pch(cpp_extension: Any, folder: str) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             return build(*args, **kwargs)
 
-    serialized.ks_serialized = True  # type: ignore[attr-defined]
-    cpp_extension._check_and_build_extension_h_precompiler_headers = serialized
+    def removed(*args: Any, **kwargs: Any) -> Any:
+        return None if read_only() else remove(*args, **kwargs)
+
+    serialized.ks_serialized = removed.ks_serialized = True  # type: ignore[attr-defined]
+    if build is not None and not getattr(build, "ks_serialized", False):
+        cpp_extension._check_and_build_extension_h_precompiler_headers = serialized
+    if remove is not None and not getattr(remove, "ks_serialized", False):
+        cpp_extension.remove_extension_h_precompiler_headers = removed
 
 
 def _load_module(path: str, name: str) -> Any:
@@ -259,7 +274,7 @@ class Runner:
             source = file.read()
         folder = extension_dir(self.torch, hashlib.sha256(source).hexdigest())
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
-        if b"use_pch" in source or req.get("shared"):
+        if b"load_inline" in source or b"cpp_extension" in source:
             from torch.utils import cpp_extension
 
             serialize_pch(cpp_extension, os.path.dirname(folder))

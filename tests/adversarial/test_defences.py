@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import site
 import sys
 import time
 from pathlib import Path
@@ -229,9 +230,16 @@ def test_sandbox_protects_the_project_but_never_home_or_tmp(tmp_path, monkeypatc
     (project / "tasks" / "t").mkdir(parents=True)
     (project / "pyproject.toml").write_text("")
     monkeypatch.chdir(project)
-    assert protected_paths(project / "tasks" / "t" / "reference.py") == [project.resolve()]
+    installed = [p for p in protected_paths(project / "tasks" / "t" / "reference.py")
+                 if p != project.resolve()]
+    assert protected_paths(project / "tasks" / "t" / "reference.py") == [project.resolve(),
+                                                                        *installed]
     monkeypatch.setenv("HOME", str(project))
-    assert protected_paths(project / "tasks" / "t" / "reference.py") == []
+    assert protected_paths(project / "tasks" / "t" / "reference.py") == installed
+    # Python and its packages are kept read-only: a .pth file planted there would run in
+    # every later Python process, the next session's pytest process included.
+    site_packages = Path(site.getsitepackages()[0]).resolve()
+    assert any(p == site_packages or p in site_packages.parents for p in installed), installed
     prefix = sandbox_prefix([Path("/a b")])
     assert prefix[:1] == ["unshare"] and "--net" in prefix and "--pid" in prefix
     assert "mount --bind '/a b' '/a b' && mount -o remount,bind,ro '/a b'" in prefix[-2]
