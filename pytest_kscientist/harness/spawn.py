@@ -113,7 +113,27 @@ def installed_code() -> list[Path]:
     nvcc = shutil.which("nvcc")
     found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH")]
     found += [str(Path(nvcc).resolve().parent.parent)] if nvcc else []
-    return [Path(f).resolve() for f in dict.fromkeys(found) if f and Path(f).is_dir()]
+    paths = [Path(f).resolve() for f in dict.fromkeys(found) if f and Path(f).is_dir()]
+    inside = mount_points()
+    # The sandbox's bind mount of a folder leaves out the mounts inside it (a GPU container's
+    # driver libraries are bound one by one into /usr/lib...): such a folder is not protected
+    # whole; a deeper one of the list (site-packages) may be.
+    return [p for p in paths if not any(p in m.parents for m in inside)]
+
+
+def mount_points() -> list[Path]:
+    """The mount points of this process's mount namespace (/proc/self/mountinfo)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # the fifth field, its spaces and the like written as \ooo
+            points.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                                      fields[4])))
+    return points
 
 
 def protected_paths(reference: Path) -> list[Path]:

@@ -245,6 +245,33 @@ def test_sandbox_protects_the_project_but_never_home_or_tmp(tmp_path, monkeypatc
     assert "mount --bind '/a b' '/a b' && mount -o remount,bind,ro '/a b'" in prefix[-2]
 
 
+def test_a_folder_with_mounts_inside_is_not_bound_whole(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    """The sandbox's bind mount of a folder would hide the mounts inside it (a GPU container
+    binds its driver's libraries one by one into /usr/lib): such a folder of the installed code
+    is left out, a deeper one without mounts (site-packages) kept."""
+    from pytest_kscientist.harness import spawn
+
+    read_mounts = spawn.mount_points
+    prefix = Path(sys.prefix).resolve()
+    assert prefix in spawn.installed_code()
+    monkeypatch.setattr(spawn, "mount_points", lambda: [prefix / "lib" / "libdriver.so"])
+    kept = spawn.installed_code()
+    assert prefix not in kept
+    site_packages = Path(site.getsitepackages()[0]).resolve()
+    assert site_packages in kept  # the mount is beside it, not inside
+    monkeypatch.setattr(spawn, "mount_points", read_mounts)
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("36 35 98:0 /mnt1 /mnt/a\\040b rw - ext3 /dev/root rw\n")
+    real_path = Path
+
+    def fake(path: str) -> Path:
+        return mountinfo if path == "/proc/self/mountinfo" else real_path(path)
+
+    monkeypatch.setattr(spawn, "Path", fake)
+    assert spawn.mount_points() == [real_path("/mnt/a b")]
+
+
 def test_without_the_sandbox_one_warning_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_kscientist.harness import spawn as worker
 
