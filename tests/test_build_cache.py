@@ -138,3 +138,24 @@ def test_a_candidate_cannot_plant_code_in_the_python_installation(tmp_path: Path
     finally:
         for p in planted:
             p.unlink(missing_ok=True)
+
+
+def test_a_candidate_cannot_write_the_kept_compile_verdicts(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """A candidate that forged an entry could pass another's compile item unseen: the folder
+    is read-only in its sandbox (the pytest process writes it after the compiler exits)."""
+    verdicts = tmp_path / "verdicts"
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(verdicts))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    if sandbox_available((extension_root(),)) is not None:
+        pytest.skip("the worker sandbox does not work here (unshare)")
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    forger = PROBE.replace('os.path.join(OWN, "probe")', repr(str(verdicts / "forged.json")))
+    (tmp_path / "forger.py").write_text(forger.replace(
+        'FOUND != {"own": "written", "other": "OSError", "new": "OSError"}',
+        'FOUND["own"] != "OSError"'))
+    code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "forger.py",
+                                  "--ks-device", "cpu"], cwd=tmp_path)
+    assert code == 0, output
+    assert not (verdicts / "forged.json").exists()

@@ -266,11 +266,26 @@ def _sandbox_plan(reference: Path, builds: Path | None
     if why is not None:
         return None, why, None
     writable = (builds,) if builds is not None else ()
-    caches = (*protect, extension_root())
+    caches = (*protect, extension_root(), *_verdict_cache())
     cache_why = sandbox_available(caches, writable)
     if cache_why is None:
         return (caches, writable), None, None
     return (protect, ()), None, cache_why
+
+
+def _verdict_cache() -> tuple[Path, ...]:
+    """The compile items' kept verdicts (compiles.cache_folder), made here so a worker cannot
+    make it first: read by the pytest process, written only by it."""
+    from pytest_kscientist.harness.compiles import cache_folder
+
+    folder = cache_folder()
+    if folder is None:
+        return ()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return ()
+    return (folder.resolve(),)
 
 
 def _spawn_mounts(reference: Path, sandbox: bool | None, builds: Path | None = None
