@@ -13,24 +13,26 @@ from helpers import AXPY, run_pytest
 
 from pytest_kscientist.harness.spawn import build_folder, extension_root, sandbox_available
 
-# A candidate that says load_inline (so it gets a build folder) and, at import, tries to write
-# into its own folder, a sibling's, and a new folder of the extension root; its kernel fails
-# unless only the first worked.
-PROBE = '''import os
 
-# builds with torch.utils.cpp_extension.load_inline (not here: only its folder is probed)
+def writer(targets: str, expected: str) -> str:
+    """A candidate that, at import, tries to write each of ``targets`` (a Python expression:
+    (what, path) pairs; a path ending in "/" is a new folder) and whose kernel fails unless
+    the outcomes are ``expected`` (a Python expression: what -> "written" or "OSError"). It
+    says load_inline, so it gets a build folder, whose path it reads from
+    TORCH_EXTENSIONS_DIR."""
+    return f'''import os, site, sys
+
+# builds with torch.utils.cpp_extension.load_inline (not here: only folders are probed)
 OWN = os.environ["TORCH_EXTENSIONS_DIR"]
 ROOT = os.path.dirname(OWN)
-FOUND = {}
-for what, path in (("own", os.path.join(OWN, "probe")),
-                   ("other", os.path.join(ROOT, "ks-0123456789abcdef", "planted.so")),
-                   ("new", os.path.join(ROOT, "ks-fedcba9876543210"))):
+FOUND = {{}}
+for what, path in {targets}:
     try:
-        if what == "new":
+        if path.endswith("/"):
             os.mkdir(path)
         else:
             with open(path, "w") as f:
-                f.write("x")
+                f.write("import os\\n")
         FOUND[what] = "written"
     except OSError as exc:
         FOUND[what] = type(exc).__name__
@@ -38,11 +40,19 @@ for what, path in (("own", os.path.join(OWN, "probe")),
 
 def custom_kernel(data):
     x, y, out = data
-    if FOUND != {"own": "written", "other": "OSError", "new": "OSError"}:
-        raise RuntimeError(f"extension folder writes: {FOUND}")
+    if FOUND != {expected}:
+        raise RuntimeError(f"writes: {{FOUND}}")
     out.copy_(2 * x + y)
     return out
 '''
+
+
+# Into its own folder, a sibling's, and a new folder of the extension root: only the first.
+PROBE = writer(
+    '''(("own", os.path.join(OWN, "probe")),
+     ("other", os.path.join(ROOT, "ks-0123456789abcdef", "planted.so")),
+     ("new", os.path.join(ROOT, "ks-fedcba9876543210") + "/"))''',
+    '''{"own": "written", "other": "OSError", "new": "OSError"}''')
 
 
 def test_a_candidate_writes_only_its_own_build_folder(tmp_path: Path,
@@ -59,7 +69,7 @@ def test_a_candidate_writes_only_its_own_build_folder(tmp_path: Path,
     assert own is not None and own.parent == root and own.name.startswith("ks-")
     code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py"], cwd=tmp_path)
     assert code == 0, output
-    assert (own / "probe").read_text() == "x"
+    assert (own / "probe").read_text() == "import os\n"
     assert not (other / "planted.so").exists() and not (root / "ks-fedcba9876543210").exists()
 
 
@@ -96,28 +106,12 @@ def test_the_extension_root_is_known_while_another_thread_imports_torch(
     assert extension_root() == whole
 
 
-# A candidate that, at import, plants a .pth file in site-packages (it would run in every
-# later Python process: the next session's pytest process too) and a script beside Python.
-PLANTER = '''import os, site, sys
-
-FOUND = {}
-for what, path in (("site-packages", os.path.join(site.getsitepackages()[0], "ks_planted.pth")),
-                   ("prefix", os.path.join(sys.prefix, "bin", "ks_planted"))):
-    try:
-        with open(path, "w") as f:
-            f.write("import os\\\\n")
-        FOUND[what] = "written"
-    except OSError as exc:
-        FOUND[what] = type(exc).__name__
-
-
-def custom_kernel(data):
-    x, y, out = data
-    if set(FOUND.values()) != {"OSError"}:
-        raise RuntimeError(f"installed code writes: {FOUND}")
-    out.copy_(2 * x + y)
-    return out
-'''
+# A .pth file in site-packages (it would run in every later Python process: the next
+# session's pytest process too) and a script beside Python: neither.
+PLANTER = writer(
+    '''(("site-packages", os.path.join(site.getsitepackages()[0], "ks_planted.pth")),
+     ("prefix", os.path.join(sys.prefix, "bin", "ks_planted")))''',
+    '''{"site-packages": "OSError", "prefix": "OSError"}''')
 
 
 def test_a_candidate_cannot_plant_code_in_the_python_installation(tmp_path: Path) -> None:
@@ -151,11 +145,10 @@ def test_a_candidate_cannot_write_the_kept_compile_verdicts(tmp_path: Path,
     if sandbox_available((extension_root(),)) is not None:
         pytest.skip("the worker sandbox does not work here (unshare)")
     shutil.copytree(AXPY, tmp_path / "axpy")
-    forger = PROBE.replace('os.path.join(OWN, "probe")', repr(str(verdicts / "forged.json")))
-    (tmp_path / "forger.py").write_text(forger.replace(
-        'FOUND != {"own": "written", "other": "OSError", "new": "OSError"}',
-        'FOUND["own"] != "OSError"'))
+    forged = verdicts / "forged.json"
+    (tmp_path / "forger.py").write_text(writer(f'(("verdict", {str(forged)!r}),)',
+                                               '{"verdict": "OSError"}'))
     code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "forger.py",
                                   "--ks-device", "cpu"], cwd=tmp_path)
     assert code == 0, output
-    assert not (verdicts / "forged.json").exists()
+    assert not forged.exists()

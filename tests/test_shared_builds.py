@@ -88,6 +88,20 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def own_build(project: Path, name: str, extra: str = "") -> dict:
+    """The checks of a candidate whose load_inline call names an include folder (so the
+    pytest process declines it and the candidate builds it itself), ``extra`` added to the
+    call; their --ks-json, once they passed."""
+    headers = project / "headers"
+    headers.mkdir(exist_ok=True)
+    extra = f", extra_include_paths=[{str(headers)!r}]{extra}"
+    (project / f"{name}.py").write_text(candidate(extra=extra, must_be_read_only=False))
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", f"{name}.py"],
+                                    cwd=project)
+    assert code == 0, output
+    return data
+
+
 def builds(data: dict, name: str) -> list[dict]:
     return next(c["inline_builds"] for c in data["candidates"] if c["name"] == name)
 
@@ -150,25 +164,13 @@ def test_an_own_build_that_asks_for_torchs_precompiled_header_builds_without_it(
     """torch's folder is read-only in the sandbox (spawn.installed_code): a build of the
     candidate's own that asks for use_pch goes on without the header (torch would write it
     there), as does load_inline's removal of it."""
-    headers = project / "headers"
-    headers.mkdir()
-    extra = f", extra_include_paths=[{str(headers)!r}], use_pch=True"
-    (project / "pch.py").write_text(candidate(extra=extra, must_be_read_only=False))
-    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "pch.py"],
-                                    cwd=project)
-    assert code == 0, output
+    data = own_build(project, "pch", ", use_pch=True")
     assert builds(data, "pch")[0]["outcome"] == "declined"
 
 
 @pytest.mark.slow
 def test_a_call_that_names_a_folder_builds_on_its_own_as_before(project: Path) -> None:
-    headers = project / "headers"
-    headers.mkdir()
-    extra = f", extra_include_paths=[{str(headers)!r}]"
-    (project / "own.py").write_text(candidate(extra=extra, must_be_read_only=False))
-    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "own.py"],
-                                    cwd=project)
-    assert code == 0, output
+    data = own_build(project, "own")
     [record] = builds(data, "own")
     assert record["outcome"] == "declined" and "include paths" in record["why"], record
     own = build_folder(project / "own.py")
