@@ -22,6 +22,7 @@ from pytest_kscientist.formats import task as _task
 from pytest_kscientist.harness import baselines as _baselines
 from pytest_kscientist.harness import correctness as _correctness
 from pytest_kscientist.harness import evaluate as _evaluate
+from pytest_kscientist.harness import mounts as _mounts
 from pytest_kscientist.harness import received as received
 from pytest_kscientist.harness import results as _results
 from pytest_kscientist.harness import spawn as _spawn
@@ -82,7 +83,7 @@ compare = _correctness.compare
 Worker = _spawn.Worker
 """One live candidate process (``request(op, **fields)``, ``close()``); sandboxed if it can be."""
 
-sandbox_available = _spawn.sandbox_available
+sandbox_available = _mounts.sandbox_available
 """``sandbox_available(protect=())``: None when the OS sandbox works here, else why not."""
 
 start_worker = _baselines.start_worker

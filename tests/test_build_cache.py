@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import AXPY, run_pytest
 
-from pytest_kscientist.harness.spawn import build_folder, extension_root, sandbox_available
+from pytest_kscientist.harness.mounts import build_folder, extension_root, sandbox_available
 
 
 def writer(targets: str, expected: str) -> str:
@@ -115,7 +115,7 @@ PLANTER = writer(
 
 
 def test_a_candidate_cannot_plant_code_in_the_python_installation(tmp_path: Path) -> None:
-    from pytest_kscientist.harness.spawn import installed_code, protected_paths
+    from pytest_kscientist.harness.mounts import installed_code, protected_paths
 
     if sandbox_available(tuple(protected_paths(AXPY / "reference.py"))) is not None:
         pytest.skip("the worker sandbox does not work here (unshare)")

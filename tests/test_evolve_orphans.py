@@ -22,7 +22,8 @@ from pytest_kscientist.evolve import child_exit
 from pytest_kscientist.evolve.child_exit import exit_path
 from pytest_kscientist.evolve.orphans import SessionStarted, record
 from pytest_kscientist.evolve.population import Population
-from pytest_kscientist.harness.spawn import Lifeline, protected_paths, sandbox_available
+from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
+from pytest_kscientist.harness.spawn import Lifeline
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
                                 reason="reads the process table from /proc")

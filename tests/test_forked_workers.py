@@ -13,14 +13,13 @@ from helpers import AXPY
 
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
+from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
 from pytest_kscientist.harness.spawn import (
     RunnerProcess,
     Spares,
     Worker,
     WorkerDied,
     clean_environment,
-    protected_paths,
-    sandbox_available,
 )
 
 WHY = sandbox_available(tuple(protected_paths(AXPY / "reference.py")))

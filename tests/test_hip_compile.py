@@ -173,7 +173,7 @@ def test_missing_toolchain_skips_with_the_install_command(
 
 
 def test_no_sandbox_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_kscientist.harness import spawn as worker
+    from pytest_kscientist.harness import mounts as worker
 
     monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
     compiles._warn_unsandboxed.cache_clear()

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import AXPY, run_pytest
 
+from pytest_kscientist.harness.mounts import build_folder, extension_root, sandbox_available
 from pytest_kscientist.harness.shared_builds import SharedBuilds, declined_because, working_in
-from pytest_kscientist.harness.spawn import build_folder, extension_root, sandbox_available
 from pytest_kscientist.worker.inline_builds import BUILD_ENVIRONMENT, normalised
 
 # axpy through a C extension on Python's C API (no torch header: g++ builds it in ~1 s).
@@ -161,7 +161,7 @@ def test_an_arch_list_set_before_the_call_is_shared_and_a_compiler_is_not(
 @pytest.mark.slow
 def test_an_own_build_that_asks_for_torchs_precompiled_header_builds_without_it(
         project: Path) -> None:
-    """torch's folder is read-only in the sandbox (spawn.installed_code): a build of the
+    """torch's folder is read-only in the sandbox (mounts.installed_code): a build of the
     candidate's own that asks for use_pch goes on without the header (torch would write it
     there), as does load_inline's removal of it."""
     data = own_build(project, "pch", ", use_pch=True")

@@ -7,13 +7,8 @@ from helpers import REPO
 
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
-from pytest_kscientist.harness.spawn import (
-    Spares,
-    Worker,
-    _spawn_prefix,
-    clean_environment,
-    quiet_prefix,
-)
+from pytest_kscientist.harness.mounts import quiet_prefix
+from pytest_kscientist.harness.spawn import Spares, Worker, _spawn_prefix, clean_environment
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 

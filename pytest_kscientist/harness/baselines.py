@@ -19,8 +19,9 @@ from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
+from pytest_kscientist.harness.mounts import build_folder
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
-from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied, build_folder
+from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
 from pytest_kscientist.harness.stats import (
     geomean,
     ratio_interval,

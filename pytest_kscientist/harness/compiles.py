@@ -37,6 +37,7 @@ import pytest
 
 from pytest_kscientist.errors import KsError
 from pytest_kscientist.harness.files import atomic_write
+from pytest_kscientist.harness.mounts import cache_folder
 from pytest_kscientist.harness.results import CompileResult
 
 MAX_ERRORS = 3
@@ -119,7 +120,7 @@ def compiler_version(compiler: Path, marker: str = "") -> str:
 def compiler_sandbox(candidate: Path) -> list[str]:
     """The worker's OS sandbox (no network, read-only project) where it works here, else []
     with one warning."""
-    from pytest_kscientist.harness.spawn import protected_paths, sandbox_available, sandbox_prefix
+    from pytest_kscientist.harness.mounts import protected_paths, sandbox_available, sandbox_prefix
 
     protect = tuple(protected_paths(candidate))
     why = sandbox_available(protect)
@@ -131,7 +132,7 @@ def compiler_sandbox(candidate: Path) -> list[str]:
 
 @functools.cache
 def _warn_unsandboxed(why: str) -> None:
-    from pytest_kscientist.harness.spawn import KsSandboxUnavailable
+    from pytest_kscientist.harness.mounts import KsSandboxUnavailable
 
     warnings.warn(KsSandboxUnavailable(
         f"compile items run the compiler without the OS sandbox (unshare: {why}): a candidate's "
@@ -196,17 +197,6 @@ def keep_verdict(key: str, result: CompileResult, code: int | None, output: str,
     (neither is a property of the source)."""
     if code == 0 or (code is not None and any(map(error.match, output.splitlines()))):
         keep(key, result)
-
-
-def cache_folder() -> Path | None:
-    """Where compile results are kept (module docstring); None when ``KS_COMPILE_CACHE=off``."""
-    chosen = os.environ.get("KS_COMPILE_CACHE", "")
-    if chosen.lower() in ("off", "0", "no", "false"):
-        return None
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pytest-kscientist" / "hip-compiles"
 
 
 def cache_key(*parts: str) -> str:

@@ -21,6 +21,7 @@ from pytest_kscientist.formats.task import Task
 from pytest_kscientist.harness.baselines import Partner, Turns
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
+from pytest_kscientist.harness.mounts import extension_root, quiet_prefix
 from pytest_kscientist.harness.results import (
     SOURCE_KEPT_BYTES,
     BaselineInfo,
@@ -34,13 +35,7 @@ from pytest_kscientist.harness.results import (
 from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
-from pytest_kscientist.harness.spawn import (
-    Spares,
-    clean_environment,
-    extension_root,
-    gpu_visible,
-    quiet_prefix,
-)
+from pytest_kscientist.harness.spawn import Spares, clean_environment, gpu_visible
 from pytest_kscientist.options import Settings
 
 REFERENCE_NAME = "reference"

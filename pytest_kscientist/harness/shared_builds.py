@@ -343,11 +343,7 @@ def _sandboxed(command: list[str], root: Path, partial: Path, timeout_s: float
     """Run ``command`` in ``partial`` in the workers' sandbox, where only ``partial`` of the
     extension root is writable (the project and working folder read-only, no network)."""
     from pytest_kscientist.harness.compiles import run
-    from pytest_kscientist.harness.spawn import (
-        protected_paths,
-        sandbox_available,
-        sandbox_prefix,
-    )
+    from pytest_kscientist.harness.mounts import protected_paths, sandbox_available, sandbox_prefix
 
     protect = (*protected_paths(Path.cwd() / "build"), root)
     prefix = (sandbox_prefix(protect, (partial,))

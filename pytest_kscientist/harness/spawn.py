@@ -6,9 +6,10 @@ removed from its environment, its stdout/stderr going to a log file that is neve
 Results come back over a dedicated pipe as HMAC-authenticated frames (``protocol/channel.py``).
 
 Where ``unshare`` can create user namespaces, the worker also runs sandboxed: no network, its own
-PID namespace (it cannot see the pytest process, and nothing it starts outlives it) and the
-project folder and the pytest working directory mounted read-only, with every capability dropped
-before the runner starts. Without it, one warning says so and the worker runs unsandboxed.
+PID namespace (it cannot see the pytest process, and nothing it starts outlives it), the folders
+of ``mounts.py`` mounted read-only (the project, the working directory, the installed code,
+torch's extension root but its own build folder), with every capability dropped before the
+runner starts. Without it, one warning says so and the worker runs unsandboxed.
 
 A worker dies with the pytest process that started it, however that process ends: a
 ``Lifeline`` (also what ties an ``--evolve`` child session to its parent; notes/processes.md).
@@ -18,29 +19,28 @@ same sandbox set up by system calls after the fork (``worker/sandbox.py``).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.util
 import os
 import re
 import secrets
-import shlex
-import shutil
 import signal
-import site
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import types
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure, ChannelError
-from pytest_kscientist.kswarnings import KsWarning
+from pytest_kscientist.harness.mounts import (
+    Mounts,
+    extension_root,
+    sandbox_plan,
+    sandbox_prefix,
+    warn_cache_writable,
+    warn_unsandboxed,
+)
 from pytest_kscientist.protocol import channel
 
 SECRET_NAME = re.compile(
@@ -53,15 +53,10 @@ SECRET_NAME = re.compile(
 CPU_THREADS = 1
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
-PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 # A worker's own request while it answers one of ours (a load's builds), with the answer's
 # deadline -> the reply; at most MAX_INTERIM of them per answer are passed on.
 Interim = Callable[[dict[str, Any], float], dict[str, Any]]
 MAX_INTERIM = 16
-
-
-class KsSandboxUnavailable(KsWarning):
-    """Candidate workers run without the OS sandbox (no user namespaces or no ``unshare``)."""
 
 
 class WorkerDied(CandidateFailure):
@@ -100,207 +95,26 @@ def clean_environment(device: str) -> dict[str, str]:
     return env
 
 
-def installed_code() -> list[Path]:
-    """Where Python, its packages (torch, pytest, this plugin when pip-installed) and the CUDA
-    or ROCm toolkit live. A candidate that wrote there could plant code that runs in every
-    later Python process (a ``.pth`` file in site-packages runs at each start), the pytest
-    process of the next session or ``--evolve`` generation included, or change the headers and
-    compilers every later build uses: with Python under the home folder (pyenv, conda, a
-    venv) it could, before these were kept read-only."""
-    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()]
-    user_site = site.getusersitepackages()
-    found += [user_site] if isinstance(user_site, str) else []
-    nvcc = shutil.which("nvcc")
-    found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH")]
-    found += [str(Path(nvcc).resolve().parent.parent)] if nvcc else []
-    paths = [Path(f).resolve() for f in dict.fromkeys(found) if f and Path(f).is_dir()]
-    inside = mount_points()
-    # The sandbox's bind mount of a folder leaves out the mounts inside it (a GPU container's
-    # driver libraries are bound one by one into /usr/lib...): such a folder is not protected
-    # whole; a deeper one of the list (site-packages) may be.
-    return [p for p in paths if not any(p in m.parents for m in inside)]
-
-
-def mount_points() -> list[Path]:
-    """The mount points of this process's mount namespace (/proc/self/mountinfo)."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    points = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4:  # the fifth field, its spaces and the like written as \ooo
-            points.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
-                                      fields[4])))
-    return points
-
-
-def protected_paths(reference: Path) -> list[Path]:
-    """Folders a candidate must not write to: the task's project, the pytest working folder
-    and the installed code (``installed_code``).
-
-    A folder that holds the temporary directory, the home directory or a cache that compilers
-    write to (Triton, torch extensions) is left writable, or legitimate kernels would break.
-    """
-    task_dir = reference.resolve().parent
-    root = next((d for d in (task_dir, *task_dir.parents)
-                 if any((d / m).exists() for m in PROJECT_MARKERS)), task_dir)
-    needed = [Path(tempfile.gettempdir()), Path.home()]
-    needed += [Path(os.environ[v]) for v in ("XDG_CACHE_HOME", "TRITON_CACHE_DIR",
-               "TORCH_EXTENSIONS_DIR") if os.environ.get(v)]
-    needed = [p.resolve() for p in needed]
-    chosen: list[Path] = []
-    for path in (root, Path.cwd().resolve(), *installed_code()):
-        if not path.is_dir() or path == Path(path.anchor):
-            continue
-        if any(n == path or path in n.parents for n in needed):
-            continue
-        if any(c == path or c in path.parents for c in chosen):
-            continue
-        chosen = [c for c in chosen if path not in c.parents] + [path]
-    return chosen
-
-
 def process_cpu_clock(pid: int) -> int:
     """The clock id of process ``pid``'s CPU time, all threads (Linux's ``clock_getcpuclockid``:
     CPUCLOCK_SCHED of the whole thread group), for ``time.clock_gettime_ns``."""
     return (~pid << 3) | 2
 
 
-def _torch_version() -> Any:
-    """``torch.version``, without importing torch where this process has not yet: its
-    ``version.py`` run on its own (it imports only typing), so a worker's sandbox is known
-    before this process's own import of torch (Spares.start). A torch that another thread is
-    still importing is in ``sys.modules`` without its ``version`` yet (a background start
-    during the main thread's import): read the file then too."""
-    version = getattr(sys.modules.get("torch"), "version", None)
-    if version is not None:
-        return version
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("No module named 'torch'", name="torch")
-    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    namespace: dict[str, Any] = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - torch's own
-    return types.SimpleNamespace(**namespace)
-
-
-def _extension_dir(key: str) -> Path:
-    """runner.extension_dir in this process (the worker's environment is this one's)."""
-    from pytest_kscientist.worker.runner import extension_dir
-
-    return Path(extension_dir(types.SimpleNamespace(version=_torch_version()), key))
-
-
-def extension_root() -> Path:
-    """Torch's extension build folder for this Python and accelerator, under which every
-    candidate file builds in its own ``ks-<sha>`` folder (runner.extension_dir), created."""
-    root = _extension_dir("0" * 16).parent
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pch.lock").touch()  # runner.serialize_pch locks it; it cannot create it read-only
-    return root
-
-
-def build_folder(source: Path) -> Path | None:
-    """The one folder of the extension root a worker loading ``source`` may write: its own
-    (runner.extension_dir of the file's bytes), created, when the file builds torch extensions
-    (mentions load_inline or cpp_extension); None otherwise (nothing there is writable)."""
-    data = source.read_bytes()
-    if b"load_inline" not in data and b"cpp_extension" not in data:
-        return None
-    folder = _extension_dir(hashlib.sha256(data).hexdigest())
-    extension_root()
-    folder.mkdir(exist_ok=True)
-    return folder
-
-
-def sandbox_prefix(protect: Sequence[Path], writable: Sequence[Path] = ()) -> list[str]:
-    """The command prefix that sandboxes what follows it (see the module docstring);
-    ``writable``: folders inside ``protect`` bound writable again (a candidate's own build
-    folder inside the read-only extension root)."""
-    mounts = "".join(
-        f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && "
-        for q in (shlex.quote(str(p)) for p in protect)
-    ) + "".join(
-        f"mount --bind {q} {q} && mount -o remount,bind,rw {q} && "
-        for q in (shlex.quote(str(p)) for p in writable)
-    )
-    script = (f"{mounts}exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
-              '--no-new-privs -- "$@"')
-    return ["unshare", "--map-current-user", "--keep-caps", "--mount", "--net", "--pid",
-            "--kill-child", "--mount-proc", "--", "sh", "-c", script, "ks-sandbox"]
-
-
-@functools.cache
-def sandbox_available(protect: tuple[Path, ...] = (),
-                      writable: tuple[Path, ...] = ()) -> str | None:
-    """None when the sandbox works here with ``protect`` read-only (``writable`` within it
-    writable), else why it does not."""
-    missing = [tool for tool in ("unshare", "setpriv", "mount", "sh") if not shutil.which(tool)]
-    if missing:
-        return f"{', '.join(missing)} not found"
-    try:
-        proc = subprocess.run([*sandbox_prefix(protect, writable), "true"], capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        return lines[-1] if lines else f"exit code {proc.returncode}"
-    return None
-
-
-Mounts = tuple[tuple[Path, ...], tuple[Path, ...]]  # (read-only, writable again within them)
-
-
-def _sandbox_plan(reference: Path, builds: Path | None
-                  ) -> tuple[Mounts | None, str | None, str | None]:
-    """The sandbox mounts of a worker of ``reference``'s task: the project and the working
-    folder read-only, and torch's extension root too, except ``builds``, the candidate's own
-    build folder (build_folder), so no candidate writes another's build (issue 32). Returns
-    (mounts, why the sandbox does not work here (no mounts then), why the extension root
-    cannot be kept read-only (the mounts then protect the project only))."""
-    protect = tuple(protected_paths(reference))
-    why = sandbox_available(protect)
-    if why is not None:
-        return None, why, None
-    writable = (builds,) if builds is not None else ()
-    caches = (*protect, extension_root(), *_verdict_cache())
-    cache_why = sandbox_available(caches, writable)
-    if cache_why is None:
-        return (caches, writable), None, None
-    return (protect, ()), None, cache_why
-
-
-def _verdict_cache() -> tuple[Path, ...]:
-    """The compile items' kept verdicts (compiles.cache_folder), made here so a worker cannot
-    make it first: read by the pytest process, written only by it."""
-    from pytest_kscientist.harness.compiles import cache_folder
-
-    folder = cache_folder()
-    if folder is None:
-        return ()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return ()
-    return (folder.resolve(),)
-
-
 def _spawn_mounts(reference: Path, sandbox: bool | None, builds: Path | None = None
                   ) -> Mounts | None:
-    """``_sandbox_plan``'s mounts, warning once for what it cannot protect (with ``sandbox``
-    True, a sandbox that does not work is the worker's death); None: no sandbox."""
+    """``mounts.sandbox_plan``'s mounts, warning once for what it cannot protect (with
+    ``sandbox`` True, a sandbox that does not work is the worker's death); None: no
+    sandbox."""
     if sandbox is False:
         return None
-    mounts, why, cache_why = _sandbox_plan(reference, builds)
+    mounts, why, cache_why = sandbox_plan(reference, builds)
     if why is not None:
         if sandbox:
             raise WorkerDied(f"the worker sandbox was required but does not work here: {why}")
-        _warn_unsandboxed(why)
+        warn_unsandboxed(why)
     elif cache_why is not None:
-        _warn_cache_writable(cache_why)
+        warn_cache_writable(cache_why)
     return mounts
 
 
@@ -311,33 +125,9 @@ def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = N
     return sandbox_prefix(*mounts) if mounts is not None else []
 
 
-def quiet_prefix(reference: Path) -> list[str] | None:
-    """The prefix ``_spawn_prefix`` gives a worker of ``reference``'s task that builds no
-    extension, where it needs no warning; None where it would warn (left to the worker)."""
-    mounts, why, cache_why = _sandbox_plan(reference, None)
-    if mounts is None or why is not None or cache_why is not None:
-        return None
-    return sandbox_prefix(*mounts)
-
-
 def gpu_visible() -> bool:
     """Whether this machine shows a GPU's device files (NVIDIA, ROCm, WSL)."""
     return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg"))
-
-
-@functools.lru_cache(maxsize=1)
-def _warn_cache_writable(why: str) -> None:
-    warnings.warn(KsSandboxUnavailable(
-        f"the worker sandbox cannot keep torch's extension folder read-only here ({why}): a "
-        "candidate can write into another's load_inline build"), stacklevel=3)
-
-
-@functools.lru_cache(maxsize=1)
-def _warn_unsandboxed(why: str) -> None:
-    warnings.warn(KsSandboxUnavailable(
-        f"candidate workers run without the OS sandbox (unshare: {why}): they can reach the "
-        "network and write to the project; install util-linux and allow unprivileged user "
-        "namespaces to enable it"), stacklevel=3)
 
 
 # Run as `python -S -c ARM FD WHO HOW CMD...` in a started process before it execs CMD: from then

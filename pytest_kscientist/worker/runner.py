@@ -70,7 +70,7 @@ def extension_dir(torch: Any, key: str) -> str:
     two different files that name their ``load_inline`` module alike (two variants of one seed)
     never build into one folder at once (a worker importing the other's half-written ``.so``),
     and an unchanged file finds its build from an earlier session. The pytest process computes
-    the same folder (spawn.build_folder) to leave only it writable in the worker's sandbox."""
+    the same folder (mounts.build_folder) to leave only it writable in the worker's sandbox."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
     accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else
@@ -85,7 +85,7 @@ def serialize_pch(cpp_extension: Any, folder: str) -> None:
     include folder unlocked, so workers loading together on a fresh machine built it at once
     and their compilers read each other's half-written file (cc1plus killed, on the H200).
 
-    In the sandbox torch's folder is read-only (spawn.installed_code): there the header is not
+    In the sandbox torch's folder is read-only (mounts.installed_code): there the header is not
     built (the compiler then reads torch/extension.h itself: slower, the same result), and
     load_inline's removal of it when ``use_pch`` is off is skipped."""
     import fcntl
@@ -105,7 +105,7 @@ def serialize_pch(cpp_extension: Any, folder: str) -> None:
             os.makedirs(folder, exist_ok=True)
             lock = open(path, "a")  # noqa: SIM115
         except OSError:
-            # In the sandbox the extension root is read-only (spawn.build_folder): the pytest
+            # In the sandbox the extension root is read-only (mounts.build_folder): the pytest
             # process made the lock file, and a lock needs no write access.
             lock = open(path)  # noqa: SIM115
         with lock:

@@ -1,6 +1,6 @@
 """The OS sandbox entered by a forked worker (``zygote.py``), as system calls (Linux only).
 
-It does what the exec'd runner's prefix does (``harness/spawn.sandbox_prefix``): ``unshare
+It does what the exec'd runner's prefix does (``harness/mounts.sandbox_prefix``): ``unshare
 --map-current-user --keep-caps --mount --net --pid --kill-child --mount-proc``, bind mounts
 made read-only (the project, the working folder, torch's extension root) or writable again (the
 candidate's own build folder), then ``setpriv --inh-caps=-all --ambient-caps=-all

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from helpers import REPO, case_reasons
 
+from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
 from pytest_kscientist.harness.results import RunResults
-from pytest_kscientist.harness.spawn import protected_paths, sandbox_available
 
 HERE = Path(__file__).parent
 CANDIDATES = HERE / "candidates"

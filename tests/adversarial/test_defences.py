@@ -18,9 +18,9 @@ from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness import evaluate
 from pytest_kscientist.harness.correctness import compare
 from pytest_kscientist.harness.evaluate import Evaluator
+from pytest_kscientist.harness.mounts import protected_paths, sandbox_prefix
 from pytest_kscientist.harness.results import CandidateResult
 from pytest_kscientist.harness.scan import scan_file, scan_source
-from pytest_kscientist.harness.spawn import protected_paths, sandbox_prefix
 from pytest_kscientist.protocol import perturb
 from pytest_kscientist.worker.integrity import Tripwire
 
@@ -250,17 +250,17 @@ def test_a_folder_with_mounts_inside_is_not_bound_whole(monkeypatch: pytest.Monk
     """The sandbox's bind mount of a folder would hide the mounts inside it (a GPU container
     binds its driver's libraries one by one into /usr/lib): such a folder of the installed code
     is left out, a deeper one without mounts (site-packages) kept."""
-    from pytest_kscientist.harness import spawn
+    from pytest_kscientist.harness import mounts
 
-    read_mounts = spawn.mount_points
+    read_mounts = mounts.mount_points
     prefix = Path(sys.prefix).resolve()
-    assert prefix in spawn.installed_code()
-    monkeypatch.setattr(spawn, "mount_points", lambda: [prefix / "lib" / "libdriver.so"])
-    kept = spawn.installed_code()
+    assert prefix in mounts.installed_code()
+    monkeypatch.setattr(mounts, "mount_points", lambda: [prefix / "lib" / "libdriver.so"])
+    kept = mounts.installed_code()
     assert prefix not in kept
     site_packages = Path(site.getsitepackages()[0]).resolve()
     assert site_packages in kept  # the mount is beside it, not inside
-    monkeypatch.setattr(spawn, "mount_points", read_mounts)
+    monkeypatch.setattr(mounts, "mount_points", read_mounts)
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text("36 35 98:0 /mnt1 /mnt/a\\040b rw - ext3 /dev/root rw\n")
     real_path = Path
@@ -268,16 +268,17 @@ def test_a_folder_with_mounts_inside_is_not_bound_whole(monkeypatch: pytest.Monk
     def fake(path: str) -> Path:
         return mountinfo if path == "/proc/self/mountinfo" else real_path(path)
 
-    monkeypatch.setattr(spawn, "Path", fake)
-    assert spawn.mount_points() == [real_path("/mnt/a b")]
+    monkeypatch.setattr(mounts, "Path", fake)
+    assert mounts.mount_points() == [real_path("/mnt/a b")]
 
 
 def test_without_the_sandbox_one_warning_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kscientist.harness import mounts
     from pytest_kscientist.harness import spawn as worker
 
     reference = FP8 / "reference.py"
-    monkeypatch.setattr(worker, "sandbox_available", lambda protect: "unshare: not permitted")
-    with pytest.warns(worker.KsSandboxUnavailable, match=r"run without the OS sandbox \("
+    monkeypatch.setattr(mounts, "sandbox_available", lambda protect: "unshare: not permitted")
+    with pytest.warns(mounts.KsSandboxUnavailable, match=r"run without the OS sandbox \("
                       r"unshare: unshare: not permitted\): they can reach the network"):
         assert worker._spawn_prefix(reference, None) == []
     with pytest.raises(worker.WorkerDied, match="sandbox was required but does not work here"):
