@@ -128,6 +128,20 @@ def test_a_knob_child_loads_its_parents_build_and_cannot_write_it(project: Path)
 
 
 @pytest.mark.slow
+def test_two_files_with_the_same_sources_in_one_session_build_once(project: Path) -> None:
+    """Their workers load together (starts.start_workers): one builds, the other waits its
+    turn and loads that build."""
+    (project / "one.py").write_text(candidate())
+    (project / "two.py").write_text(candidate(note="a copy"))
+    code, output, data = run_pytest([*ON_CPU, "axpy", "-k", "check", "--kernel", "one.py",
+                                     "--kernel", "two.py"], cwd=project)
+    assert code == 0, output
+    outcomes = sorted(b["outcome"] for name in ("one", "two") for b in builds(data, name))
+    assert outcomes == ["built", "reused"], outcomes
+    assert len([p for p in extension_root().iterdir() if p.name.startswith("src-")]) == 1
+
+
+@pytest.mark.slow
 def test_a_build_that_fails_is_the_candidates_failure_with_the_compilers_error(
         project: Path) -> None:
     broken = C_AXPY.replace("Py_RETURN_NONE;", "Py_RETURN_NONE")

@@ -149,7 +149,7 @@ class SharedBuilds:
 
     root: Path
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _building: dict[str, threading.Event] = field(default_factory=dict)
+    _turns: dict[str, threading.Lock] = field(default_factory=dict)  # key -> its build's turn
     # key -> the failed build's message: the session's other calls with it get it at once (a
     # generation's children of one broken parent would each build it again).
     _failed: dict[str, str] = field(default_factory=dict)
@@ -181,42 +181,33 @@ class SharedBuilds:
             return {"declined": True}, InlineBuild(module=module, outcome="declined", why=why)
         key = build_key(args, arch, environment)
         folder = self.root / f"src-{key[:32]}"
-        reply = {"ok": True, "folder": str(folder), "module": module}
-        outcome = "reused"
-        while not (folder / DONE).exists():
-            if key in self._failed:
-                return ({"ok": False, "reason": self._failed[key]},
-                        self._record(module, key, "failed", began))
-            with self._lock:
-                wait = self._building.get(key)
-                if wait is None:
-                    wait = self._building[key] = threading.Event()
-                    mine = True
-                else:
-                    mine = False
-            if not mine:
-                wait.wait(max(0.0, deadline - time.monotonic()))
-                if not (folder / DONE).exists() and time.monotonic() >= deadline:
-                    break
-                continue
-            try:
-                failure, kept = self._build(args, arch, folder, deadline)
-                if failure is not None and kept:
-                    self._failed[key] = failure
-            except Unsupported as exc:
-                return {"declined": True}, InlineBuild(module=module, outcome="declined",
-                                                       why=str(exc))
-            finally:
-                with self._lock:
-                    del self._building[key]
-                wait.set()
-            if failure is not None:
-                return {"ok": False, "reason": failure}, self._record(module, key, "failed",
-                                                                        began)
-            outcome = "built"
-        if not (folder / DONE).exists():
+        # One build of a key at a time in this session; the others wait for it and load it.
+        with self._lock:
+            turn = self._turns.setdefault(key, threading.Lock())
+        if not turn.acquire(timeout=max(0.0, deadline - time.monotonic())):
             reason = f"load_inline build of '{module}' did not finish before the load's deadline"
             return {"ok": False, "reason": reason}, self._record(module, key, "failed", began)
+        try:
+            if (folder / DONE).exists():
+                outcome = "reused"
+            elif key in self._failed:
+                return ({"ok": False, "reason": self._failed[key]},
+                        self._record(module, key, "failed", began))
+            else:
+                try:
+                    failure, kept = self._build(args, arch, folder, deadline)
+                except Unsupported as exc:
+                    return {"declined": True}, InlineBuild(module=module, outcome="declined",
+                                                           why=str(exc))
+                if failure is not None:
+                    if kept:
+                        self._failed[key] = failure
+                    return ({"ok": False, "reason": failure},
+                            self._record(module, key, "failed", began))
+                outcome = "built"
+        finally:
+            turn.release()
+        reply = {"ok": True, "folder": str(folder), "module": module}
         return reply, self._record(module, key, outcome, began)
 
     @staticmethod
@@ -278,8 +269,8 @@ class SharedBuilds:
         """In this session's build threads only, make load_inline's last step build without
         importing (the module's initialisers would run candidate code in this process) and
         without torch's versioning by name, and run ninja in the sandbox under the deadline."""
-        if getattr(cpp_extension._jit_compile, "ks_build_only", False):
-            return
+        if hasattr(cpp_extension._jit_compile, "ks_original"):
+            return  # intercepted already
         import inspect
 
         jit, ninja = cpp_extension._jit_compile, cpp_extension._run_ninja_build
@@ -323,7 +314,6 @@ class SharedBuilds:
             Path(build_directory, BUILD_LOG).write_text(output)
             return None
 
-        jit_compile.ks_build_only = True  # type: ignore[attr-defined]
         jit_compile.ks_original = jit  # type: ignore[attr-defined]
         run_ninja.ks_original = ninja  # type: ignore[attr-defined]
         cpp_extension._jit_compile = jit_compile

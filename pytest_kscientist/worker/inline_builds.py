@@ -104,5 +104,4 @@ def install(cpp_extension: Any, torch: Any, ask: Callable[[dict[str, Any]], dict
         return cpp_extension._import_module_from_library(
             reply["module"], str(reply["folder"]), bool(call.get("is_python_module", True)))
 
-    load_inline.ks_shared = True  # type: ignore[attr-defined]
     cpp_extension.load_inline = load_inline
