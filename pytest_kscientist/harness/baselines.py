@@ -88,16 +88,18 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
     ``spares``: runner processes started ahead of need (the session's); ``builds``: the
     session's shared load_inline builds (``shared_builds.SharedBuilds``, made on first use),
     which answer its load_inline calls where its sandbox allows; ``answered``: where those
-    answers are noted (results.InlineBuild), whether or not it loads."""
+    answers are noted (results.InlineBuild), whether or not it loads, while it holds none (a
+    kernel's later workers, twins and restarts, answer the same calls again)."""
     try:
         worker = Worker(task.describe(), device, task.spec.output_index, timeout_s,
                         protect=task.spec_path, spares=spares, builds=build_folder(source))
         shared = builds() if builds is not None and worker.shares_builds else None
+        noted = answered if answered is not None and not answered else None
 
         def build(request: dict[str, Any], deadline: float) -> dict[str, Any]:
             reply, record = shared.answer(request, deadline)
-            if answered is not None:
-                answered.append(record)
+            if noted is not None:
+                noted.append(record)
             return reply
 
         began = time.monotonic()
@@ -184,7 +186,7 @@ class Partner:
         try:
             return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
                                 self.device, self.timeout_s, self.init_seed, self.spares,
-                                self.builds, None if self.answered else self.answered)
+                                self.builds, self.answered)
         except CandidateFailure as exc:
             self.broken = exc.reason
             raise

@@ -344,7 +344,7 @@ class CandidateNode(pytest.Collector):
             worker = start_worker(self.task, self.source, self.entry, self.prepare,
                                   self.ks.device, self.ks.settings.timeout_s,
                                   self.ks.evaluator(self.task).init_seed, self.ks.spares,
-                                  self.ks.shared_builds, None if answered else answered)
+                                  self.ks.shared_builds, answered)
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True

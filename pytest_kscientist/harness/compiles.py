@@ -161,12 +161,9 @@ def run(cmd: list[str], cwd: Path, timeout_s: float,
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
             return None, out
-        except BaseException:  # an interrupt: the compiler goes with the wait
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
         return proc.returncode, out
     finally:
-        lifeline.cut()
+        lifeline.cut()  # kills the group if it still runs (an interrupt during the wait)
 
 
 def demangled(names: list[str]) -> list[str]:

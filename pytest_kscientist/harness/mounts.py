@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kscientist.kswarnings import KsWarning
+from pytest_kscientist.worker.inline_builds import builds_extensions
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 
@@ -138,7 +139,7 @@ def build_folder(source: Path) -> Path | None:
     (runner.extension_dir of the file's bytes), created, when the file builds torch extensions
     (mentions load_inline or cpp_extension); None otherwise (nothing there is writable)."""
     data = source.read_bytes()
-    if b"load_inline" not in data and b"cpp_extension" not in data:
+    if not builds_extensions(data):
         return None
     folder = _extension_dir(hashlib.sha256(data).hexdigest())
     extension_root()

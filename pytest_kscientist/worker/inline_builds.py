@@ -37,6 +37,13 @@ FLAGS = ("extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflag
          "extra_include_paths")
 
 
+def builds_extensions(source: bytes) -> bool:
+    """Whether a candidate file builds torch extensions (says load_inline or cpp_extension):
+    such a file gets a build folder of its own (mounts.build_folder) and this module's
+    load_inline."""
+    return b"load_inline" in source or b"cpp_extension" in source
+
+
 def normalised(bound: dict[str, Any]) -> dict[str, Any] | None:
     """load_inline's bound arguments as plain JSON (sources and flags as lists of strings);
     None when a value is of another kind (the call then goes to torch's own load_inline)."""

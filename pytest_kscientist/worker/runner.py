@@ -236,7 +236,7 @@ class Runner:
         """The pytest process's answer to a load_inline call (worker/inline_builds.py): asked
         while the load request is open, answered before its reply; a call made later (a
         kernel that builds at its first call) or from another thread builds on its own."""
-        if not self.loading or threading.get_ident() != self.loading:
+        if threading.get_ident() != self.loading:  # 0 outside a load: no thread has it
             return {"declined": True}
         self.send({"op": "build", **call})
         reply, _ = channel.read_frame(self.req_fd, b"", self.seq_in)
@@ -274,7 +274,7 @@ class Runner:
             source = file.read()
         folder = extension_dir(self.torch, hashlib.sha256(source).hexdigest())
         os.environ["TORCH_EXTENSIONS_DIR"] = folder
-        if b"load_inline" in source or b"cpp_extension" in source:
+        if inline_builds.builds_extensions(source):
             from torch.utils import cpp_extension
 
             serialize_pch(cpp_extension, os.path.dirname(folder))
