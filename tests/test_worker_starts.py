@@ -167,7 +167,7 @@ def test_collect_only_starts_no_worker(pytester: pytest.Pytester,
 FAKE_EXTENSION = '''
 import json, os, sys, time, types
 sys.path.insert(0, {repo!r})
-from pytest_kscientist.worker.runner import serialize_pch
+from pytest_kscientist.worker.runner import guard_pch
 
 def _check_and_build_extension_h_precompiler_headers(*args):
     began = time.time()
@@ -177,8 +177,8 @@ def _check_and_build_extension_h_precompiler_headers(*args):
 
 module = types.SimpleNamespace(
     _check_and_build_extension_h_precompiler_headers=_check_and_build_extension_h_precompiler_headers)
-serialize_pch(module, {folder!r})
-serialize_pch(module, {folder!r})  # twice: wrapped once
+guard_pch(module, {folder!r})
+guard_pch(module, {folder!r})  # twice: wrapped once
 module._check_and_build_extension_h_precompiler_headers([], [])
 '''
 

@@ -130,7 +130,7 @@ def extension_root() -> Path:
     candidate file builds in its own ``ks-<sha>`` folder (runner.extension_dir), created."""
     root = _extension_dir("0" * 16).parent
     root.mkdir(parents=True, exist_ok=True)
-    (root / "pch.lock").touch()  # runner.serialize_pch locks it; it cannot create it read-only
+    (root / "pch.lock").touch()  # runner.guard_pch locks it; it cannot create it read-only
     return root
 
 

@@ -222,9 +222,9 @@ class SharedBuilds:
         verdict holds for every call with these arguments (a timeout is this load's)."""
         from torch.utils import cpp_extension
 
-        from pytest_kscientist.worker.runner import serialize_pch
+        from pytest_kscientist.worker.runner import guard_pch
 
-        serialize_pch(cpp_extension, str(self.root))
+        guard_pch(cpp_extension, str(self.root))
         self._intercept(cpp_extension)
         partial = self.root / f".{folder.name}-{uuid.uuid4().hex[:8]}"
         partial.mkdir()

@@ -79,7 +79,7 @@ def extension_dir(torch: Any, key: str) -> str:
     return os.path.join(root, f"{tag}_{accel}", f"ks-{key[:16]}")
 
 
-def serialize_pch(cpp_extension: Any, folder: str) -> None:
+def guard_pch(cpp_extension: Any, folder: str) -> None:
     """Make ``load_inline(use_pch=True)``'s check-and-build of torch's precompiled header take
     an exclusive lock (``folder``/pch.lock) first. torch writes that header into its own
     include folder unlocked, so workers loading together on a fresh machine built it at once
@@ -277,7 +277,7 @@ class Runner:
         if inline_builds.builds_extensions(source):
             from torch.utils import cpp_extension
 
-            serialize_pch(cpp_extension, os.path.dirname(folder))
+            guard_pch(cpp_extension, os.path.dirname(folder))
             if req.get("shared"):
                 inline_builds.install(cpp_extension, self.torch, self.ask_build)
         self.loading = threading.get_ident()  # ask_build's: the thread of this load
