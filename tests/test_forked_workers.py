@@ -45,7 +45,15 @@ for fd in os.listdir("/proc/self/fd"):
                                                        else target)
     fds[kind] = fds.get(kind, 0) + 1
 seen["fds"] = fds
-seen["cwd"] = os.path.basename(os.getcwd())[:10]
+seen["cwd"] = os.path.basename(os.path.dirname(os.getcwd()))  # the workers' root
+for what, folder in (("own", os.getcwd()), ("root", os.path.dirname(os.getcwd())),
+                     ("triton", os.environ["TRITON_CACHE_DIR"])):
+    try:
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, "planted.py"), "w").close()
+        seen[what] = "writable"
+    except OSError as exc:
+        seen[what] = errno.errorcode[exc.errno]
 try:
     open(os.path.join(PROJECT, "planted.txt"), "w")
     seen["project"] = "writable"
@@ -86,6 +94,8 @@ def test_a_forked_worker_is_sandboxed_as_an_execd_one(tmp_path: Path) -> None:
     assert seen["CapEff"] == seen["CapBnd"] == seen["CapAmb"] == "0000000000000000"
     assert seen["NoNewPrivs"] == "1" and seen["pids"] == [1] and seen["pid"] == 1
     assert seen["project"] == "EROFS" and seen["net"] == "ENETUNREACH"
+    # Its own folder and caches, no other worker's (worker_folders.py).
+    assert seen["own"] == seen["triton"] == "writable" and seen["root"] == "EROFS"
     assert not (AXPY / "planted.txt").exists()
 
 
@@ -157,7 +167,7 @@ def test_where_the_forked_sandbox_fails_the_session_execs_its_workers(tmp_path: 
     try:
         with pytest.raises(OSError, match="did not set up its sandbox"):
             ForkedRunner(spares._zygote((), clean_environment("cpu")), [missing], [])
-        process = spares.take([], clean_environment("cpu"), mounts=((missing,), ()))
+        process = spares.take(((missing,), ()), clean_environment("cpu"))
         try:
             assert isinstance(process, RunnerProcess) and spares.fork is False
         finally:

@@ -7,8 +7,8 @@ from helpers import REPO
 
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
-from pytest_kscientist.harness.mounts import quiet_prefix
-from pytest_kscientist.harness.spawn import Spares, Worker, _spawn_prefix, clean_environment
+from pytest_kscientist.harness.mounts import quiet_prefix, sandbox_prefix
+from pytest_kscientist.harness.spawn import Spares, Worker, _spawn_mounts, clean_environment
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 
@@ -106,4 +106,5 @@ def test_the_early_prefix_is_the_one_a_worker_of_the_task_gets() -> None:
     prefix = quiet_prefix(spec)
     if prefix is None:
         pytest.skip("the worker sandbox does not work here")
-    assert prefix == _spawn_prefix(spec, None)
+    mounts = _spawn_mounts(spec, None)
+    assert mounts is not None and prefix == sandbox_prefix(*mounts)

@@ -130,7 +130,7 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
     taken: list = []
 
     def take() -> None:
-        taken.append(spares.take([], {"PATH": "/usr/bin:/bin", "KS_TEST": "1"}))
+        taken.append(spares.take(None, {"PATH": "/usr/bin:/bin", "KS_TEST": "1"}))
 
     threads = [threading.Thread(target=take) for _ in range(4)]
     try:

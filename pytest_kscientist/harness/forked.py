@@ -16,12 +16,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_kscientist.harness.spawn import Lifeline, StartedRunner
+from pytest_kscientist.harness.worker_folders import WorkerFolder
 from pytest_kscientist.protocol import channel
 
 STATUS_SIZE = 4  # zygote.STATUS: the runner's exit code, packed by the worker's parent
@@ -71,7 +71,7 @@ class ForkedRunner(StartedRunner):
 
     def __init__(self, zygote: Zygote, protect: Sequence[Path], writable: Sequence[Path]
                  ) -> None:
-        self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
+        self.tmp = WorkerFolder()  # its own, as spawn.RunnerProcess's
         self.log_path = Path(self.tmp.name) / "candidate.log"
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
@@ -82,7 +82,8 @@ class ForkedRunner(StartedRunner):
         fds = [req_r, res_w, self.lifeline.read_fd, log, status_w]
         try:
             pid = zygote.fork({"cwd": self.tmp.name, "protect": [str(p) for p in protect],
-                               "writable": [str(p) for p in writable]}, fds)
+                               "writable": [*(str(p) for p in writable), self.tmp.name],
+                               "env": self.tmp.env()}, fds)
         except BaseException:
             for fd in (self.req_w, self.res_r, status_r):
                 os.close(fd)
@@ -101,7 +102,8 @@ class Zygote:
     this process by a lifeline; ``fork`` asks it for a worker (one request at a time)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.tmp = tempfile.TemporaryDirectory(prefix="ks-zygote-")
+        # Its folder is the first of its workers' sys.path (``-m``): one no worker can write.
+        self.tmp = WorkerFolder("z")
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._lock = threading.Lock()
         self.lifeline = Lifeline()

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_kscientist.harness import worker_folders
+from pytest_kscientist.harness.worker_folders import cache_base
 from pytest_kscientist.kswarnings import KsWarning
 from pytest_kscientist.worker.inline_builds import builds_extensions
 
@@ -198,7 +200,10 @@ def sandbox_plan(reference: Path, builds: Path | None
     if why is not None:
         return None, why, None
     writable = (builds,) if builds is not None else ()
-    caches = (*protect, extension_root(), *_verdict_cache())
+    # A worker's own folder under the workers' root is bound writable as it starts
+    # (spawn.RunnerProcess, forked.ForkedRunner).
+    caches = (*protect, extension_root(), *_verdict_cache(), worker_folders.root(),
+              worker_folders.store(), *worker_folders.pytest_caches())
     cache_why = sandbox_available(caches, writable)
     if cache_why is None:
         return (caches, writable), None, None
@@ -213,8 +218,7 @@ def cache_folder() -> Path | None:
         return None
     if chosen:
         return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pytest-kscientist" / "hip-compiles"
+    return cache_base() / "pytest-kscientist" / "hip-compiles"
 
 
 def _verdict_cache() -> tuple[Path, ...]:
@@ -231,8 +235,9 @@ def _verdict_cache() -> tuple[Path, ...]:
 
 
 def quiet_prefix(reference: Path) -> list[str] | None:
-    """The prefix ``_spawn_prefix`` gives a worker of ``reference``'s task that builds no
-    extension, where it needs no warning; None where it would warn (left to the worker)."""
+    """The sandbox prefix of ``spawn._spawn_mounts`` for a worker of ``reference``'s task that
+    builds no extension (before its own folder is added), where it needs no warning; None
+    where it would warn (left to the worker)."""
     mounts, why, cache_why = sandbox_plan(reference, None)
     if mounts is None or why is not None or cache_why is not None:
         return None

@@ -25,7 +25,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ from pytest_kscientist.harness.mounts import (
     warn_cache_writable,
     warn_unsandboxed,
 )
+from pytest_kscientist.harness.worker_folders import WorkerFolder
 from pytest_kscientist.protocol import channel
 
 SECRET_NAME = re.compile(
@@ -116,13 +116,6 @@ def _spawn_mounts(reference: Path, sandbox: bool | None, builds: Path | None = N
     elif cache_why is not None:
         warn_cache_writable(cache_why)
     return mounts
-
-
-def _spawn_prefix(reference: Path, sandbox: bool | None, builds: Path | None = None
-                  ) -> list[str]:
-    """The command prefix of ``_spawn_mounts``' sandbox (empty: none)."""
-    mounts = _spawn_mounts(reference, sandbox, builds)
-    return sandbox_prefix(*mounts) if mounts is not None else []
 
 
 def gpu_visible() -> bool:
@@ -217,7 +210,7 @@ class StartedRunner:
     req_w: int
     res_r: int
     lifeline: Lifeline
-    tmp: tempfile.TemporaryDirectory
+    tmp: WorkerFolder
     log_path: Path
 
     def kill(self) -> int:
@@ -250,9 +243,13 @@ class RunnerProcess(StartedRunner):
     waits on its request pipe; it touches no device before the hello.
     """
 
-    def __init__(self, prefix: Sequence[str], env: dict[str, str]) -> None:
-        self.tmp = tempfile.TemporaryDirectory(prefix="ks-worker-")
+    def __init__(self, mounts: Mounts | None, env: dict[str, str]) -> None:
+        # Its own folder: the only one of the workers' root it may write, where its compiler
+        # caches go (worker_folders.py).
+        self.tmp = WorkerFolder()
         self.log_path = Path(self.tmp.name) / "candidate.log"
+        prefix = [] if mounts is None else sandbox_prefix(mounts[0],
+                                                          (*mounts[1], Path(self.tmp.name)))
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
         channel.widen(res_w)  # outputs travel this way
@@ -270,7 +267,7 @@ class RunnerProcess(StartedRunner):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.tmp.name,
-                env=env,
+                env={**env, **self.tmp.env()},
                 start_new_session=True,
             )
         os.close(req_r)
@@ -332,30 +329,30 @@ class Spares:
         self.fork = False  # the kernel refuses it here: every worker of the session is exec'd
         return None
 
-    def take(self, prefix: Sequence[str], env: dict[str, str], ahead: bool = True,
-             mounts: Mounts | None = None) -> StartedRunner:
-        """A started runner for ``prefix`` and ``env``; ``ahead``: start the next one now (not
-        for a prefix of one candidate's own, which no other worker can use). With ``fork``
-        and ``mounts`` (``prefix``'s sandbox), a forked one."""
+    def take(self, mounts: Mounts | None, env: dict[str, str], ahead: bool = True
+             ) -> StartedRunner:
+        """A started runner sandboxed with ``mounts`` (None: no sandbox) and ``env``;
+        ``ahead``: start the next one now (not for mounts of one candidate's own, which no
+        other worker can use). With ``fork`` and ``mounts``, a forked one."""
         if self.fork and mounts is not None:
             forked = self._forked(env, mounts)
             if forked is not None:
                 return forked
-        key = (tuple(prefix), tuple(sorted(env.items())))
+        key = (mounts, tuple(sorted(env.items())))
         with self._lock:
             process = self._ready.pop(key, None)
         if process is not None and process.proc.poll() is not None:
             process.discard()  # died while waiting (killed from outside): start another
             process = None
         if process is None:
-            process = RunnerProcess(prefix, env)
+            process = RunnerProcess(mounts, env)
         if self.ahead and ahead:
             with self._lock:  # one spare per kind, however many threads take at once
                 start = key not in self._ready and key not in self._starting
                 if start:
                     self._starting.add(key)
             if start:
-                spare = RunnerProcess(prefix, env)
+                spare = RunnerProcess(mounts, env)
                 with self._lock:
                     self._ready[key] = spare
                     self._starting.discard(key)
@@ -386,14 +383,13 @@ class Worker:
         # of the task whose project the sandbox keeps read-only (default: the problem's path);
         # ``builds``: the one extension folder it may write (build_folder of its candidate).
         mounts = _spawn_mounts(Path(protect or problem["path"]), sandbox, builds)
-        prefix = sandbox_prefix(*mounts) if mounts is not None else []
         # Its load_inline calls may be built by the pytest process (harness/shared_builds.py)
         # only where no candidate can write the extension root, its own folder excepted.
         self.shares_builds = (builds is not None and mounts is not None
                               and extension_root() in mounts[0])
-        process = (spares or Spares(ahead=False)).take(prefix, clean_environment(device),
-                                                       ahead=builds is None, mounts=mounts)
-        self.sandboxed = bool(prefix)
+        process = (spares or Spares(ahead=False)).take(mounts, clean_environment(device),
+                                                       ahead=builds is None)
+        self.sandboxed = mounts is not None
         self.timeout = timeout
         self.key = secrets.token_bytes(32)
         self.seq_out = 0

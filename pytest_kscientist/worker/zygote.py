@@ -71,6 +71,7 @@ def _worker(request: dict[str, Any], fds: list[int], ready: int) -> int:
         sandbox.bind(path, readonly=True)
     for path in request["writable"]:
         sandbox.bind(path, readonly=False)
+    os.environ.update(request.get("env", {}))  # its own compiler caches
     alive_r, alive_w = os.pipe()
     child = os.fork()
     if child:  # unshare's part: wait, then report

@@ -280,7 +280,7 @@ def test_without_the_sandbox_one_warning_says_so(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(mounts, "sandbox_available", lambda protect: "unshare: not permitted")
     with pytest.warns(mounts.KsSandboxUnavailable, match=r"run without the OS sandbox \("
                       r"unshare: unshare: not permitted\): they can reach the network"):
-        assert worker._spawn_prefix(reference, None) == []
+        assert worker._spawn_mounts(reference, None) is None
     with pytest.raises(worker.WorkerDied, match="sandbox was required but does not work here"):
-        worker._spawn_prefix(reference, True)
-    assert worker._spawn_prefix(reference, False) == []
+        worker._spawn_mounts(reference, True)
+    assert worker._spawn_mounts(reference, False) is None
