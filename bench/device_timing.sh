@@ -40,6 +40,8 @@
 #     short calls probed for the split (bench/spread_probe.py), then --evolve 1 with the child
 #     session's --durations (its logs in $OUT/child_logs.tgz); prints the A/A table, the missing
 #     ratios, the probe's rows and the generation lines
+#   KS_PART=folders: the workers' own folders and compiler caches on the GPU (gpu tests, the
+#     Triton seed's checks twice, --evolve 1 with durations)
 #   KS_PART=builds: the shared load_inline builds on the GPU (harness/shared_builds.py): the
 #     CUDA seed's gpu-marked test (three knob variants, one shared build) with the shared-build
 #     tests, then bench/build_times.py (the seed's build cold and warm, its first evaluation,
@@ -112,6 +114,24 @@ elif [[ ${KS_PART:-measure} == builds ]]; then
   t 360 "$OUT/build_times.log" python3 bench/build_times.py
   grep -E '^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed' "$OUT/builds-tests.log" | tail -12
   tail -20 "$OUT/build_times.log"
+elif [[ ${KS_PART:-measure} == folders ]]; then
+  # the workers' own folders and compiler caches (harness/worker_folders.py) on the GPU: the
+  # gpu-marked tests, the Triton seed's checks twice (the second seeded from the kept caches),
+  # then --evolve 1 with the child session's durations
+  t 240 "$OUT/gpu.log" python3 -m pytest -p no:cacheprovider -q tests -m gpu -x
+  for i in 1 2; do
+    t 60 "$OUT/triton_$i.log" python3 -m pytest -p no:cacheprovider -q tasks/fp8_gemm \
+      --kernel tasks/fp8_gemm/seeds/triton_fused.py --ks-baselines none -k check
+  done
+  du -sh ~/.cache/pytest-kscientist/jit/* 2>/dev/null | head -4
+  rm -rf /tmp/ks-owed && mkdir -p /tmp/ks-owed
+  PYTEST_ADDOPTS=--durations=30 t 170 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider \
+    --evolve 1 tasks/fp8_gemm --ks-population /tmp/ks-owed
+  find /tmp/ks-owed -name '*.log' -o -name '*.json' | tar -czf "$OUT/pop_logs.tgz" -T - 2>/dev/null
+  tail -3 "$OUT/gpu.log"
+  grep -E 'passed|failed' "$OUT"/triton_*.log | tail -2
+  grep -E 'generation|bench items' "$OUT/evolve.log" | tail -6
+  python3 bench/inline_builds.py /tmp/ks-owed 2>&1 | tail -12
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu

@@ -163,3 +163,52 @@ def test_writer_drafts_in_cuda_are_compiled_before_any_gpu_time(
     assert check(fixed.replace('KS_REQUIRES = "sm_90"', 'KS_REQUIRES = "nvidia"'),
                  KnownSources()) == ""  # no sm target named: nothing to compile for
     assert cuda_gate.draft_problem("def custom_kernel(data):\n    return data\n") == ""
+
+
+# At import (the compile item's capture), tries to plant a file in each of TARGETS, then
+# makes its load_inline call.
+PLANTER = '''
+import os
+from torch.utils.cpp_extension import load_inline
+
+KS_REQUIRES = "sm_90"
+for folder in TARGETS:
+    try:
+        open(os.path.join(folder, "ks_planted"), "w").close()
+    except OSError:
+        pass
+module = load_inline(name="ks_test_cuda_planter", cpp_sources=[""],
+                     cuda_sources=["__global__ void k(float* x) { x[0] = 1.0f; }"],
+                     no_implicit_headers=True)
+
+
+def custom_kernel(data):
+    return data[-1]
+'''
+
+
+@needs_nvcc
+def test_the_import_a_compile_item_captures_writes_only_what_a_worker_may(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its sandbox was the project's only: the candidate's import could write another's
+    load_inline build, the kept compile verdicts and the workers' folders."""
+    from pytest_kscientist.harness import worker_folders
+    from pytest_kscientist.harness.mounts import extension_root, sandbox_plan
+
+    if sandbox_plan(TASK / "reference.py", None)[1] is not None:
+        pytest.skip("the worker sandbox does not work here")
+    monkeypatch.setenv("KS_COMPILE_CACHE", str(tmp_path / "kept"))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    (tmp_path / "kept").mkdir()
+    targets = [extension_root(), tmp_path / "kept", worker_folders.root(),
+               worker_folders.store()]
+    (tmp_path / "planter.py").write_text(f"TARGETS = {[str(t) for t in targets]!r}\n" + PLANTER)
+    try:
+        code, output, _ = run_pytest([str(TASK), "-v", "-k", "compile", "--kernel",
+                                      str(tmp_path / "planter.py"), "--ks-device", "cpu"],
+                                     cwd=tmp_path)
+        assert "planter::compile[sm_90] PASSED" in output, output
+        assert [t for t in targets if (t / "ks_planted").exists()] == []
+    finally:
+        for t in targets:
+            (t / "ks_planted").unlink(missing_ok=True)

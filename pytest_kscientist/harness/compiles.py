@@ -118,15 +118,19 @@ def compiler_version(compiler: Path, marker: str = "") -> str:
 
 
 def compiler_sandbox(candidate: Path) -> list[str]:
-    """The worker's OS sandbox (no network, read-only project) where it works here, else []
-    with one warning."""
-    from pytest_kscientist.harness.mounts import protected_paths, sandbox_available, sandbox_prefix
+    """The workers' OS sandbox (no network; the project, the builds, the kept verdicts, the
+    workers' folders and caches read-only: ``mounts.sandbox_plan``) where it works here, else
+    [] with one warning. The CUDA items import the candidate in it (``cuda/compile_gate``):
+    before, that import could write what a worker cannot, other candidates' builds and the
+    kept verdicts included."""
+    from pytest_kscientist.harness.mounts import sandbox_plan, sandbox_prefix, warn_cache_writable
 
-    protect = tuple(protected_paths(candidate))
-    why = sandbox_available(protect)
-    if why is None:
-        return sandbox_prefix(protect)
-    _warn_unsandboxed(why)
+    mounts, why, cache_why = sandbox_plan(candidate, None)
+    if mounts is not None:
+        if cache_why is not None:
+            warn_cache_writable(cache_why)
+        return sandbox_prefix(*mounts)
+    _warn_unsandboxed(why or "unknown")
     return []
 
 

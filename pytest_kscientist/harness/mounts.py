@@ -4,9 +4,11 @@ Where ``unshare`` can create user namespaces, a worker runs with no network, in 
 namespace, with every capability dropped, and with these folders mounted read-only
 (``protected_paths``): the task's project, the pytest working folder, the installed code
 (``installed_code``: Python, its packages, the CUDA/ROCm toolkit), torch's extension root
-except the candidate's own build folder (``build_folder``), and the compile items' kept
-verdicts. ``spawn.py`` starts workers with these mounts; the compile items and the shared
-load_inline builds run their compilers in the same sandbox.
+except the candidate's own build folder (``build_folder``), the compile items' kept
+verdicts, and the workers' folders and compiler caches but the worker's own
+(``worker_folders.py``). ``spawn.py`` starts workers with these mounts; the compile items
+(their captured imports too) and the shared load_inline builds run their compilers in the
+same sandbox.
 """
 
 from __future__ import annotations
@@ -247,8 +249,9 @@ def quiet_prefix(reference: Path) -> list[str] | None:
 @functools.lru_cache(maxsize=1)
 def warn_cache_writable(why: str) -> None:
     warnings.warn(KsSandboxUnavailable(
-        f"the worker sandbox cannot keep torch's extension folder read-only here ({why}): a "
-        "candidate can write into another's load_inline build"), stacklevel=3)
+        f"the worker sandbox cannot keep the build and cache folders read-only here ({why}): "
+        "a candidate can write into another's load_inline build, compiler caches or worker "
+        "folder"), stacklevel=3)
 
 
 @functools.lru_cache(maxsize=1)
