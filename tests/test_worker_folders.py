@@ -72,7 +72,7 @@ def test_a_candidate_cannot_plant_a_module_in_another_workers_path(tmp_path: Pat
 CACHES = '''import errno, os
 FOUND = {}
 for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH",
-            "PYTORCH_KERNEL_CACHE_PATH"):
+            "PYTORCH_KERNEL_CACHE_PATH", "CUPY_CACHE_DIR"):
     folder = os.environ[var]
     FOUND[var] = os.path.exists(os.path.join(folder, "left.txt"))
     os.makedirs(folder, exist_ok=True)

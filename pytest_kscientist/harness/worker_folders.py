@@ -1,7 +1,7 @@
 """Each worker's own folder, and the compiler caches a candidate may write.
 
 A worker's working folder, its log and its compiler caches (Triton's, Inductor's, the CUDA
-driver's, torch's jiterator's: ``CACHE_VARIABLES``) live in a folder of its own under
+driver's, torch's jiterator's, CuPy's: ``CACHE_VARIABLES``) live in a folder of its own under
 ``root()``, which the sandbox keeps read-only but for that one folder (``mounts.sandbox_plan``).
 Before, workers ran in ``/tmp/ks-worker-*`` folders every other worker could write, and a
 forked worker's ``sys.path`` began with its zygote's folder there: a candidate planted a module
@@ -34,6 +34,7 @@ CACHE_VARIABLES = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "CUDA_CACHE_PATH": "nv",
     "PYTORCH_KERNEL_CACHE_PATH": "torch-kernels",
+    "CUPY_CACHE_DIR": "cupy",
 }
 # A worker's caches larger than this are not kept for the next session (copied twice a worker).
 KEEP_BYTES = 256 * 1024 * 1024
