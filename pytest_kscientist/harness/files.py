@@ -1,4 +1,5 @@
-"""Atomic file writes shared by every record the plugin persists (standard library only)."""
+"""Atomic file writes shared by every record the plugin persists, and whether a file's owning
+process still runs (standard library only)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,15 @@ def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
     with atomic_target(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def owner_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host, which owns a file or folder, may still run (one
+    of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_kscientist.harness.files import owner_alive
+
 # Environment variable -> the subfolder of a worker's folder it points at.
 CACHE_VARIABLES = {
     "TRITON_CACHE_DIR": "triton",
@@ -62,18 +64,8 @@ def root() -> Path:
 def _sweep(folder: Path) -> None:
     for entry in folder.iterdir():
         found = _OWNED.match(entry.name)
-        if found and not _alive(int(found.group(1))):
+        if found and not owner_alive(int(found.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def store() -> Path:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from pytest_kscientist.evolve.llm.llm_errors import BudgetExhausted
 from pytest_kscientist.evolve.llm.settings import Prices
-from pytest_kscientist.harness.files import atomic_write
+from pytest_kscientist.harness.files import atomic_write, owner_alive
 from pytest_kscientist.kswarnings import KsWarning
 
 LEDGER_SCHEMA_VERSION = 2
@@ -216,13 +216,7 @@ def _live(key: str) -> bool:
     pid = int(rest.partition(":")[0] or 0) if rest.partition(":")[0].isdigit() else 0
     if host != HOST or pid <= 0 or pid == os.getpid():
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owner_alive(pid)
 
 
 @dataclass(frozen=True)
