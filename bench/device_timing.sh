@@ -41,7 +41,7 @@
 #     session's --durations (its logs in $OUT/child_logs.tgz); prints the A/A table, the missing
 #     ratios, the probe's rows and the generation lines
 #   KS_PART=folders: the workers' own folders and compiler caches on the GPU (gpu tests, the
-#     Triton seed's checks twice, --evolve 1 with durations)
+#     Triton seed's checks twice, --evolve 1 with durations unless KS_EVOLVE=0)
 #   KS_PART=builds: the shared load_inline builds on the GPU (harness/shared_builds.py): the
 #     CUDA seed's gpu-marked test (three knob variants, one shared build) with the shared-build
 #     tests, then bench/build_times.py (the seed's build cold and warm, its first evaluation,
@@ -124,14 +124,17 @@ elif [[ ${KS_PART:-measure} == folders ]]; then
       --kernel tasks/fp8_gemm/seeds/triton_fused.py --ks-baselines none -k check
   done
   du -sh ~/.cache/pytest-kscientist/jit/* 2>/dev/null | head -4
-  rm -rf /tmp/ks-owed && mkdir -p /tmp/ks-owed
-  PYTEST_ADDOPTS=--durations=30 t 170 "$OUT/evolve.log" python3 -m pytest -p no:cacheprovider \
-    --evolve 1 tasks/fp8_gemm --ks-population /tmp/ks-owed
-  find /tmp/ks-owed -name '*.log' -o -name '*.json' | tar -czf "$OUT/pop_logs.tgz" -T - 2>/dev/null
   tail -3 "$OUT/gpu.log"
   grep -E 'passed|failed' "$OUT"/triton_*.log | tail -2
-  grep -E 'generation|bench items' "$OUT/evolve.log" | tail -6
-  python3 bench/inline_builds.py /tmp/ks-owed 2>&1 | tail -12
+  if [[ ${KS_EVOLVE:-1} == 1 ]]; then
+    rm -rf /tmp/ks-owed && mkdir -p /tmp/ks-owed
+    PYTEST_ADDOPTS=--durations=30 t 170 "$OUT/evolve.log" python3 -m pytest \
+      -p no:cacheprovider --evolve 1 tasks/fp8_gemm --ks-population /tmp/ks-owed
+    find /tmp/ks-owed -name '*.log' -o -name '*.json' | tar -czf "$OUT/pop_logs.tgz" -T - \
+      2>/dev/null
+    grep -E 'generation|bench items' "$OUT/evolve.log" | tail -6
+    python3 bench/inline_builds.py /tmp/ks-owed 2>&1 | tail -12
+  fi
 elif [[ ${KS_PART:-measure} == cuda ]]; then
   t 200 "$OUT/gputest.log" python3 -m pytest -p no:cacheprovider -q -p no:randomly \
     tests/test_cuda_seed.py -m gpu
