@@ -179,3 +179,18 @@ def test_folders_of_pytest_processes_that_are_gone_are_removed(tmp_path: Path) -
     (root / "other").mkdir()
     worker_folders._sweep(root)
     assert sorted(p.name for p in root.iterdir()) == ["other", f"w-{os.getpid()}-mine"]
+
+
+def test_a_workers_folder_that_is_not_this_users_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user who made <tmp>/ks-workers-<uid> first (or a link there) could plant
+    modules in every worker's folder: refused with what to do, not used."""
+    monkeypatch.setattr(worker_folders.tempfile, "gettempdir", lambda: str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"ks-workers-{os.getuid()}").symlink_to(elsewhere)
+    with pytest.raises(OSError, match=r"is not a folder, not this user's .* set TMPDIR"):
+        worker_folders.root()
+    (tmp_path / f"ks-workers-{os.getuid()}").unlink()
+    (tmp_path / f"ks-workers-{os.getuid()}").mkdir(mode=0o777)
+    assert worker_folders.root().stat().st_mode & 0o777 == 0o700

@@ -24,6 +24,7 @@ import getpass
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -56,6 +57,14 @@ def root() -> Path:
     processes that are gone are removed the first time it is asked for."""
     folder = Path(tempfile.gettempdir()) / f"ks-workers-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+        what = "not a folder" if not stat.S_ISDIR(found.st_mode) else f"uid {found.st_uid}'s"
+        raise OSError(f"the workers' folder {folder} is {what}, not this user's (uid "
+                      f"{os.getuid()}): whoever made it could reach the workers' files; remove "
+                      "it, or set TMPDIR to a folder of your own")
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        folder.chmod(0o700)
     _sweep(folder)
     return folder
 
