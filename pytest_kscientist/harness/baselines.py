@@ -11,7 +11,6 @@ ratio alike.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,8 +102,7 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
                 noted.append(record)
             return reply
 
-        # Its compiler caches as this file's last workers left them (worker_folders.py).
-        worker.process.tmp.seed(hashlib.sha256(source.read_bytes()).hexdigest())
+        worker.keep_caches_of(source)
         began = time.monotonic()
         header, _ = worker.request("load", timeout=timeout_s * 5, path=str(source), entry=entry,
                                    prepare=prepare, init_seed=init_seed,

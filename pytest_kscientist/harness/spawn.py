@@ -19,6 +19,7 @@ same sandbox set up by system calls after the fork (``worker/sandbox.py``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -411,6 +412,11 @@ class Worker:
         # The package modules the worker had loaded before any candidate code ran (the runner
         # refuses others; tests/test_units.py holds this list to the worker side).
         self.worker_modules: list[str] = answer.get("modules", [])
+
+    def keep_caches_of(self, source: Path) -> None:
+        """Start its compiler caches as the last workers of ``source`` (the file about to be
+        loaded) left them, and keep them for that file's next workers (worker_folders.py)."""
+        self.process.tmp.seed(hashlib.sha256(source.read_bytes()).hexdigest())
 
     def _send(self, header: dict[str, Any], key: bytes = b"") -> None:
         try:
