@@ -194,3 +194,14 @@ def test_a_workers_folder_that_is_not_this_users_is_refused(
     (tmp_path / f"ks-workers-{os.getuid()}").unlink()
     (tmp_path / f"ks-workers-{os.getuid()}").mkdir(mode=0o777)
     assert worker_folders.root().stat().st_mode & 0o777 == 0o700
+
+
+def test_the_store_keeps_the_folders_used_last_within_its_size(tmp_path: Path) -> None:
+    for age, name in enumerate(("ks-newest", "ks-middle", "ks-oldest")):
+        (tmp_path / name / "triton").mkdir(parents=True)
+        (tmp_path / name / "triton" / "k.cubin").write_bytes(b"x" * 100)
+        os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    worker_folders.prune(tmp_path, limit=250)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ks-middle", "ks-newest"]
+    worker_folders.prune(tmp_path, limit=100)
+    assert [p.name for p in tmp_path.iterdir()] == ["ks-newest"]

@@ -41,6 +41,9 @@ CACHE_VARIABLES = {
 }
 # A worker's caches larger than this are not kept for the next session (copied twice a worker).
 KEEP_BYTES = 256 * 1024 * 1024
+# The store keeps the files used last within this many bytes (an --evolve run adds a folder a
+# child): the least recently seeded or kept go first.
+STORE_BYTES = 2 * 1024 * 1024 * 1024
 # Leftovers of a store update that died half-way are removed after this long.
 STALE_S = 3600.0
 _OWNED = re.compile(r"^[wz]-(\d+)-")
@@ -133,10 +136,15 @@ class WorkerFolder:
         cache miss compiles again)."""
         self.keep_as = sha
         kept = store() / f"ks-{sha[:32]}"
+        try:
+            os.utime(kept)  # used now: the store's pruning keeps it longer
+        except OSError:
+            pass
         for sub in CACHE_VARIABLES.values():
             if (kept / sub).is_dir():
                 try:
-                    shutil.copytree(kept / sub, Path(self.name) / sub, dirs_exist_ok=True)
+                    shutil.copytree(kept / sub, Path(self.name) / sub, symlinks=True,
+                                    dirs_exist_ok=True)
                 except (OSError, shutil.Error):
                     continue
         self._seeded = _files(Path(self.name))
@@ -168,12 +176,30 @@ class WorkerFolder:
         finally:
             shutil.rmtree(new, ignore_errors=True)
             shutil.rmtree(folder / f".old-{new.name[5:]}", ignore_errors=True)
+        prune(folder)
 
     def cleanup(self) -> None:
         try:
             self.keep()
         finally:
             shutil.rmtree(self.name, ignore_errors=True)
+
+
+def prune(folder: Path, limit: int = STORE_BYTES) -> None:
+    """Remove the store's least recently used ``ks-*`` folders until it holds ``limit`` bytes
+    or fewer."""
+    used = []
+    for kept in folder.glob("ks-*"):
+        try:
+            used.append((kept.stat().st_mtime, kept, _size(kept, _files(kept))))
+        except OSError:
+            continue
+    total = sum(size for _, _, size in used)
+    for _, kept, size in sorted(used, key=lambda x: x[0]):
+        if total <= limit:
+            break
+        shutil.rmtree(kept, ignore_errors=True)
+        total -= size
 
 
 def _files(folder: Path) -> set[str]:
