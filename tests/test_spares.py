@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from helpers import REPO
 
@@ -108,3 +111,27 @@ def test_the_early_prefix_is_the_one_a_worker_of_the_task_gets() -> None:
         pytest.skip("the worker sandbox does not work here")
     mounts = _spawn_mounts(spec, None)
     assert mounts is not None and prefix == sandbox_prefix(*mounts)
+
+
+def test_each_runner_started_ahead_gets_a_folder_and_caches_of_its_own() -> None:
+    """A spare is started before its candidate is known: its own folder (worker_folders.py) is
+    made as it starts, so two runners of one kind never share one."""
+    spares = Spares(ahead=True)
+    first = _worker(spares)
+    try:
+        (waiting,) = _ready(spares)
+        second = _worker(spares)
+        try:
+            assert second.proc.pid == waiting.proc.pid
+            folders = [w.process.tmp.name for w in (first, second)]
+            assert folders[0] != folders[1]
+            for worker, folder in zip((first, second), folders, strict=True):
+                environ = dict(entry.split("=", 1) for entry in Path(
+                    f"/proc/{worker.proc.pid}/environ").read_text().split("\0") if "=" in entry)
+                assert environ["TRITON_CACHE_DIR"] == os.path.join(folder, "triton")
+        finally:
+            second.close()
+    finally:
+        first.close()
+        spares.close()
+    assert not any(os.path.exists(f) for f in folders)
