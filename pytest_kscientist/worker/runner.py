@@ -17,6 +17,7 @@ outputs to ``fetch`` for verification. Outputs go back whole: in the answer's fr
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import os
@@ -131,15 +132,24 @@ def _load_module(path: str, name: str) -> Any:
     return module
 
 
+# Said after a write the sandbox refused (harness/mounts.py, harness/worker_folders.py).
+READ_ONLY_HINT = ("; the worker sandbox keeps the project, the installed code, the builds and "
+                  "the caches of other workers read-only: write under the temporary directory, "
+                  "and let compiler caches go where TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, "
+                  "CUDA_CACHE_PATH and CUPY_CACHE_DIR point")
+
+
 def _one_line(exc: BaseException) -> str:
     """The failure in one line: its first line and, for a message of several lines, its last
-    (a Triton CompilationError starts "at 3:4:" and ends with the actual cause: issue 13)."""
+    (a Triton CompilationError starts "at 3:4:" and ends with the actual cause: issue 13); a
+    write the sandbox refused says where a candidate may write."""
     lines = [ln.strip() for ln in f"{_type(exc).__name__}: {exc}".splitlines() if ln.strip()]
+    hint = READ_ONLY_HINT if getattr(exc, "errno", None) == errno.EROFS else ""
     if not lines:
-        return _type(exc).__name__
+        return _type(exc).__name__ + hint
     if _len(lines) == 1:
-        return lines[0][:300]
-    return f"{lines[0][:150]} ... {lines[-1][:250]}"
+        return lines[0][:300] + hint
+    return f"{lines[0][:150]} ... {lines[-1][:250]}{hint}"
 
 
 # The package's root folder: frames under it are the harness's, not the candidate's.

@@ -23,6 +23,7 @@ from helpers import REPO, case_reasons
 
 from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
 from pytest_kscientist.harness.results import RunResults
+from pytest_kscientist.worker.runner import READ_ONLY_HINT
 
 HERE = Path(__file__).parent
 CANDIDATES = HERE / "candidates"
@@ -167,6 +168,8 @@ def test_sandbox_stops_the_attack(corpus: dict[str, Any], name: str) -> None:
     outcome, reason = case_reasons(data)[(name, CHECK_CASE)]
     assert outcome == "failed"
     assert SANDBOXED[name] in reason
+    if "Read-only file system" in reason:  # and it says where a candidate may write
+        assert reason.endswith(READ_ONLY_HINT)
 
 
 @needs_sandbox
