@@ -205,3 +205,15 @@ def test_the_store_keeps_the_folders_used_last_within_its_size(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ks-middle", "ks-newest"]
     worker_folders.prune(tmp_path, limit=100)
     assert [p.name for p in tmp_path.iterdir()] == ["ks-newest"]
+
+
+def test_a_cache_variable_set_to_the_temporary_folder_leaves_it_writable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_folders.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path / "th"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "th" / "cache"))
+    caches = worker_folders.pytest_caches()
+    assert tmp_path.resolve() not in caches
+    assert (tmp_path / "th" / ".triton").resolve() in caches
+    assert (tmp_path / "th" / "cache").resolve() in caches

@@ -99,13 +99,18 @@ def pytest_caches() -> list[Path]:
              Path(os.environ.get("PYTORCH_KERNEL_CACHE_PATH")
                   or cache_base() / "torch" / "kernels")]
     found += [Path(os.environ["TRITON_CACHE_DIR"])] if os.environ.get("TRITON_CACHE_DIR") else []
+    # A variable set to the temporary or home folder itself (or above them) is not kept
+    # read-only: the workers write there.
+    needed = [Path(tempfile.gettempdir()).resolve(), home.resolve()]
     kept = []
     for path in found:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        kept.append(path.resolve())
+        path = path.resolve()
+        if not any(n == path or path in n.parents for n in needed):
+            kept.append(path)
     return kept
 
 
