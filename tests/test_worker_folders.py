@@ -217,3 +217,48 @@ def test_a_cache_variable_set_to_the_temporary_folder_leaves_it_writable(
     assert tmp_path.resolve() not in caches
     assert (tmp_path / "th" / ".triton").resolve() in caches
     assert (tmp_path / "th" / "cache").resolve() in caches
+
+
+HOME_PROBE = '''import errno, os
+FOUND = {}
+for what, path in (("bashrc", os.path.join(os.path.expanduser("~"), ".bashrc")),
+                   ("local bin", os.path.join(os.path.expanduser("~"), ".local", "bin", "ls")),
+                   ("xdg cache", os.path.join(os.environ["XDG_CACHE_HOME"], "tool", "x")),
+                   ("xdg config", os.path.join(os.environ["XDG_CONFIG_HOME"], "tool.rc"))):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+        FOUND[what] = "written"
+    except OSError as exc:
+        FOUND[what] = errno.errorcode[exc.errno]
+EXPECTED = {"bashrc": "EROFS", "local bin": "EROFS", "xdg cache": "written",
+            "xdg config": "written"}
+''' + KERNEL.replace("    x, y, out = data\n", """    x, y, out = data
+    if FOUND != EXPECTED:
+        raise RuntimeError(f"found {FOUND}")
+""")
+
+
+@sandboxed
+def test_the_home_folder_is_read_only_and_a_workers_tools_write_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate wrote the user's shell start files (~/.bashrc, a new ~/.local/bin/ls), which
+    run later outside any sandbox; its tools' caches and settings go to its own folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# the user's\n")
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_HOME",
+                "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "PYTORCH_KERNEL_CACHE_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    from pytest_kscientist.harness.mounts import home_folder
+
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: home))
+    if home_folder() is None:
+        pytest.skip("the home folder here has mounts inside or holds the temporary folder")
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "probe.py").write_text(HOME_PROBE)
+    code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py"], cwd=tmp_path)
+    assert code == 0, output
+    assert (home / ".bashrc").read_text() == "# the user's\n"
+    assert not (home / ".local").exists()

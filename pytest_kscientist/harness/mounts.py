@@ -206,10 +206,29 @@ def sandbox_plan(reference: Path, builds: Path | None
     # (spawn.RunnerProcess, forked.ForkedRunner).
     caches = (*protect, extension_root(), *_verdict_cache(), worker_folders.root(),
               worker_folders.store(), *worker_folders.pytest_caches())
+    home = home_folder()
+    if home is not None and sandbox_available((*caches, home), writable) is None:
+        return ((*caches, home), writable), None, None
     cache_why = sandbox_available(caches, writable)
     if cache_why is None:
         return (caches, writable), None, None
     return (protect, ()), None, cache_why
+
+
+def home_folder() -> Path | None:
+    """The home folder, where the sandbox can keep it read-only whole: a candidate could
+    otherwise write the user's shell start files, ``~/.local/bin`` or ``~/.gitconfig``, which
+    run later outside any sandbox. Not where the temporary folder is inside it (workers write
+    there), nor where mounts sit inside it (the bind would hide them, as for
+    ``installed_code``). A worker's tools write their caches and settings to its own folder
+    instead (``worker_folders.WorkerFolder.env``)."""
+    home = Path.home().resolve()
+    tmp = Path(tempfile.gettempdir()).resolve()
+    if home == Path(home.anchor) or tmp == home or home in tmp.parents:
+        return None
+    if any(home in m.parents for m in mount_points()):
+        return None
+    return home
 
 
 def cache_folder() -> Path | None:

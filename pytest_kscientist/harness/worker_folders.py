@@ -39,6 +39,14 @@ CACHE_VARIABLES = {
     "PYTORCH_KERNEL_CACHE_PATH": "torch-kernels",
     "CUPY_CACHE_DIR": "cupy",
 }
+# Where a worker's tools put their other caches and settings: its own, not kept.
+OWN_VARIABLES = {
+    "XDG_CACHE_HOME": "xdg-cache",
+    "XDG_CONFIG_HOME": "xdg-config",
+    "MPLCONFIGDIR": "matplotlib",
+    "MIOPEN_USER_DB_PATH": "miopen-db",
+    "MIOPEN_CUSTOM_CACHE_DIR": "miopen-cache",
+}
 # A worker's caches larger than this are not kept for the next session (copied twice a worker).
 KEEP_BYTES = 256 * 1024 * 1024
 # The store keeps the files used last within this many bytes (an --evolve run adds a folder a
@@ -133,7 +141,16 @@ class WorkerFolder:
         self._seeded: set[str] = set()
 
     def env(self) -> dict[str, str]:
-        return {var: os.path.join(self.name, sub) for var, sub in CACHE_VARIABLES.items()}
+        """Its compiler caches (kept, ``seed``), and where its tools put other caches and
+        settings (not kept): all in its folder, for the home folder may be read-only
+        (``mounts.home_folder``). Torch's extension root stays the user's (it is read-only
+        there but for the candidate's own build folder), named so that moving the cache
+        folder does not move it."""
+        env = {var: os.path.join(self.name, sub) for var, sub in CACHE_VARIABLES.items()}
+        env.update({var: os.path.join(self.name, sub) for var, sub in OWN_VARIABLES.items()})
+        env["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
+            cache_base() / "torch_extensions")
+        return env
 
     def seed(self, sha: str) -> None:
         """Start the caches as the ones kept for the file whose bytes hash to ``sha``; they go
