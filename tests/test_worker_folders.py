@@ -240,14 +240,21 @@ EXPECTED = {"bashrc": "EROFS", "local bin": "EROFS", "xdg cache": "written",
 
 
 @sandboxed
+@pytest.mark.parametrize("tmp_inside", [False, True], ids=["tmp-apart", "tmp-inside-home"])
 def test_the_home_folder_is_read_only_and_a_workers_tools_write_its_own(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_inside: bool) -> None:
     """A candidate wrote the user's shell start files (~/.bashrc, a new ~/.local/bin/ls), which
-    run later outside any sandbox; its tools' caches and settings go to its own folder."""
+    run later outside any sandbox; its tools' caches and settings go to its own folder. A
+    temporary folder inside the home folder stays writable, and the workers' folders in it
+    are still each their own (the binds go in order of depth)."""
     home = tmp_path / "home"
     home.mkdir()
     (home / ".bashrc").write_text("# the user's\n")
     monkeypatch.setenv("HOME", str(home))
+    if tmp_inside:
+        (home / "tmp").mkdir()
+        monkeypatch.setenv("TMPDIR", str(home / "tmp"))
+        monkeypatch.setattr(worker_folders.tempfile, "tempdir", None)
     for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_HOME",
                 "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "PYTORCH_KERNEL_CACHE_PATH"):
         monkeypatch.delenv(var, raising=False)
@@ -258,7 +265,19 @@ def test_the_home_folder_is_read_only_and_a_workers_tools_write_its_own(
         pytest.skip("the home folder here has mounts inside or holds the temporary folder")
     shutil.copytree(AXPY, tmp_path / "axpy")
     (tmp_path / "probe.py").write_text(HOME_PROBE)
-    code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py"], cwd=tmp_path)
+    (tmp_path / "planter.py").write_text(PLANTER)
+    (tmp_path / "importer.py").write_text(IMPORTER)
+    code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py", "--kernel",
+                                  "planter.py", "--kernel", "importer.py"], cwd=tmp_path)
     assert code == 0, output
     assert (home / ".bashrc").read_text() == "# the user's\n"
     assert not (home / ".local").exists()
+
+
+def test_binds_go_in_order_of_depth_so_none_hides_another() -> None:
+    from pytest_kscientist.worker.sandbox import in_order
+
+    assert in_order(["/home/u/tmp/ks/w", "/home/u"], ["/home/u/tmp", "/home/u/tmp/ks/w/own"]) \
+        == [("/home/u", True), ("/home/u/tmp", False), ("/home/u/tmp/ks/w", True),
+            ("/home/u/tmp/ks/w/own", False)]
+    assert in_order(["/a"], ["/a"]) == [("/a", True), ("/a", False)]  # ends writable

@@ -34,6 +34,7 @@ from pytest_kscientist.harness import worker_folders
 from pytest_kscientist.harness.worker_folders import cache_base
 from pytest_kscientist.kswarnings import KsWarning
 from pytest_kscientist.worker.inline_builds import builds_extensions
+from pytest_kscientist.worker.sandbox import in_order
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 
@@ -156,11 +157,9 @@ def sandbox_prefix(protect: Sequence[Path], writable: Sequence[Path] = ()) -> li
     ``writable``: folders inside ``protect`` bound writable again (a candidate's own build
     folder inside the read-only extension root)."""
     mounts = "".join(
-        f"mount --bind {q} {q} && mount -o remount,bind,ro {q} && "
-        for q in (shlex.quote(str(p)) for p in protect)
-    ) + "".join(
-        f"mount --bind {q} {q} && mount -o remount,bind,rw {q} && "
-        for q in (shlex.quote(str(p)) for p in writable)
+        f"mount --bind {q} {q} && mount -o remount,bind,{'ro' if ro else 'rw'} {q} && "
+        for q, ro in ((shlex.quote(p), ro) for p, ro in in_order([str(p) for p in protect],
+                                                                  [str(p) for p in writable]))
     )
     script = (f"{mounts}exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
               '--no-new-privs -- "$@"')
@@ -207,8 +206,11 @@ def sandbox_plan(reference: Path, builds: Path | None
     caches = (*protect, extension_root(), *_verdict_cache(), worker_folders.root(),
               worker_folders.store(), *worker_folders.pytest_caches())
     home = home_folder()
-    if home is not None and sandbox_available((*caches, home), writable) is None:
-        return ((*caches, home), writable), None, None
+    if home is not None:
+        tmp = Path(tempfile.gettempdir()).resolve()
+        rw = (*writable, tmp) if home in tmp.parents else writable  # bound in order of depth
+        if sandbox_available((*caches, home), rw) is None:
+            return ((*caches, home), rw), None, None
     cache_why = sandbox_available(caches, writable)
     if cache_why is None:
         return (caches, writable), None, None
@@ -218,13 +220,12 @@ def sandbox_plan(reference: Path, builds: Path | None
 def home_folder() -> Path | None:
     """The home folder, where the sandbox can keep it read-only whole: a candidate could
     otherwise write the user's shell start files, ``~/.local/bin`` or ``~/.gitconfig``, which
-    run later outside any sandbox. Not where the temporary folder is inside it (workers write
-    there), nor where mounts sit inside it (the bind would hide them, as for
-    ``installed_code``). A worker's tools write their caches and settings to its own folder
-    instead (``worker_folders.WorkerFolder.env``)."""
+    run later outside any sandbox. Not where it is the temporary folder (workers write
+    there; a temporary folder inside it stays writable), nor where mounts sit inside it (the
+    bind would hide them, as for ``installed_code``). A worker's tools write their caches and
+    settings to its own folder instead (``worker_folders.WorkerFolder.env``)."""
     home = Path.home().resolve()
-    tmp = Path(tempfile.gettempdir()).resolve()
-    if home == Path(home.anchor) or tmp == home or home in tmp.parents:
+    if home == Path(home.anchor) or Path(tempfile.gettempdir()).resolve() == home:
         return None
     if any(home in m.parents for m in mount_points()):
         return None

@@ -83,6 +83,15 @@ def unshare() -> None:
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
 
 
+def in_order(protect: list[str], writable: list[str]) -> list[tuple[str, bool]]:
+    """(folder, read-only) in the order to bind them: the shallower first, so that no bind
+    hides one made before it (a bind is not recursive: it hides the mounts below it), which
+    lets either kind sit inside the other; at equal depth the read-only first (a folder in
+    both lists ends writable)."""
+    entries = [(p, True) for p in protect] + [(p, False) for p in writable]
+    return sorted(entries, key=lambda e: len(os.path.normpath(e[0]).split(os.sep)))
+
+
 def bind(path: str, readonly: bool) -> None:
     """``mount --bind path path && mount -o remount,bind,ro|rw path``."""
     _mount(path, path, None, MS_BIND)

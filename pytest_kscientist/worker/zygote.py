@@ -67,10 +67,8 @@ def _worker(request: dict[str, Any], fds: list[int], ready: int) -> int:
     _keep_only({0, 1, 2, req_r, res_w, life_r, status_w, ready})
     os.chdir(request["cwd"])
     sandbox.unshare()
-    for path in request["protect"]:
-        sandbox.bind(path, readonly=True)
-    for path in request["writable"]:
-        sandbox.bind(path, readonly=False)
+    for path, readonly in sandbox.in_order(request["protect"], request["writable"]):
+        sandbox.bind(path, readonly=readonly)
     os.environ.update(request.get("env", {}))  # its own compiler caches
     alive_r, alive_w = os.pipe()
     child = os.fork()
