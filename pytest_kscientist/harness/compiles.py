@@ -37,7 +37,13 @@ import pytest
 
 from pytest_kscientist.errors import KsError
 from pytest_kscientist.harness.files import atomic_write
-from pytest_kscientist.harness.mounts import cache_folder
+from pytest_kscientist.harness.mounts import (
+    KsSandboxUnavailable,
+    cache_folder,
+    sandbox_plan,
+    sandbox_prefix,
+    warn_cache_writable,
+)
 from pytest_kscientist.harness.results import CompileResult
 
 MAX_ERRORS = 3
@@ -123,8 +129,6 @@ def compiler_sandbox(candidate: Path) -> list[str]:
     [] with one warning. The CUDA items import the candidate in it (``cuda/compile_gate``):
     before, that import could write what a worker cannot, other candidates' builds and the
     kept verdicts included."""
-    from pytest_kscientist.harness.mounts import sandbox_plan, sandbox_prefix, warn_cache_writable
-
     mounts, why, cache_why = sandbox_plan(candidate, None)
     if mounts is not None:
         if cache_why is not None:
@@ -136,8 +140,6 @@ def compiler_sandbox(candidate: Path) -> list[str]:
 
 @functools.cache
 def _warn_unsandboxed(why: str) -> None:
-    from pytest_kscientist.harness.mounts import KsSandboxUnavailable
-
     warnings.warn(KsSandboxUnavailable(
         f"compile items run the compiler without the OS sandbox (unshare: {why}): a candidate's "
         "source can then include files of this machine into the compiler's messages; allow "

@@ -191,11 +191,13 @@ Mounts = tuple[tuple[Path, ...], tuple[Path, ...]]  # (read-only, writable again
 
 def sandbox_plan(reference: Path, builds: Path | None
                   ) -> tuple[Mounts | None, str | None, str | None]:
-    """The sandbox mounts of a worker of ``reference``'s task: the project and the working
-    folder read-only, and torch's extension root too, except ``builds``, the candidate's own
-    build folder (build_folder), so no candidate writes another's build (issue 32). Returns
-    (mounts, why the sandbox does not work here (no mounts then), why the extension root
-    cannot be kept read-only (the mounts then protect the project only))."""
+    """The sandbox mounts of a worker of ``reference``'s task: read-only, the project, the
+    working folder and the installed code (``protected_paths``), torch's extension root but
+    ``builds`` (the candidate's own build folder, ``build_folder``), the kept compile verdicts,
+    the workers' folders and kept caches, this process's compiler caches, and the home folder
+    where it can be (``home_folder``). Returns (mounts, why the sandbox does not work here (no
+    mounts then), why the folders beyond the project cannot be kept read-only (the mounts
+    then protect the project and the installed code only))."""
     protect = tuple(protected_paths(reference))
     why = sandbox_available(protect)
     if why is not None:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from pytest_kscientist.harness.files import owner_alive
+from pytest_kscientist.worker.inline_builds import extensions_base
 
 # Environment variable -> the subfolder of a worker's folder it points at.
 CACHE_VARIABLES = {
@@ -148,8 +149,7 @@ class WorkerFolder:
         folder does not move it."""
         env = {var: os.path.join(self.name, sub) for var, sub in CACHE_VARIABLES.items()}
         env.update({var: os.path.join(self.name, sub) for var, sub in OWN_VARIABLES.items()})
-        env["TORCH_EXTENSIONS_DIR"] = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
-            cache_base() / "torch_extensions")
+        env["TORCH_EXTENSIONS_DIR"] = extensions_base()
         return env
 
     def seed(self, sha: str) -> None:
@@ -183,11 +183,11 @@ class WorkerFolder:
         _sweep_store(folder)
         target = folder / f"ks-{self.keep_as[:32]}"
         new = Path(tempfile.mkdtemp(prefix=".new-", dir=folder))
+        old = folder / f".old-{new.name[5:]}"
         try:
             for sub in CACHE_VARIABLES.values():
                 if (here / sub).is_dir():
                     shutil.copytree(here / sub, new / sub, symlinks=True)
-            old = folder / f".old-{new.name[5:]}"
             try:
                 target.rename(old)
             except FileNotFoundError:
@@ -197,7 +197,7 @@ class WorkerFolder:
             pass
         finally:
             shutil.rmtree(new, ignore_errors=True)
-            shutil.rmtree(folder / f".old-{new.name[5:]}", ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
         prune(folder)
 
     def cleanup(self) -> None:

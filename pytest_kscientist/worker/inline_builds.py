@@ -37,6 +37,13 @@ FLAGS = ("extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflag
          "extra_include_paths")
 
 
+def extensions_base() -> str:
+    """Torch's extension build root as torch computes it (``TORCH_EXTENSIONS_DIR``, else
+    ``<XDG_CACHE_HOME or ~/.cache>/torch_extensions``), before its per-Python folder."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+
+
 def builds_extensions(source: bytes) -> bool:
     """Whether a candidate file builds torch extensions (says load_inline or cpp_extension):
     such a file gets a build folder of its own (mounts.build_folder) and this module's

@@ -72,8 +72,7 @@ def extension_dir(torch: Any, key: str) -> str:
     never build into one folder at once (a worker importing the other's half-written ``.so``),
     and an unchanged file finds its build from an earlier session. The pytest process computes
     the same folder (mounts.build_folder) to leave only it writable in the worker's sandbox."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+    root = inline_builds.extensions_base()
     accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip else
              f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu")
     tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
