@@ -118,7 +118,8 @@ elif [[ ${KS_PART:-measure} == folders ]]; then
   # the workers' own folders and compiler caches (harness/worker_folders.py) on the GPU: the
   # gpu-marked tests, the Triton seed's checks twice (the second seeded from the kept caches),
   # then --evolve 1 with the child session's durations
-  t 240 "$OUT/gpu.log" python3 -m pytest -p no:cacheprovider -q tests -m gpu -x
+  python3 -c "from pytest_kscientist.harness.mounts import home_folder; print('home read-only:', home_folder())"
+  t 280 "$OUT/gpu.log" python3 -m pytest -p no:cacheprovider -q tests -m gpu -x
   for i in 1 2; do
     t 60 "$OUT/triton_$i.log" python3 -m pytest -p no:cacheprovider -q tasks/fp8_gemm \
       --kernel tasks/fp8_gemm/seeds/triton_fused.py --ks-baselines none -k check
