@@ -138,6 +138,37 @@ def test_a_result_cached_by_address_fails_the_rerun_of_a_redrawn_case(tmp_path: 
                              "generate_input: wrong result: "), reason
 
 
+# pmpp/sort_py's pattern: the seed is a number in the data (each row drawn around seed + row),
+# so at a large seed float32 holds one value and an unsorted copy is "sorted".
+SORT = ("def generate_input(size, seed):\n"
+        "    rows = int(size ** 0.5)\n"
+        "    out = torch.empty(rows, size // rows)\n"
+        "    for i in range(rows):\n"
+        "        gen = torch.Generator().manual_seed(seed + i)\n"
+        "        out[i] = torch.randn(size // rows, generator=gen) + (seed + i)\n"
+        "    x = out.flatten().contiguous()\n"
+        "    return x, torch.empty_like(x)\n\n"
+        "def ref_kernel(data):\n    x, out = data\n    out[...] = torch.sort(x)[0]\n"
+        "    return out\n\n" + MATCH)
+
+
+def test_drawn_seeds_stay_in_the_range_of_the_problems_own(tmp_path: Path) -> None:
+    """With the 56-bit seeds drawn before, the copy passed every check and task validation
+    failed the problem ("a constant output ... passes")."""
+    folder = _folder(tmp_path, "sort_py", SORT, "tests:\n  - {\"size\": 64, \"seed\": 4242}\n"
+                     "  - {\"size\": 100, \"seed\": 5236}\nbenchmarks: []\n", {
+                         "copy.py": "def custom_kernel(data):\n    x, out = data\n"
+                                    "    out[...] = x\n    return out\n",
+                         "sort.py": "import torch\n\ndef custom_kernel(data):\n    x, out = data\n"
+                                    "    out[...] = torch.sort(x)[0]\n    return out\n"})
+    code, out, data = run_pytest([str(folder), "-k", "check or validate"], tmp_path)
+    assert code == 1, out
+    outcomes = {key: outcome for key, (outcome, _) in case_reasons(data).items()}
+    assert outcomes == {("copy", "size64-s4242"): "failed", ("copy", "size100-s5236"): "failed",
+                        ("sort", "size64-s4242"): "passed", ("sort", "size100-s5236"): "passed"}
+    assert "PASSED sort_py/task.yml::task::validate" in out, out
+
+
 def _other_interface(root: Path) -> Path:
     """princeton/cross_entropy_py's pattern: its own eval.py calls other entry points."""
     return _folder(root, "two_entries_py", (

@@ -227,3 +227,20 @@ def test_input_bits_compare_in_place_and_bit_for_bit(dtype: torch.dtype) -> None
     twin[5, 7] = ~one if dtype == torch.bool else one + 1 if dtype.is_complex else (
         one.to(torch.float64) + 1).to(dtype)
     assert not torch.equal(_bits(twin), bits)
+
+
+def test_a_refused_write_wrapped_in_another_error_says_where_to_write() -> None:
+    """Inductor raises its own error from the OSError the sandbox caused: the hint is given
+    for the cause too, and not for other errors."""
+    import errno
+
+    from pytest_kscientist.worker.runner import READ_ONLY_HINT, _one_line
+
+    try:
+        try:
+            raise OSError(errno.EROFS, "Read-only file system", "/tmp/x.lock")
+        except OSError as exc:
+            raise RuntimeError(f"InductorError: {exc}") from exc
+    except RuntimeError as wrapped:
+        assert _one_line(wrapped).endswith(READ_ONLY_HINT)
+    assert not _one_line(RuntimeError("no such file")).endswith(READ_ONLY_HINT)

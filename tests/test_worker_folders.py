@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,9 @@ def custom_kernel(data):
 '''
 
 # At import, writes a module into every folder of the temporary directory's ks-* folders and
-# of the workers' root it can reach (the workers' and zygotes' folders).
-PLANTER = '''import glob, os, tempfile
-TMP = tempfile.gettempdir()
+# of the workers' root it can reach (the workers' and zygotes' folders). The temporary folder
+# is the pytest process's (a worker's own TMPDIR is inside its folder).
+PLANTER = '''import glob, os
 for folder in glob.glob(os.path.join(TMP, "ks-*")) + glob.glob(os.path.join(TMP, "ks-*", "*")):
     try:
         with open(os.path.join(folder, "ks_planted_module.py"), "w") as f:
@@ -37,6 +38,11 @@ for folder in glob.glob(os.path.join(TMP, "ks-*")) + glob.glob(os.path.join(TMP,
     except OSError:
         pass
 ''' + KERNEL
+
+
+def planter() -> str:
+    return f"TMP = {tempfile.gettempdir()!r}\n" + PLANTER
+
 
 # Imports the planted module's name at every call, as a kernel imports triton on first use.
 IMPORTER = '''
@@ -58,7 +64,7 @@ def test_a_candidate_cannot_plant_a_module_in_another_workers_path(tmp_path: Pat
     """Before, workers ran in /tmp/ks-worker-* folders any worker could write, a forked one with
     its zygote's folder first on sys.path: the importer failed every check."""
     shutil.copytree(AXPY, tmp_path / "axpy")
-    (tmp_path / "planter.py").write_text(PLANTER)
+    (tmp_path / "planter.py").write_text(planter())
     (tmp_path / "importer.py").write_text(IMPORTER)
     code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "planter.py",
                                      "--kernel", "importer.py"], cwd=tmp_path)
@@ -265,7 +271,7 @@ def test_the_home_folder_is_read_only_and_a_workers_tools_write_its_own(
         pytest.skip("the home folder here has mounts inside or holds the temporary folder")
     shutil.copytree(AXPY, tmp_path / "axpy")
     (tmp_path / "probe.py").write_text(HOME_PROBE)
-    (tmp_path / "planter.py").write_text(PLANTER)
+    (tmp_path / "planter.py").write_text(planter())
     (tmp_path / "importer.py").write_text(IMPORTER)
     code, output, _ = run_pytest(["axpy", "-k", "check", "--kernel", "probe.py", "--kernel",
                                   "planter.py", "--kernel", "importer.py"], cwd=tmp_path)
@@ -281,3 +287,35 @@ def test_binds_go_in_order_of_depth_so_none_hides_another() -> None:
         == [("/home/u", True), ("/home/u/tmp", False), ("/home/u/tmp/ks/w", True),
             ("/home/u/tmp/ks/w/own", False)]
     assert in_order(["/a"], ["/a"]) == [("/a", True), ("/a", False)]  # ends writable
+
+
+COMPILED = '''
+import torch
+
+
+@torch.compile
+def _axpy(x, y):
+    return 2 * x + y
+
+
+def custom_kernel(data):
+    x, y, out = data
+    out.copy_(_axpy(x, y))
+    return out
+'''
+
+
+@sandboxed
+@pytest.mark.slow
+def test_a_torch_compile_candidate_passes(tmp_path: Path) -> None:
+    """torch 2.13's Inductor keeps its precompiled headers under the temporary folder whatever
+    TORCHINDUCTOR_CACHE_DIR says; that folder is the pytest process's, read-only to workers,
+    so every torch.compile candidate failed on the CPU ("Read-only file system") until a
+    worker's TMPDIR became its own."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "compiled.py").write_text(COMPILED)
+    code, output, data = run_pytest(["axpy", "-k", "check", "--kernel", "compiled.py"],
+                                    cwd=tmp_path)
+    assert code == 0, output
+    outcomes = {key: outcome for key, (outcome, _) in case_reasons(data).items()}
+    assert outcomes and set(outcomes.values()) == {"passed"}, outcomes

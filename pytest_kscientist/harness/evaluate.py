@@ -58,6 +58,29 @@ def derive_seed(seed: object, salt: int, index: int | str) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
+# A GPU MODE problem takes the seed into its own generator, and some use it as a number, their
+# checks' tolerances set for their own seeds: pmpp's sort draws each row around the mean seed +
+# row, so at a 56-bit seed float32 held one value for the whole input (and at ~1e6 its check's
+# relative tolerance, 1e-5 of the values, exceeds their spread) and a kernel that copied its
+# input passed. Seeds drawn for a case stay within the public seed's bits (MIN_SEED_BITS at
+# least, so that calls seldom meet the same inputs again).
+MIN_SEED_BITS = 16
+
+
+def seed_span(form: str, public: object) -> int | None:
+    """How many seeds a case's draws take theirs from (None: all 56 bits)."""
+    if form != "gpumode":
+        return None
+    bits = public.bit_length() if isinstance(public, int) and public > 0 else 0
+    return 1 << max(MIN_SEED_BITS, bits)
+
+
+def seed_for(form: str, public: object, seed: int) -> int:
+    """A derived seed in the range the case's form and public seed allow (``seed_span``)."""
+    span = seed_span(form, public)
+    return seed if span is None else seed % span
+
+
 def load_reference(task: Task) -> Any:
     if task.module is not None:
         return task.module  # loaded with the task (GPU MODE: from its snapshot of the files)
@@ -208,7 +231,7 @@ class Evaluator:
         ``xfailed`` result saying by how much instead of raising.
         """
         # A GPU MODE case may have no seed: forms seeds its draw with the derived one.
-        seed = derive_seed(case.get("seed", 0), self.salt, 0)
+        seed = self._seed(case, 0)
         got = self._output(worker, "check", case=case, seed=seed)
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
@@ -236,7 +259,7 @@ class Evaluator:
     def attribute(self, worker: Worker, case: Case, source: str) -> attribution.Attribution:
         """One untimed call of the candidate under torch's profiler, judged against the kernels
         its file declares (harness/attribution.py)."""
-        seed = derive_seed(case.get("seed", 0), self.salt, "attribution")
+        seed = self._seed(case, "attribution")
         declared = attribution.declared_kernels(source)
         header, _ = _ask(worker, "attribute", case=case, seed=seed, own=declared)
         return attribution.judge(header, declared)
@@ -246,7 +269,7 @@ class Evaluator:
         changed; for a problem judged by its own check, the case drawn again with another seed
         (perturb.py: a changed element may leave the problem's input domain)."""
         if self.own_check:
-            seed = derive_seed(case.get("seed", 0), self.salt, "recheck")
+            seed = self._seed(case, "recheck")
             fresh = self.inputs(case, seed)
             if perturb.same_layout(data, fresh):
                 perturb.refill(data, fresh)
@@ -282,7 +305,14 @@ class Evaluator:
         key = self.task.case_id(case)
         count = self._issued.get(key, 0) + 1
         self._issued[key] = count
+        span = seed_span(self.task.form, case.get("seed"))
+        if span is not None:  # a secret start, then one apart: none drawn twice in the span
+            return (self._seed(case, f"{self._lane}/start") + count) % span
         return derive_seed(case.get("seed", 0), self.salt, f"{self._lane}/{count}")
+
+    def _seed(self, case: Case, index: int | str) -> int:
+        public = case.get("seed", 0)
+        return seed_for(self.task.form, public, derive_seed(public, self.salt, index))
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import Case, Task
-from pytest_kscientist.harness.evaluate import Evaluator, derive_seed
+from pytest_kscientist.harness.evaluate import Evaluator, derive_seed, seed_for
 from pytest_kscientist.harness.results import TaskValidation
 from pytest_kscientist.harness.session import KS_SESSION
 from pytest_kscientist.kswarnings import KsTaskHole
@@ -90,7 +90,8 @@ def validate(task: Task, case: Case, device: str) -> Verdict:
         return verdict
     seeded = "seed" in case
     first = case["seed"] if seeded and isinstance(case["seed"], int) else 0
-    seeds = (first, derive_seed(first, 0, "validate") % (1 << 31))
+    other = seed_for(task.form, first, derive_seed(first, 0, "validate") % (1 << 31))
+    seeds = (first, other if other != first else other + 1)
     try:
         data = [evaluator.inputs(case, s) for s in seeds]
         outputs = [evaluator.reference_output(d) for d in data]

@@ -47,6 +47,10 @@ OWN_VARIABLES = {
     "MPLCONFIGDIR": "matplotlib",
     "MIOPEN_USER_DB_PATH": "miopen-db",
     "MIOPEN_CUSTOM_CACHE_DIR": "miopen-cache",
+    # Temporary files, and what tools keep under the temporary folder by default: Inductor's
+    # precompiled headers (torch 2.13 puts them under ``tempfile.gettempdir()`` whatever
+    # TORCHINDUCTOR_CACHE_DIR says), which the sandbox keeps read-only as the pytest process's.
+    "TMPDIR": "tmp",
 }
 # A worker's caches larger than this are not kept for the next session (copied twice a worker).
 KEEP_BYTES = 256 * 1024 * 1024
@@ -138,6 +142,7 @@ class WorkerFolder:
 
     def __init__(self, kind: str = "w") -> None:
         self.name = tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root())
+        os.mkdir(os.path.join(self.name, OWN_VARIABLES["TMPDIR"]))  # gettempdir needs it
         self.keep_as: str | None = None  # the sha whose store folder it goes back to
         self._seeded: set[str] = set()
 

@@ -138,12 +138,25 @@ READ_ONLY_HINT = ("; the worker sandbox keeps the project, the installed code, t
                   "CUDA_CACHE_PATH and CUPY_CACHE_DIR point")
 
 
+def _refused_write(exc: BaseException) -> bool:
+    """Whether the failure is a write the sandbox refused, itself or what it was raised from
+    (Inductor wraps the OSError in its own error); eight links at most."""
+    found: BaseException | None = exc
+    for _ in range(8):
+        if found is None:
+            return False
+        if getattr(found, "errno", None) == errno.EROFS:
+            return True
+        found = found.__cause__ or found.__context__
+    return False
+
+
 def _one_line(exc: BaseException) -> str:
     """The failure in one line: its first line and, for a message of several lines, its last
     (a Triton CompilationError starts "at 3:4:" and ends with the actual cause: issue 13); a
     write the sandbox refused says where a candidate may write."""
     lines = [ln.strip() for ln in f"{_type(exc).__name__}: {exc}".splitlines() if ln.strip()]
-    hint = READ_ONLY_HINT if getattr(exc, "errno", None) == errno.EROFS else ""
+    hint = READ_ONLY_HINT if _refused_write(exc) else ""
     if not lines:
         return _type(exc).__name__ + hint
     if _len(lines) == 1:

@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -70,6 +71,7 @@ def _worker(request: dict[str, Any], fds: list[int], ready: int) -> int:
     for path, readonly in sandbox.in_order(request["protect"], request["writable"]):
         sandbox.bind(path, readonly=readonly)
     os.environ.update(request.get("env", {}))  # its own compiler caches
+    tempfile.tempdir = None  # its own TMPDIR, not the one the zygote may have looked up
     alive_r, alive_w = os.pipe()
     child = os.fork()
     if child:  # unshare's part: wait, then report
