@@ -198,3 +198,37 @@ def test_a_gpumode_case_without_a_seed_compares_two_draws(tmp_path: Path) -> Non
     (folder / "reference.py").write_text((folder / "reference.py").read_text() + "\n# edit\n")
     edited = load_problem(folder / "task.yml")
     assert cache_key(edited, edited.profile("cpu").tests[0], "cpu") != key
+
+
+TOTAL = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sum(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_one_value_output_is_not_failed_for_passing_as_its_own_mean(tmp_path: Path) -> None:
+    """GPU MODE's vectorsum returns one value: the "constant output" made of the reference's
+    mean was the answer itself, so validation failed the task and every correct run exited 1.
+    (KernelBench's MSELoss still fails, rightly: its loss reads ~2.0 for any seed, which its
+    tolerance cannot tell apart.)"""
+    (tmp_path / "total.py").write_text(TOTAL)
+    task = load_any(tmp_path / "total.py")
+    verdict = validate(task, task.profile("cpu").tests[0], "cpu")
+    assert not verdict.holes and not verdict.error and verdict.ran == 2, verdict
+    assert any("each tensor of the reference output holds one value" in n
+               for n in verdict.notes), verdict.notes
