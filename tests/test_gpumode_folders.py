@@ -217,3 +217,22 @@ def test_case_ids_name_the_keys_each_case_has(tmp_path: Path) -> None:
     grouped = gpumode.load_problem(_grouped(tmp_path) / "task.yml")
     assert [grouped.case_id(c) for c in grouped.profile("full").tests] == [
         "m2_3-g2-s5", "m4_1_2-g3-s6"]
+
+
+def test_two_folders_of_one_name_keep_a_record_each(tmp_path: Path) -> None:
+    """GPU MODE's pmpp and pmpp_v2 hold folders of the same names: run together, the two tasks
+    were one record in the summary and --ks-json, the second folder's path on both, one
+    validation line, and the checks of both counted as one candidate's."""
+    double = "import torch\n\ndef ref_kernel(data):\n    return data * 2\n\n"
+    cases = "tests:\n  - {\"size\": 16, \"seed\": 3}\nbenchmarks: []\n"
+    draw = ("def generate_input(size, seed):\n"
+            "    return torch.randn(size, generator=torch.Generator().manual_seed(seed))\n\n")
+    first = _folder(tmp_path / "pmpp", "twice_py", draw + double + MATCH, cases)
+    second = _folder(tmp_path / "pmpp_v2", "twice_py",
+                     draw + double.replace("* 2", "* 3") + MATCH, cases)
+    (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return data * 2\n")
+    code, out, data = run_pytest([str(first), str(second), "--kernel", "k.py"], tmp_path)
+    assert code == 1, out  # right for the first, wrong for the second
+    assert [(run["task"], run["task_path"]) for run in data] == [
+        ("twice_py", str(first)), ("pmpp_v2/twice_py", str(second))], data
+    assert [case_reasons(run)[("k", "size16-s3")][0] for run in data] == ["passed", "failed"]

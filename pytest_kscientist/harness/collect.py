@@ -64,6 +64,18 @@ def matched_solutions(folder: Path, task: Task) -> list[Path]:
     return found
 
 
+def _distinct_name(tasks: dict[str, Task], task: Task) -> str:
+    """A name for a task whose name another task of the run has (GPU MODE's pmpp and pmpp_v2
+    share theirs): the folder above it joined in, then a number. The summary and --ks-json
+    keep one record a task; before, the two were merged into one."""
+    name = f"{task.root.parent.name}/{task.name}"
+    count = 1
+    while name in tasks:
+        count += 1
+        name = f"{task.root.parent.name}/{task.name}-{count}"
+    return name
+
+
 def _draws_elsewhere(ks: KsSession, task: Task, case: Case) -> str:
     """Why a GPU MODE problem cannot run on this run's device ("" if it can): most draw their
     inputs on "cuda" whatever the device, which fails on a CPU-only machine."""
@@ -107,6 +119,9 @@ class TaskFile(pytest.File):
                     f"'{path.stem}'; rename the file")
             task.spec.baselines.append(BaselineSpec(
                 name=path.stem, file=str(path), description="timed beside (--ks-beside)"))
+        known = ks.tasks.get(task.name)
+        if known is not None and known.spec_path != task.spec_path:
+            task.name = _distinct_name(ks.tasks, task)  # pmpp/sort_py beside pmpp_v2/sort_py
         ks.tasks[task.name] = task
         if ks.settings.solutions is not None:
             candidates = matched_solutions(ks.settings.solutions, task)
