@@ -95,6 +95,27 @@ def test_unsupported_problems_are_skipped_with_the_reason(pytester: pytest.Pytes
     ])
 
 
+def test_a_generate_input_that_is_broken_is_an_error_not_a_gpu_skip(
+        pytester: pytest.Pytester) -> None:
+    """Any failure of the draw read "run it on a GPU" (a skip, exit 5) before, a typo too."""
+    _problem(pytester.path, "typo_py", draw="torch.randnt(size)")
+    result = pytester.runpytest("--ks-device", "cpu")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "*task 'typo_py': its generate_input failed on case * (AttributeError: module 'torch' "
+        "has no attribute 'randnt'), not for want of a GPU; fix the problem's reference.py*"])
+
+
+def test_a_gpu_skip_reason_ends_on_a_whole_sentence() -> None:
+    from pytest_kscientist.harness.collect import first_sentence
+
+    torch_says = ("Cannot get CUDA generator without ATen_cuda library. PyTorch splits its "
+                  "backend into two shared libraries: a CPU library and a CUDA library")
+    assert first_sentence(torch_says) == "Cannot get CUDA generator without ATen_cuda library."
+    assert first_sentence("x" * 300, 20) == "x" * 17 + "..."
+    assert first_sentence("one line\nand another") == "one line"
+
+
 def test_only_recognisable_files_are_claimed(tmp_path: Path) -> None:
     (tmp_path / "task.yml").write_text("jobs:\n  build: {runs-on: ubuntu}\n")
     (tmp_path / "reference.py").write_text("x = 1\n")

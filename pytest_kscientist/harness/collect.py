@@ -9,6 +9,9 @@ the task's own validation item, ``<task file>::task::validate`` (task_validation
 
 from __future__ import annotations
 
+import os
+import re
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,15 +79,37 @@ def _distinct_name(tasks: dict[str, Task], task: Task) -> str:
     return name
 
 
+# A failure that says the draw wanted a device this run lacks (torch's CPU build, no driver, no
+# GPU), in its message or by where it was raised (torch.cuda's lazy start).
+_DEVICE_WORDS = re.compile(r"cuda|nvidia|\bgpu|accelerator|\bhip\b|rocm", re.IGNORECASE)
+
+
 def _draws_elsewhere(ks: KsSession, task: Task, case: Case) -> str:
     """Why a GPU MODE problem cannot run on this run's device ("" if it can): most draw their
-    inputs on "cuda" whatever the device, which fails on a CPU-only machine."""
+    inputs on "cuda" whatever the device, which fails on a CPU-only machine. Any other failure
+    of its generate_input is the problem's own error, raised as a collection error."""
     try:
         ks.evaluator(task).inputs(case, 0)
-    except Exception as exc:  # noqa: BLE001 - the problem's own code; any failure says the same
-        return (f"task '{task.name}': its generate_input fails on {ks.device} "
-                f"({type(exc).__name__}: {str(exc)[:200]}); run it on a GPU")
+    except Exception as exc:  # noqa: BLE001 - the problem's own code, judged below
+        text = f"{type(exc).__name__}: {first_sentence(str(exc))}"
+        frames = traceback.extract_tb(exc.__traceback__)
+        if _DEVICE_WORDS.search(str(exc)) or any(
+                f"{os.sep}torch{os.sep}cuda{os.sep}" in f.filename for f in frames):
+            return f"task '{task.name}': its generate_input fails on {ks.device} ({text}); " \
+                   "run it on a GPU"
+        raise TaskSpecError(
+            f"task '{task.name}': its generate_input failed on case {task.case_id(case)} "
+            f"({text}), not for want of a GPU; fix the problem's reference.py") from None
     return ""
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first line's first sentence of ``text``, at most ``limit`` characters ("..." where
+    cut): a skip or error reason that does not stop mid-phrase."""
+    line = text.strip().split("\n", 1)[0]
+    end = line.find(". ")
+    line = line if end < 0 else line[:end + 1]
+    return line if len(line) <= limit else line[:limit - 3].rstrip() + "..."
 
 
 def _has_reference_kernel(task: Task) -> bool:
@@ -108,7 +133,10 @@ class TaskFile(pytest.File):
         except TaskSpecError as exc:
             raise self.CollectError(str(exc)) from None
         if task.form == "gpumode" and not ks.device.startswith("cuda"):
-            unmet = _draws_elsewhere(ks, task, profile.tests[0])
+            try:
+                unmet = _draws_elsewhere(ks, task, profile.tests[0])
+            except TaskSpecError as exc:
+                raise self.CollectError(str(exc)) from None
             if unmet:
                 pytest.skip(unmet, allow_module_level=True)
         beside = [p.stem for p in ks.settings.beside]
