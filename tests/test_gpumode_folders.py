@@ -136,6 +136,8 @@ def test_a_result_cached_by_address_fails_the_rerun_of_a_redrawn_case(tmp_path: 
     # (The worker poisons a returned output after its snapshot: the cached one comes back NaN.)
     assert reason.startswith("re-run in the same input tensors with every tensor drawn again by "
                              "generate_input: wrong result: "), reason
+    assert reason.endswith("returned again from an earlier call reads so; a result cached "
+                           "across calls?)"), reason
 
 
 # pmpp/sort_py's pattern: the seed is a number in the data (each row drawn around seed + row),

@@ -81,6 +81,28 @@ def seed_for(form: str, public: object, seed: int) -> int:
     return seed if span is None else seed % span
 
 
+def _rerun_hint(first: Any, second: Any) -> str:
+    """What a re-run's wrong output suggests, from how it compares with the first call's (which
+    passed): the same output, or the NaN the runner writes into an output once it has taken it,
+    is a result kept from an earlier call; anything else is wrong for these inputs only."""
+    import torch
+
+    if second is None:
+        return ""  # the call itself failed
+    old, new = forms.leaves(first), forms.leaves(second)
+    tensors = [t for t in new if isinstance(t, torch.Tensor)]
+    if tensors and all(t.is_floating_point() and t.numel() and bool(t.isnan().all())
+                       for t in tensors):
+        return (" (all NaN: the runner writes NaN into an output once it has taken it, so an "
+                "output returned again from an earlier call reads so; a result cached across "
+                "calls?)")
+    if len(old) == len(new) and all(
+            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(old, new, strict=True)):
+        return " (the same output as for the first inputs: a result cached across calls?)"
+    return " (the first inputs passed: wrong for some inputs only)"
+
+
 def load_reference(task: Task) -> Any:
     if task.module is not None:
         return task.module  # loaded with the task (GPU MODE: from its snapshot of the files)
@@ -237,6 +259,7 @@ class Evaluator:
         misses: list[Mismatch] | None = [] if tolerate else None
         self._verdict(data, got, misses)
         request, data, what = self._second_inputs(case, data)
+        first, got = got, None
         try:
             got = self._output(worker, "recheck", **request)
             self._verdict(data, got, misses)
@@ -245,7 +268,7 @@ class Evaluator:
         except CandidateFailure as exc:
             raise CandidateFailure(
                 f"re-run in the same input tensors with {what}: "
-                f"{exc.reason} (a result cached across calls?)", exc.detail,
+                f"{exc.reason}{_rerun_hint(first, got)}", exc.detail,
                 exc.wrong_result) from None
         result = CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
                             outcome="passed")
