@@ -224,6 +224,11 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
     paths = []
     for raw in raws:
         path = Path(raw).expanduser()
+        if path.is_dir():
+            raise pytest.UsageError(
+                f"{flag} {raw}: is a folder; expected a Python file exposing "
+                "custom_kernel(data) (for a folder of solutions matched to tasks by name: "
+                "--ks-solutions DIR)")
         if not path.is_file():
             raise pytest.UsageError(
                 f"{flag} {raw}: no such file; expected a Python file exposing custom_kernel(data)"
@@ -233,7 +238,8 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
                 f"{flag} {raw}: expected a .py file exposing custom_kernel(data), got "
                 f"'{path.suffix or 'no suffix'}'"
             )
-        paths.append(path.resolve())
+        if path.resolve() not in paths:  # one file given twice runs once, as pytest's paths
+            paths.append(path.resolve())
     return tuple(paths)
 
 
@@ -280,6 +286,10 @@ def resolve(config: pytest.Config) -> Settings:
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
     json_path = Path(opt.ks_json) if opt.ks_json else None
+    if json_path is not None and json_path.is_dir():
+        # Found at the start, not after a long evaluation whose results it would lose.
+        raise pytest.UsageError(f"--ks-json {json_path}: is a folder, expected the path of the "
+                                f"JSON file to write; e.g. --ks-json {json_path / 'results.json'}")
     raw_drawn = _value(config, "ks_drawn")
     drawn = None
     if raw_drawn not in (None, ""):

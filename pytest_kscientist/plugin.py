@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,46 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(KsHooks(ks), "kscientist-session")
     if not config.pluginmanager.has_plugin("kscientist-fixtures"):
         config.pluginmanager.register(fixtures, "kscientist-fixtures")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, once a worker: the worker draws with the controller's salt."""
+    from pytest_kscientist.harness.session import KS_SESSION
+
+    node.workerinput["ks_salt"] = node.config.stash[KS_SESSION].salt
+
+
+# xdist's --dist modes that may split one task file's items over several workers.
+_SPLITTING = ("load", "loadscope", "worksteal")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n``, the items of one task file go to one worker: a task's candidates,
+    reference and gates are then timed in one process, one after another, and a gate sees
+    every benchmark of its candidate. Split over workers, a gate read the one benchmark its
+    worker had run (a 2x slower kernel passed), a reference timed elsewhere left
+    --ks-min-speedup skipped, and two workers timed kernels on one device at once. Other
+    tests are scheduled as the --dist mode says (worksteal's stealing aside)."""
+    dist = config.getoption("dist")
+    if dist not in _SPLITTING:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TaskFileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            if _claims_path(str(config.rootpath / file)):
+                return file
+            return super()._split_scope(nodeid) if dist == "loadscope" else nodeid
+
+    return TaskFileScheduling(config, log)
+
+
+@functools.lru_cache(maxsize=1024)
+def _claims_path(path: str) -> bool:
+    return Path(path).is_file() and _claims(Path(path))
 
 
 def _claims(file_path: Path) -> bool:
@@ -191,6 +232,7 @@ class KsHooks:
 
         for name, prop in report.user_properties:
             if name == "ks_item":  # every phase: where the session's time went
+                self.ks.task_paths.setdefault(prop["task"], prop["task_path"])
                 per_task = self.ks.item_seconds.setdefault(prop["task"], {})
                 per_task[prop["kind"]] = per_task.get(prop["kind"], 0.0) + report.duration
         if report.when != "call":
@@ -221,6 +263,8 @@ class KsHooks:
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
             ks.wait_for_starts()  # a worker started after close_workers would outlive it
         ks.close_workers()
+        if hasattr(session.config, "workerinput"):
+            return  # a pytest-xdist worker: its reports reach the controller, which writes
         ks.finalize()
         for per_task in ks.results.values():
             for result in per_task.values():

@@ -114,22 +114,24 @@ def _cand(name: str, *cases: CaseResult) -> CandidateResult:
 
 def test_min_speedup_verdicts() -> None:
     good = _cand("k", _bench("a", 1.0, cub=2.0), _bench("b", 1.0, cub=0.5))
-    v = gates.min_speedup(good, "cub", 1.0, {}, {})
+    v = gates.min_speedup("k", good, "cub", 1.0, {}, {})
     assert v.outcome == "passed" and "geomean speedup over cub is 1.000x over 2 benchmark(s)" \
         in v.message
-    v = gates.min_speedup(good, "cub", 1.5, {}, {})
+    v = gates.min_speedup("k", good, "cub", 1.5, {}, {})
     assert v.outcome == "failed" and v.message.endswith(
         "below the required 1.5x (--ks-min-speedup cub=1.5); slowest relative to it: b at 0.500x")
-    assert gates.min_speedup(good, "cub", 1.0, {}, {"cub": "needs a GPU"}) == gates.Verdict(
+    assert gates.min_speedup("k", good, "cub", 1.0, {}, {"cub": "needs a GPU"}) == gates.Verdict(
         "skipped", "--ks-min-speedup cub=1 not judged: needs a GPU")
     broken = _cand("k", _bench("a", 1.0, cub=None))
-    assert gates.min_speedup(broken, "cub", 1.0, {}, {}).message == (
+    assert gates.min_speedup("k", broken, "cub", 1.0, {}, {}).message == (
         "k: no speedup over cub on a: it broke")
-    assert gates.min_speedup(None, "cub", 1.0, {}, {}).outcome == "skipped"
+    assert gates.min_speedup("k", None, "cub", 1.0, {}, {}) == gates.Verdict(
+        "skipped", "no benchmark of 'k' ran in this session; select its bench items too (e.g. "
+        "-k 'k and (bench or gate)')")
     ref = _cand("reference", _bench("a", 4.0), _bench("b", 1.0))
-    v = gates.min_speedup(good, "reference", 2.0, {"reference": ref}, {})
+    v = gates.min_speedup("k", good, "reference", 2.0, {"reference": ref}, {})
     assert v.outcome == "passed" and "over reference is 2.000x" in v.message
-    v = gates.min_speedup(good, "reference", 2.0, {}, {})
+    v = gates.min_speedup("k", good, "reference", 2.0, {}, {})
     assert v.outcome == "skipped" and "the reference was not timed" in v.message
 
 
@@ -144,20 +146,20 @@ def test_max_regression_verdicts(tmp_path: Path) -> None:
     now = _cand("k", _bench("a", 1.1), _bench("b", 1.1))
     then = (_saved("t", _cand("k", _bench("a", 1.0), _bench("b", 1.0), _bench("c", 9.0))),)
     path = tmp_path / "r.json"
-    v = gates.max_regression(now, "t", "cpu", 0.05, path, then)
+    v = gates.max_regression("k", now, "t", "cpu", 0.05, path, then)
     assert v.outcome == "failed"
     assert v.message.startswith(
         f"k: 10.0% slower than in {path}, 95% interval +10.0% to +10.0% (geomean over 2 common "
         "benchmark(s), from raw medians "
         "(the reference was not timed in both runs: machine drift between the sessions is not "
         "cancelled)), more than the allowed --ks-max-regression 5%")
-    assert gates.max_regression(now, "t", "cpu", 0.2, path, then).outcome == "passed"
-    assert gates.max_regression(now, "other", "cpu", 0.2, path, then).message == (
+    assert gates.max_regression("k", now, "t", "cpu", 0.2, path, then).outcome == "passed"
+    assert gates.max_regression("k", now, "other", "cpu", 0.2, path, then).message == (
         f"--ks-compare {path} holds no results for task 'other' (it has: t); pass the --ks-json "
         "file of a run of this task")
-    v = gates.max_regression(_cand("new", _bench("a", 1.0)), "t", "cpu", 0.2, path, then)
+    v = gates.max_regression("new", _cand("new", _bench("a", 1.0)), "t", "cpu", 0.2, path, then)
     assert v.outcome == "skipped" and "'new' has no result in" in v.message
-    v = gates.max_regression(_cand("k", _bench("z", 1.0)), "t", "full", 0.2, path, then)
+    v = gates.max_regression("k", _cand("k", _bench("z", 1.0)), "t", "full", 0.2, path, then)
     assert v.outcome == "failed" and "no benchmark in common" in v.message
     found = gates.saved_change(now, "t", then)
     assert found is not None and found.change == pytest.approx(0.1) and not found.through
@@ -183,12 +185,12 @@ def test_the_regression_gate_reads_through_the_reference_so_drift_cancels(tmp_pa
                    _cand("reference", _bench("a", 10.0), _bench("b", 20.0))),)
     now = _cand("k", _bench("a", 1.1), _bench("b", 2.2))
     ref_now = _cand("reference", _bench("a", 11.0), _bench("b", 22.0))
-    v = gates.max_regression(now, "t", "cpu", 0.05, path, then, ref_now)
+    v = gates.max_regression("k", now, "t", "cpu", 0.05, path, then, ref_now)
     assert v.outcome == "passed", v.message
     assert "0.0% faster" in v.message and "through the reference timed in both runs" in v.message
     # the same kernel 10% slower on the same drifting machine is caught
     slower = _cand("k", _bench("a", 1.21), _bench("b", 2.42))
-    v = gates.max_regression(slower, "t", "cpu", 0.05, path, then, ref_now)
+    v = gates.max_regression("k", slower, "t", "cpu", 0.05, path, then, ref_now)
     assert v.outcome == "failed" and "10.0% slower" in v.message
 
 
@@ -198,11 +200,11 @@ def test_the_regression_gate_fails_only_beyond_the_noise(tmp_path: Path) -> None
     path = tmp_path / "r.json"
     then = (_saved("t", _cand("k", _timed("a", 1.0, 0.01, reference=(10.0, 0.01)))),)
     noisy = _cand("k", _timed("a", 1.08, 0.1, reference=(10.0 / 1.08, 0.12)))
-    v = gates.max_regression(noisy, "t", "cpu", 0.05, path, then)
+    v = gates.max_regression("k", noisy, "t", "cpu", 0.05, path, then)
     assert v.outcome == "passed", v.message
     assert "8.0% slower" in v.message and "within the noise measured" in v.message
     tight = _cand("k", _timed("a", 1.08, 0.01, reference=(10.0 / 1.08, 0.01)))
-    v = gates.max_regression(tight, "t", "cpu", 0.05, path, then)
+    v = gates.max_regression("k", tight, "t", "cpu", 0.05, path, then)
     assert v.outcome == "failed", v.message
     assert "95% interval +6.5% to +9.5%" in v.message
 

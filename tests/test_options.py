@@ -27,6 +27,11 @@ from helpers import AXPY
         (["--ks-bench-budget", "nan"], "--ks-bench-budget expects a positive number of seconds, "
          "got 'nan'"),
         (["--ks-beside", "nope.py"], "--ks-beside nope.py: no such file"),
+        (["--kernel", "a"], "--kernel a: is a folder; expected a Python file exposing "
+         "custom_kernel(data) (for a folder of solutions matched to tasks by name: "
+         "--ks-solutions DIR)"),
+        (["--ks-json", "a"], "--ks-json a: is a folder, expected the path of the JSON file to "
+         "write; e.g. --ks-json a/results.json"),
         (["--ks-bench-budget", "soon"], "--ks-bench-budget expects a positive number of seconds, "
          "got 'soon'"),
         (["--ks-device", "tpu"], "--ks-device expects auto, cpu, cuda or cuda:N, got 'tpu'"),
@@ -108,3 +113,16 @@ def test_the_budget_help_says_it_caps_the_population(pytester: pytest.Pytester) 
     text = " ".join(" ".join(result.stdout.lines).split())
     assert ("--ks-llm-budget-usd=USD hard cap in US dollars on the LLM spending of the task's "
             "population, all its runs together") in text
+
+
+def test_one_kernel_given_twice_runs_once(pytester: pytest.Pytester) -> None:
+    """As pytest runs a path given twice once; before, it read "two kernels are named 'k' ...
+    rename one", for one file."""
+    from helpers import AXPY
+
+    (pytester.path / "k.py").write_text("def custom_kernel(data):\n    return data\n")
+    result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "--kernel", "k.py",
+                                "--kernel", "./k.py", "-k", "check and n33")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    assert len([line for line in result.stdout.lines if "::k::check[n33" in line]) == 1, \
+        result.stdout.str()

@@ -63,7 +63,7 @@ def _timed(cand: CandidateResult | None, who: str) -> tuple[list[CaseResult], Ve
     bench = [c for c in cand.cases if c.kind == "bench"] if cand else []
     if not bench:
         return [], Verdict("skipped", f"no benchmark of '{who}' ran in this session; select its "
-                                      f"bench items too (e.g. -k '{who}')")
+                                      f"bench items too (e.g. -k '{who} and (bench or gate)')")
     failed = [c for c in bench if c.outcome != "passed" or c.stats is None]
     if failed:
         return [], Verdict("failed", f"{len(failed)} of {len(bench)} benchmark(s) of '{who}' "
@@ -72,10 +72,10 @@ def _timed(cand: CandidateResult | None, who: str) -> tuple[list[CaseResult], Ve
     return bench, None
 
 
-def min_speedup(cand: CandidateResult | None, name: str, factor: float,
+def min_speedup(who: str, cand: CandidateResult | None, name: str, factor: float,
                 results: dict[str, CandidateResult], skipped: dict[str, str]) -> Verdict:
-    """Is the geomean speedup of ``cand`` over baseline ``name`` at least ``factor``?"""
-    who = cand.name if cand else "the candidate"
+    """Is the geomean speedup of candidate ``who`` (its results ``cand``, None when none came)
+    over baseline ``name`` at least ``factor``?"""
     bench, verdict = _timed(cand, who)
     if verdict:
         return verdict
@@ -235,10 +235,11 @@ def _saved_pair(task: str, name: str, saved: tuple[RunResults, ...]
     return run, by_name.get(name), by_name.get(REFERENCE)
 
 
-def max_regression(cand: CandidateResult | None, task: str, profile: str, limit: float,
-                   path: Path, saved: tuple[RunResults, ...],
+def max_regression(who: str, cand: CandidateResult | None, task: str, profile: str,
+                   limit: float, path: Path, saved: tuple[RunResults, ...],
                    reference: CandidateResult | None = None) -> Verdict:
-    """Is ``cand`` at most ``limit`` (a fraction) slower than its result in ``saved``?
+    """Is candidate ``who`` (its results ``cand``) at most ``limit`` (a fraction) slower than
+    its result in ``saved``?
 
     Measured against the saved file timed beside it in this run (``change_beside``), else
     through the reference timed in both sessions (``change_against``); the gate fails
@@ -246,7 +247,6 @@ def max_regression(cand: CandidateResult | None, task: str, profile: str, limit:
     unchanged kernel on a noisy machine passes (issue 31: pytest-benchmark's median:5% check
     failed an unchanged kernel on the 2-core CPU at +7.4%).
     """
-    who = cand.name if cand else "the candidate"
     bench, verdict = _timed(cand, who)
     if verdict:
         return verdict

@@ -224,16 +224,18 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
 
 
 def tag_timed(items: list[Any]) -> None:
-    """Give every item of a task a ``ks_item`` property (its task and kind: check, bench,
-    compile, gate, validate), so each phase's report adds its duration to the session's
-    ``item_seconds`` (reports carry it under xdist too)."""
+    """Give every item of a task a ``ks_item`` property (its task, kind: check, bench,
+    compile, gate, validate, and the task's folder), so each phase's report adds its duration
+    to the session's ``item_seconds`` (reports carry it under xdist too, where the controller
+    collects no task and learns the folders from them)."""
     for item in items:
         if item.get_closest_marker("kscientist") is None:
             continue
         task = getattr(item.parent, "task", None)
         if task is not None:  # every kscientist item is named <kind>[...] or <kind>
             kind = item.name.split("[", 1)[0]
-            item.user_properties.append(("ks_item", {"task": task.name, "kind": kind}))
+            item.user_properties.append(("ks_item", {"task": task.name, "kind": kind,
+                                                     "task_path": str(task.root)}))
 
 
 class DrawnItem(CandidateItem):
@@ -338,14 +340,14 @@ class GateItem(CandidateItem):
         mine = results.get(cand.name)
         kind, name, factor = self.check
         if kind == "min_speedup":
-            verdict = gates.min_speedup(mine, name, factor, results,
+            verdict = gates.min_speedup(cand.name, mine, name, factor, results,
                                         ks.skipped_baselines(task.name))
         else:
             settings = ks.settings
             assert settings.compare_path is not None and settings.max_regression is not None
-            verdict = gates.max_regression(mine, task.name, ks.profile, settings.max_regression,
-                                           settings.compare_path, settings.compare_runs,
-                                           results.get(REFERENCE_NAME))
+            verdict = gates.max_regression(cand.name, mine, task.name, ks.profile,
+                                           settings.max_regression, settings.compare_path,
+                                           settings.compare_runs, results.get(REFERENCE_NAME))
         self.user_properties.append(("ks_gate", {
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],

@@ -60,7 +60,9 @@ class KsSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.salt = settings.salt
+        # Under pytest-xdist every worker takes the controller's salt (pytest_configure_node),
+        # so the salt the summary prints reproduces every worker's draws.
+        self.salt = getattr(config, "workerinput", {}).get("ks_salt", settings.salt)
         self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
         self.evaluators: dict[Path, Evaluator] = {}
         self.tasks: dict[str, Task] = {}
@@ -95,6 +97,8 @@ class KsSession:
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
         self.item_seconds: dict[str, dict[str, float]] = {}
+        # task name -> its folder, from reports (xdist's controller collects no task)
+        self.task_paths: dict[str, str] = {}
 
     def task_names(self) -> list[str]:
         """The tasks this run reports on: those with results, then those only validated."""
@@ -273,11 +277,15 @@ class KsSession:
             device_name=self.device_name,
         )
 
+    def _task_path(self, name: str) -> str:
+        task = self.tasks.get(name)
+        return str(task.root) if task is not None else self.task_paths.get(name, "")
+
     def write_json(self, path: Path) -> None:
         """Write one RunResults per task (a list when several tasks ran), atomically."""
         runs = [
             RunResults(
-                task=name, task_path=str(self.tasks[name].root), profile=self.profile,
+                task=name, task_path=self._task_path(name), profile=self.profile,
                 salt=self.salt, started_at=self.started_at, machine=self.machine(),
                 candidates=list(self.results.get(name, {}).values()),
                 baselines=self.baselines.get(name, []),
