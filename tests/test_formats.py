@@ -150,6 +150,18 @@ def test_kernelbench_problem_without_a_match_is_skipped(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines(["*no candidate in * (looked for 7_Other.py and 7_Other/*.py)*"])
 
 
+def test_kernelbench_problems_without_a_kernel_are_skipped_with_the_way_to_give_one(
+        pytester: pytest.Pytester) -> None:
+    """They were collection errors asking to "add a seed", which a KernelBench problem never
+    has: a folder of problems stopped the run at collection."""
+    shutil.copy(KB / "level1" / "2_ReLU.py", pytester.path / "2_ReLU.py")
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*task '2_ReLU': a KernelBench problem brings no kernel of its "
+                                 "own; pass --kernel PATH (a file defining ModelNew) or "
+                                 "--ks-solutions DIR*"])
+
+
 def test_kernelbench_solution_without_modelnew_fails_to_load(tmp_path: Path) -> None:
     bad = tmp_path / "sol"
     bad.mkdir()

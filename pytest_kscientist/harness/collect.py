@@ -163,6 +163,11 @@ class TaskFile(pytest.File):
             if isinstance(task, ProblemTask):
                 # One folder of many (pytest .ext/problems): a skip, not an error for the run.
                 pytest.skip(task.no_candidates(), allow_module_level=True)
+            if task.form == "kernelbench":  # one file of many (pytest level1), seeds never
+                pytest.skip(f"task '{task.name}': a KernelBench problem brings no kernel of its "
+                            "own; pass --kernel PATH (a file defining ModelNew) or "
+                            "--ks-solutions DIR (files named after the problems)",
+                            allow_module_level=True)
             raise self.CollectError(
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
