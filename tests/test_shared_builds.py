@@ -402,3 +402,13 @@ def test_a_torch_whose_build_steps_differ_is_declined_not_failed(
     monkeypatch.delattr(cpp_extension, "_get_num_workers")
     reply, record = SharedBuilds(tmp_path).answer(request, time.monotonic() + 60)
     assert reply == {"declined": True} and "lacks ['_get_num_workers']" in record.why
+
+
+def test_a_cuda_build_without_a_toolkit_says_so() -> None:
+    """GPU MODE's CUDA files declare no device: on a machine whose torch finds no CUDA, their
+    failure read like a compiler error of the candidate's."""
+    from pytest_kscientist.harness.shared_builds import NO_CUDA, _failure
+
+    message = _failure("add_cuda", f"OSError: {NO_CUDA}")
+    assert message.endswith('KS_REQUIRES = "cuda" in the file skips it elsewhere)'), message
+    assert "no CUDA toolkit" not in _failure("add_cuda", "x.cu(3): error: expected a ;")

@@ -341,12 +341,19 @@ def _sandboxed(command: list[str], root: Path, partial: Path, timeout_s: float
     return run([*prefix, *command], partial, timeout_s)
 
 
+# What torch.utils.cpp_extension says when it is asked for CUDA sources without a toolkit.
+NO_CUDA = "CUDA_HOME environment variable is not set"
+
+
 def _failure(module: str, output: str) -> str:
     """A failed build's message: the count of errors, the compiler's output (its end), and
     the first error last, where a one-line report of it looks."""
     lines = output.strip().splitlines() or ["no output"]
     errors = [ln.strip() for ln in lines if ERROR_LINE.search(ln)]
     first = errors[0] if errors else lines[-1].strip()
+    if NO_CUDA in output:  # GPU MODE's CUDA files declare no device: say what is missing
+        first = (f"{first} (this machine's torch finds no CUDA toolkit: a CUDA candidate runs "
+                 'where torch has one; KS_REQUIRES = "cuda" in the file skips it elsewhere)')
     return (f"load_inline build of '{module}' failed ({len(errors)} error line(s)); the "
             f"compiler's output:\n{output.strip()[-6000:]}\nfirst error: {first}")
 
