@@ -293,6 +293,11 @@ def test_the_regression_gate_times_the_saved_kernel_beside_the_new_one(tmp_path:
     assert "::k::gate[max-regression] PASSED" in output
     case = next(c for c in fast_run["candidates"] if c["name"] == "k")["cases"][0]
     assert case["kind"] == "bench" and case["baselines"]["k_saved"]["speedup"] > 2, case
+    # The reference's own change is its raw one (the machine's drift), not itself against
+    # itself (+0.0%, with the interval of a ratio of two timings of one kernel).
+    reference = next(line.split() for line in output.splitlines()
+                     if line.strip().startswith("reference "))
+    assert reference[-1] != "-" and not reference[-1].startswith("+0.0%("), reference
     (tmp_path / "fast.json").write_text(json.dumps(fast_run))
 
     kernel.write_text(SLOW_AXPY)

@@ -63,7 +63,8 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
                _x(c.speedup_over_reference), *(_vs(c, n) for n in names),
                "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
         if saved:
-            found = saved_change(c, task, saved, reference)
+            # The reference against itself would read +0.0%: its raw change is the drift.
+            found = saved_change(c, task, saved, None if c is reference else reference)
             row.append("-" if found is None else f"{found.change:+.1%}" + (
                 "" if found.low is None or found.high is None
                 else f"({found.low:+.1%}..{found.high:+.1%})"))
