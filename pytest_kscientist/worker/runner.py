@@ -305,6 +305,14 @@ class Runner:
         self.loading = threading.get_ident()  # ask_build's: the thread of this load
         try:
             module = _load_module(req["path"], "_ks_candidate")
+        except ModuleNotFoundError as exc:
+            beside = os.path.join(os.path.dirname(req["path"]), (exc.name or "?").split(".")[0])
+            if not (os.path.isfile(beside + ".py") or os.path.isdir(beside)):
+                raise
+            raise ModuleNotFoundError(
+                f"{exc}: {beside}(.py) beside the candidate is not importable in its worker; a "
+                "candidate is one file (its bytes are what is cached, stored and compared): "
+                "put that code into it", name=exc.name) from None
         finally:
             self.loading = 0
         self.kernel_path = req["path"]
