@@ -512,7 +512,7 @@ def test_the_ending_says_why_a_lower_geomean_is_not_the_best(tmp_path: Path) -> 
     assert "an interval that holds 1: not confirmed faster" in text
     assert (f"to settle it, time both in one run: pytest <task folder> -k bench --kernel "
             f"{run.pop.source_path(low.id)} --kernel {run.pop.source_path(top.id)}; or go on: "
-            "pytest --evolve 5 <task folder>") in text
+            f"pytest --evolve 5 <task folder> --ks-population {run.pop.root.parent}") in text
     assert "stopped: 2 generation(s) done (" in text and " s this run)" in text
 
 

@@ -115,6 +115,18 @@ def test_population_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
         Population(tmp_path / "toy", "toy")
 
 
+def test_a_population_of_another_task_is_refused(tmp_path: Path) -> None:
+    """An fp8_gemm population copied under axpy's name was evolved as axpy's: its kernels became
+    axpy's parents, every child failed, and an fp8 kernel was named axpy's best."""
+    Population(tmp_path / "fp8_gemm", "fp8_gemm").add(SRC, generation=0, origin="seed",
+                                                       seed_file="a.py")
+    (tmp_path / "fp8_gemm").rename(tmp_path / "axpy")
+    with pytest.raises(PopulationError, match=r"holds candidates of task 'fp8_gemm' \(c0001\), "
+                                              r"not of 'axpy'; point --ks-population"):
+        Population(tmp_path / "axpy", "axpy")
+    assert Population(tmp_path / "axpy", "fp8_gemm").ids() == ["c0001"]
+
+
 def test_leftover_temp_folder_of_a_killed_writer_is_ignored_then_swept(tmp_path: Path) -> None:
     pop = Population(tmp_path / "toy", "toy")
     (tmp_path / "toy" / ".new-c0001-dead").mkdir()

@@ -505,7 +505,7 @@ class Evolution(WriteStage):
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
             for line in progress.not_the_best(members, top, self.pop.source_path, where,
-                                              self.budget.generations):
+                                              self.budget.generations, self.pop.root.parent):
                 self.term.line(line)
 
 

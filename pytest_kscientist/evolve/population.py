@@ -206,6 +206,24 @@ class Population:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._lock = filelock.FileLock(str(root / ".lock"), timeout=LOCK_TIMEOUT_S)
         self._skipped: dict[str, str] = {}
+        self._same_task()
+
+    def _same_task(self) -> None:
+        """Refuse a folder whose candidates are another task's: their kernels were taken as
+        this task's seeds and parents, every child failed, and the best "kernel" of the task
+        was another task's file."""
+        for cid in self.ids():
+            try:
+                raw = json.loads((self.root / cid / "meta.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # unreadable: warned about where it is read
+            found = raw.get("task") if isinstance(raw, dict) else None
+            if isinstance(found, str) and found != self.task:
+                raise PopulationError(
+                    f"population folder {self.root} holds candidates of task '{found}' ({cid}), "
+                    f"not of '{self.task}'; point --ks-population at another folder (each "
+                    "task's population is its own subfolder, named after the task)")
+            return
 
     @property
     def skipped(self) -> list[str]:
