@@ -224,8 +224,8 @@ def get_init_inputs():
 def test_a_one_value_output_is_not_failed_for_passing_as_its_own_mean(tmp_path: Path) -> None:
     """GPU MODE's vectorsum returns one value: the "constant output" made of the reference's
     mean was the answer itself, so validation failed the task and every correct run exited 1.
-    (KernelBench's MSELoss still fails, rightly: its loss reads ~2.0 for any seed, which its
-    tolerance cannot tell apart.)"""
+    (A KernelBench MSELoss of 64 x 32 fails by the seed probe instead: the losses of two seeds
+    agree within its tolerance.)"""
     (tmp_path / "total.py").write_text(TOTAL)
     task = load_any(tmp_path / "total.py")
     verdict = validate(task, task.profile("cpu").tests[0], "cpu")

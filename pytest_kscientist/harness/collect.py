@@ -128,17 +128,14 @@ class TaskFile(pytest.File):
         try:
             task = load_any(self.path, ks.settings.kernelbench_tol)
             profile = task.profile(ks.profile)
+            unmet = (_draws_elsewhere(ks, task, profile.tests[0])
+                     if task.form == "gpumode" and not ks.device.startswith("cuda") else "")
         except Unsupported as exc:
             pytest.skip(str(exc), allow_module_level=True)
         except TaskSpecError as exc:
             raise self.CollectError(str(exc)) from None
-        if task.form == "gpumode" and not ks.device.startswith("cuda"):
-            try:
-                unmet = _draws_elsewhere(ks, task, profile.tests[0])
-            except TaskSpecError as exc:
-                raise self.CollectError(str(exc)) from None
-            if unmet:
-                pytest.skip(unmet, allow_module_level=True)
+        if unmet:
+            pytest.skip(unmet, allow_module_level=True)
         beside = [p.stem for p in ks.settings.beside]
         for path in ks.settings.beside:
             if path.stem in {b.name for b in task.spec.baselines}:

@@ -89,16 +89,13 @@ def _rerun_hint(first: Any, second: Any) -> str:
 
     if second is None:
         return ""  # the call itself failed
-    old, new = forms.leaves(first), forms.leaves(second)
-    tensors = [t for t in new if isinstance(t, torch.Tensor)]
+    tensors = [t for t in forms.leaves(second) if isinstance(t, torch.Tensor)]
     if tensors and all(t.is_floating_point() and t.numel() and bool(t.isnan().all())
                        for t in tensors):
         return (" (all NaN: the runner writes NaN into an output once it has taken it, so an "
                 "output returned again from an earlier call reads so; a result cached across "
                 "calls?)")
-    if len(old) == len(new) and all(
-            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-            and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(old, new, strict=True)):
+    if forms.same(first, second):
         return " (the same output as for the first inputs: a result cached across calls?)"
     return " (the first inputs passed: wrong for some inputs only)"
 

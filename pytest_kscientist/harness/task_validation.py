@@ -103,7 +103,7 @@ def validate(task: Task, case: Case, device: str) -> Verdict:
     which = "seeds" if seeded else "global generator seeds (the case has no seed key)"
     where = f"case {verdict.case_id}, {which} {seeds[0]} and {seeds[1]}"
     seed_hole = (f"the reference output does not change with the seed ({where})"
-                 if _same(outputs[0], outputs[1]) else
+                 if forms.same(outputs[0], outputs[1]) else
                  f"the reference output for one seed passes the task's check for the other, so "
                  f"the check cannot tell the seeds apart ({where}; {tolerance})")
     trivial = [
@@ -126,22 +126,6 @@ def validate(task: Task, case: Case, device: str) -> Verdict:
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two outputs are identical, tensor by tensor (shape, dtype and every element)."""
-    import torch
-
-    left, right = forms.leaves(a), forms.leaves(b)
-    if len(left) != len(right):
-        return False
-    for x, y in zip(left, right, strict=True):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
-                return False
-        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
-            return False
-    return True
 
 
 def _one_value_each(output: Any) -> bool:
