@@ -228,6 +228,48 @@ def test_a_failing_writer_skips_only_that_plan(tmp_path: Path) -> None:
     assert "skipped: the writer failed: ValueError: draft did not compile" in run.out.getvalue()
 
 
+def test_a_generation_whose_every_writer_call_failed_stays_open(tmp_path: Path) -> None:
+    """An unreachable writer (no outage limit yet) wrote nothing: the plans are written again,
+    twice, then the run stops with code 3 instead of counting the generation done, and the
+    rerun writes them."""
+    class Unreachable(ScriptedWriter):
+        def write(self, task, base, plan):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            raise ConnectionError("connection refused")
+
+    run = Run(tmp_path)
+    down = Unreachable()
+    assert run(2, Roles(ScriptedSelector(), ScriptedDesigner(), down)) == 3
+    text = run.out.getvalue()
+    assert down.calls == 9 and "no draft came back; writing again (3 of 3)" in text
+    assert ("stopped: generation 1: no writer call returned a draft in 3 attempts, the first "
+            "failure: the writer failed: ConnectionError: connection refused; rerun the same "
+            "command") in text
+    assert run.done() == [0] and run.ids() == ["c0001"]
+    writer = ScriptedWriter()
+    assert run(2, Roles(ScriptedSelector(), ScriptedDesigner(), writer)) == 0
+    assert run.done() == [0, 1, 2] and writer.calls == 6
+    gen1 = [m for m in run.pop.members() if m.meta.generation == 1]
+    assert len(gen1) == 3 and all(m.status == "passed" for m in gen1)
+
+
+def test_a_round_with_no_draft_is_written_again(tmp_path: Path) -> None:
+    class Once(ScriptedWriter):  # the first round's three calls fail, the next ones succeed
+        def write(self, task, base, plan):  # type: ignore[no-untyped-def]
+            if self.calls < 3:
+                self.calls += 1
+                raise ValueError("the model answered in prose")
+            return super().write(task, base, plan)
+
+    run = Run(tmp_path)
+    assert run(1, Roles(ScriptedSelector(), ScriptedDesigner(), Once())) == 0
+    assert "no draft came back; writing again (2 of 3)" in run.out.getvalue()
+    assert len([m for m in run.pop.members() if m.meta.generation == 1]) == 3
+    failed = [e for e in run.pop.events() if e.kind == "plan_done"
+              and e.data["outcome"] == "write_failed"]
+    assert len(failed) == 3  # the failed round stays in the log (the designer's findings)
+
+
 def test_a_selector_choosing_an_unknown_base_is_replaced_for_that_generation(
         tmp_path: Path) -> None:
     class Lost(ScriptedSelector):
@@ -450,24 +492,32 @@ def test_a_run_waits_for_a_seed_another_live_run_is_evaluating(tmp_path: Path) -
         other = _other_run(run, sleeper.pid)
         naps: list[float] = []
 
-        def sleep(seconds: float) -> None:  # the other run finishes during the third nap
+        def sleep(seconds: float) -> None:
             naps.append(seconds)
+            done = {3: "c0001", 5: "c0002"}.get(len(naps))  # the other run's two evaluations
+            if done:
+                results = FakeEvaluator().evaluate([other.source_path(done)], None)
+                other.record(to_record(done, results.candidates[0], results, "other"))
             if len(naps) == 3:
-                path = other.source_path("c0001")
-                results = FakeEvaluator().evaluate([path], None)
-                other.record(to_record("c0001", results.candidates[0], results, "other"))
+                other.log("generation_done", 0)  # it closed generation 0 first
 
         code = run(1, sleep=sleep)
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert code == 0, run.out.getvalue()
-    assert len(naps) == 3
-    assert f"gen 0/1 | wait     | c0001 being evaluated by another run (pid {sleeper.pid})" in (
-        run.out.getvalue()
-    )
-    # c0001 is the other run's to evaluate; its pending c0002 is no seed: not waited for
+    text = run.out.getvalue()
+    assert code == 0, text
+    assert len(naps) == 5
+    assert f"gen 0/1 | wait     | c0001 being evaluated by another run (pid {sleeper.pid})" in text
+    # c0001 is the other run's to evaluate; this run evaluates only what it wrote
     assert run.evaluator.calls == [["c0003", "c0004", "c0005"]]
+    # Its generation-1 candidate c0002 is part of generation 1: waited for before the close.
+    assert f"gen 1/1 | wait     | c0002 being evaluated by another run (pid {sleeper.pid})" in text
+    closes = [e.generation for e in run.pop.events() if e.kind == "generation_done"]
+    assert closes == [0, 1]  # generation 0 closed once, by the run that closed it first
+    table = text[text.index("kscientist toy: generation 1"):]
+    assert "c0002  -       (no plan)                     passed" in table
+    assert "0 failed, 0 pending" in table
 
 
 def test_a_killed_runs_seed_is_evaluated_not_waited_for(tmp_path: Path) -> None:

@@ -44,6 +44,9 @@ NOTHING_TO_MOVE = int(pytest.ExitCode.USAGE_ERROR)
 # Parents re-timed beside a generation's candidates: each one costs as much bench time as a
 # candidate's own benchmarks, and a generation usually has one base.
 MAX_BESIDE = 2
+# Rounds of writer calls a generation gets when none of a round's calls returns a draft (an
+# unreachable LLM, answers in prose) before the run stops with the generation open.
+WRITE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -184,19 +187,35 @@ class Evolution(WriteStage):
         design = self._design_event(g) or self._select_and_design(g, roles, brief, members)
         base_id = design.data["selection"]["base_id"]
         plans = [ExperimentPlan.model_validate(p) for p in design.data["kept"]]
-        done = {
-            e.data["plan_index"]
-            for e in self.pop.events()
-            if e.kind == "plan_done" and e.data.get("design_id") == design.data["design_id"]
-        }
         base = next((m for m in self.pop.members() if m.id == base_id), None)
         if base is None:
             raise Stop(f"the base {base_id} of generation {g} is no longer readable", 3)
-        self._write_stage(g, design, plans, done, base, roles, brief)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            failed = self._write_stage(g, design, plans, self._plans_written(design), base,
+                                       roles, brief)
+            if failed is None:
+                break
+            if attempt < WRITE_ATTEMPTS:
+                self._stage("write", f"no draft came back; writing again ({attempt + 1} of "
+                                     f"{WRITE_ATTEMPTS})")
+        else:  # a generation with nothing written is not done: a rerun writes its plans again
+            raise Stop(f"generation {g}: no writer call returned a draft in {WRITE_ATTEMPTS} "
+                       f"attempts, the first failure: {failed.reason}; rerun the same "
+                       "command to write them again", 3)
         self._evaluate_pending()
         self._close_generation(g)
         if not plans:
             raise Stop("the designer proposed no new experiment; the search space is exhausted")
+
+    def _plans_written(self, design: Event) -> set[int]:
+        """Indices of the design's plans whose draft came back (stored or a duplicate); a plan
+        whose writer call failed is written again by the next attempt or a resumed run."""
+        return {
+            e.data["plan_index"]
+            for e in self.pop.events()
+            if e.kind == "plan_done" and e.data.get("design_id") == design.data["design_id"]
+            and e.data.get("outcome") != "write_failed"
+        }
 
     def _roles(self, members: list[Member]) -> tuple[Roles, TaskBrief]:
         if self.roles is None or self.brief is None:
@@ -473,15 +492,20 @@ class Evolution(WriteStage):
             )
 
     def _close_generation(self, g: int) -> None:
-        members = self.pop.members()
-        # Every generation's designer notes, newest first (issue 13: each replaced the last).
-        events = self.pop.events()
-        designs = self._designs(events)
-        history = [(earlier, designs[earlier].data.get("findings_update", ""))
-                   for earlier in range(g, 0, -1) if earlier in designs]
-        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g,
-                                                          _rejected(events)))
-        self.pop.log("generation_done", g)
+        # Candidates of this generation another live run wrote are part of it: its table, its
+        # findings and the next selection wait for their results (docs/evolve.md).
+        self._await_other_runs({m.id for m in self.pop.members() if m.meta.generation == g})
+        with self.pop.locked():  # one generation_done a generation, whichever run closes it
+            members = self.pop.members()
+            # Every generation's designer notes, newest first (issue 13: each replaced the last).
+            events = self.pop.events()
+            designs = self._designs(events)
+            history = [(earlier, designs[earlier].data.get("findings_update", ""))
+                       for earlier in range(g, 0, -1) if earlier in designs]
+            self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g,
+                                                              _rejected(events)))
+            if not any(e.kind == "generation_done" and e.generation == g for e in events):
+                self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
         for line in progress.generation_table(members, g):
             self.term.line(line)

@@ -89,9 +89,10 @@ class WriteStage:
     _remaining: Callable[[], float | None]
 
     def _write_stage(self, g: int, design: Event, plans: list[ExperimentPlan], done: set[int],
-                     base: Member, roles: Any, brief: Any) -> None:
+                     base: Member, roles: Any, brief: Any) -> Stop | None:
         """Write the plans not done yet and the repairs due; store the drafts in order; then
-        raise the first stop a call ended with (a spent budget, an outage)."""
+        raise the first stop a call ended with (a spent budget, an outage). Return the first
+        failure when every call failed (no draft came back), else None."""
         selection = Selection.model_validate(design.data["selection"])
         by_id = {m.id: m for m in self.pop.members()}
         reference = by_id.get(selection.reference_id or "")
@@ -113,11 +114,12 @@ class WriteStage:
             for failed, parent in repairs
         ]
         if not calls:
-            return
+            return None
         self._remaining()
         if len(calls) > 1 and getattr(writer, "concurrent", False):
             self._stage("write", f"{len(calls)} writer calls at once")
         stops: list[Stop] = []
+        failed: list[Stop] = []
 
         def keeper(save: Callable[[Any, Stop | None], None]) -> Callable[[Outcome], bool]:
             def keep(result: Outcome) -> bool:
@@ -125,6 +127,8 @@ class WriteStage:
                 if stop is not None and (stop.code == 0 or not stop.stand_in):
                     stops.append(stop)  # raised once every draft that came back is stored
                     return False
+                if stop is not None:
+                    failed.append(stop)
                 save(draft, stop)
                 return True
             return keep
@@ -136,6 +140,9 @@ class WriteStage:
         run_calls(calls, store, parallel=bool(getattr(writer, "concurrent", False)))
         if stops:
             raise stops[0]
+        if len(failed) == len(calls):
+            return failed[0]
+        return None
 
     def _repairs_due(self, g: int, writer: Any,
                      by_id: dict[str, Member]) -> list[tuple[Member, Member]]:
