@@ -364,6 +364,17 @@ def test_a_corrupt_record_warns_and_the_run_goes_on(tmp_path: Path) -> None:
     assert run.done() == [0, 1, 2]
 
 
+def test_a_corrupt_result_evaluated_again_is_not_warned_about_at_the_end(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    run(1)
+    (run.root / "c0003" / "results.json").write_text("{")
+    with pytest.warns(PopulationWarning, match="c0003"):
+        assert run(1) == 0
+    assert run.evaluator.calls[0] == ["c0003"]  # pending again: re-evaluated, the file rewritten
+    assert run.pop.members()[2].status == "passed"
+    assert "warning: population record" not in run.out.getvalue()
+
+
 def test_plugin_args_are_passed_on_to_the_child() -> None:
     args = ["-p", "myplug", "-pother", "-p", "no:cacheprovider", "-q", "x"]
     assert _plugin_args(args) == ["-p", "myplug", "-p", "other"]

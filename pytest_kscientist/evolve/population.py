@@ -372,6 +372,8 @@ class Population:
             if not folder.is_dir():
                 raise PopulationError(f"candidate {evaluation.id} is not in {self.root}")
             atomic_write(folder / "results.json", evaluation.model_dump_json(indent=2))
+        # A record that was unreadable and is now written again is repaired: not a warning.
+        self._skipped.pop(str(folder / "results.json"), None)
 
     def log(self, kind: str, generation: int | None = None, **data: Any) -> Event:
         """Append one event to ``events.jsonl``."""
