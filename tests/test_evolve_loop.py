@@ -577,6 +577,22 @@ def test_the_ending_says_why_a_lower_geomean_is_not_the_best(tmp_path: Path) -> 
     assert "stopped: 2 generation(s) done (" in text and " s this run)" in text
 
 
+def test_the_ending_of_a_run_stopped_short_goes_on_with_the_same_command(
+        tmp_path: Path) -> None:
+    class Interrupted(OfflineWriter):
+        def write(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+    run = Run(tmp_path)
+    assert run(2, evaluator=WideEvaluator()) == 0
+    roles = Roles(OfflineSelector(), OfflineDesigner(), Interrupted())
+    assert run(6, roles, evaluator=WideEvaluator()) == int(pytest.ExitCode.INTERRUPTED)
+    text = run.out.getvalue()
+    assert "why c0" in text  # the ending that names a command to go on
+    assert (f"or go on: pytest --evolve 6 <task folder> --ks-population {run.pop.root.parent}"
+            in text), text[-1500:]
+
+
 def test_an_ending_whose_best_is_the_lowest_adds_nothing(tmp_path: Path) -> None:
     run = Run(tmp_path)
     assert run(2) == 0

@@ -528,8 +528,11 @@ class Evolution(WriteStage):
             where = self.task_dir if self.task_dir is not None else "<task folder>"
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
+            # Going on from a run that stopped short is the same command (it resumes).
+            done = max(self._done())
+            go_on = self.budget.generations if done < self.budget.generations else done + 3
             for line in progress.not_the_best(members, top, self.pop.source_path, where,
-                                              self.budget.generations, self.pop.root.parent):
+                                              go_on, self.pop.root.parent):
                 self.term.line(line)
 
 

@@ -133,11 +133,12 @@ def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> li
 
 
 def not_the_best(members: Sequence[Member], top: Member, path_of: Any, where: Any,
-                 generations: int, population: Any = None) -> list[str]:
+                 go_on: int, population: Any = None) -> list[str]:
     """Why the member with the lowest geomean is not ``top`` (geomeans of different sessions
     differ by the machine's noise; only ratios timed side by side confirm a gain), and the run
-    that would settle it: none when ``top`` has the lowest geomean. ``population``: the
-    folder the run's ``--ks-population`` named, repeated in the command that goes on."""
+    that would settle it: none when ``top`` has the lowest geomean. ``go_on``: the ``--evolve``
+    count of the command that goes on; ``population``: the folder the run's
+    ``--ks-population`` named, repeated in that command."""
     passed = [m for m in members if m.geomean_us is not None]
     low = min(passed, key=lambda m: m.geomean_us or 0.0, default=None)
     if low is None or low.id == top.id or (low.geomean_us or 0) >= (top.geomean_us or 0):
@@ -160,7 +161,7 @@ def not_the_best(members: Sequence[Member], top: Member, path_of: Any, where: An
         f"{measured}",
         f"to settle it, time both in one run: pytest {where} -k bench --kernel "
         f"{path_of(low.id)} --kernel {path_of(top.id)}; or go on: pytest --evolve "
-        f"{generations + 3} {where}"
+        f"{go_on} {where}"
         + ("" if population is None else f" --ks-population {population}"),
     ]
 
