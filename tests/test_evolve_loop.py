@@ -593,6 +593,22 @@ def test_the_ending_of_a_run_stopped_short_goes_on_with_the_same_command(
             in text), text[-1500:]
 
 
+def test_a_second_ctrl_c_cuts_the_ending_short_without_a_traceback(tmp_path: Path) -> None:
+    class Impatient(io.StringIO):  # Ctrl-C pressed again while the lineage is printed
+        def write(self, text: str) -> int:
+            if "lineage of the best" in text and "cut short" not in self.getvalue():
+                raise KeyboardInterrupt
+            return super().write(text)
+
+    run = Run(tmp_path)
+    run.out = Impatient()
+    assert run(1) == int(pytest.ExitCode.INTERRUPTED)
+    text = run.out.getvalue()
+    assert (f"ending cut short (Ctrl-C); everything is saved in {run.root}; rerun the same "
+            "command to see it or go on") in text
+    assert run.done() == [0, 1]  # the generations stay done
+
+
 def test_an_ending_whose_best_is_the_lowest_adds_nothing(tmp_path: Path) -> None:
     run = Run(tmp_path)
     assert run(2) == 0

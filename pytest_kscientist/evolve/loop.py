@@ -122,7 +122,12 @@ class Evolution(WriteStage):
         except KeyboardInterrupt:
             code, reason = int(pytest.ExitCode.INTERRUPTED), "interrupted (Ctrl-C)"
         self.pop.log("run_end", reason=reason, code=code)
-        self._finish(reason)
+        try:
+            self._finish(reason)
+        except KeyboardInterrupt:  # a second Ctrl-C: the ending stops, not with a traceback
+            self.term.line(f"ending cut short (Ctrl-C); everything is saved in {self.pop.root}; "
+                           "rerun the same command to see it or go on", yellow=True)
+            code = int(pytest.ExitCode.INTERRUPTED)
         # The session's last line says what the run holds, not "no tests ran" (issue 11).
         done = max(self._done())
         self.term.count("generation" if done == 1 else "generations", done)
