@@ -122,14 +122,14 @@ class Evolution(WriteStage):
         except KeyboardInterrupt:
             code, reason = int(pytest.ExitCode.INTERRUPTED), "interrupted (Ctrl-C)"
         self.pop.log("run_end", reason=reason, code=code)
+        done = max(self._done())
         try:
-            self._finish(reason)
+            self._finish(reason, done)
         except KeyboardInterrupt:  # a second Ctrl-C: the ending stops, not with a traceback
             self.term.line(f"ending cut short (Ctrl-C); everything is saved in {self.pop.root}; "
                            "rerun the same command to see it or go on", yellow=True)
             code = int(pytest.ExitCode.INTERRUPTED)
         # The session's last line says what the run holds, not "no tests ran" (issue 11).
-        done = max(self._done())
         self.term.count("generation" if done == 1 else "generations", done)
         return code
 
@@ -195,17 +195,19 @@ class Evolution(WriteStage):
         base = next((m for m in self.pop.members() if m.id == base_id), None)
         if base is None:
             raise Stop(f"the base {base_id} of generation {g} is no longer readable", 3)
+        first: Stop | None = None
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             failed = self._write_stage(g, design, plans, self._plans_written(design), base,
                                        roles, brief)
             if failed is None:
                 break
+            first = first or failed
             if attempt < WRITE_ATTEMPTS:
                 self._stage("write", f"no draft came back; writing again ({attempt + 1} of "
                                      f"{WRITE_ATTEMPTS})")
         else:  # a generation with nothing written is not done: a rerun writes its plans again
             raise Stop(f"generation {g}: no writer call returned a draft in {WRITE_ATTEMPTS} "
-                       f"attempts, the first failure: {failed.reason}; rerun the same "
+                       f"attempts, the first failure: {first.reason}; rerun the same "
                        "command to write them again", 3)
         self._evaluate_pending()
         self._close_generation(g)
@@ -500,22 +502,22 @@ class Evolution(WriteStage):
         # Candidates of this generation another live run wrote are part of it: its table, its
         # findings and the next selection wait for their results (docs/evolve.md).
         self._await_other_runs({m.id for m in self.pop.members() if m.meta.generation == g})
+        members = self.pop.members()
+        # Every generation's designer notes, newest first (issue 13: each replaced the last).
+        events = self.pop.events()
+        designs = self._designs(events)
+        history = [(earlier, designs[earlier].data.get("findings_update", ""))
+                   for earlier in range(g, 0, -1) if earlier in designs]
+        self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g,
+                                                          _rejected(events)))
         with self.pop.locked():  # one generation_done a generation, whichever run closes it
-            members = self.pop.members()
-            # Every generation's designer notes, newest first (issue 13: each replaced the last).
-            events = self.pop.events()
-            designs = self._designs(events)
-            history = [(earlier, designs[earlier].data.get("findings_update", ""))
-                       for earlier in range(g, 0, -1) if earlier in designs]
-            self.pop.write_text(FINDINGS, findings_doc.render(self.task, members, history, g,
-                                                              _rejected(events)))
-            if not any(e.kind == "generation_done" and e.generation == g for e in events):
+            if g not in self._done():
                 self.pop.log("generation_done", g)
         self.term.sep(f"kscientist {self.task}: generation {g}")
         for line in progress.generation_table(members, g):
             self.term.line(line)
 
-    def _finish(self, reason: str) -> None:
+    def _finish(self, reason: str, done: int) -> None:
         members = self.pop.members()
         self.term.sep(f"kscientist evolution of {self.task}")
         for line in progress.summary(members, reason, self.clock() - self.start):
@@ -534,7 +536,6 @@ class Evolution(WriteStage):
             self.term.line(f"best kernel: {path}")
             self.term.line(f"check it again: pytest {where} --kernel {path}")
             # Going on from a run that stopped short is the same command (it resumes).
-            done = max(self._done())
             go_on = self.budget.generations if done < self.budget.generations else done + 3
             for line in progress.not_the_best(members, top, self.pop.source_path, where,
                                               go_on, self.pop.root.parent):
