@@ -195,6 +195,12 @@ def _value(config: pytest.Config, dest: str) -> Any:
     return raw_value(config, _BY_DEST[dest])[0]
 
 
+def _named(config: pytest.Config, dest: str) -> tuple[Any, str]:
+    """A core option's raw value and the name its errors quote: the flag, or the ini key
+    (``ks_timeout (ini)``) where the value came from an ini file."""
+    return raw_value(config, _BY_DEST[dest])
+
+
 def _group(parser: pytest.Parser, key: str) -> pytest.OptionGroup:
     """The help section ``key`` of ``GROUPS`` (pytest returns the group once created)."""
     return parser.getgroup(*GROUPS[key])
@@ -266,16 +272,18 @@ def resolve(config: pytest.Config) -> Settings:
                 f"--ks-salt expects the integer printed by an earlier run, got '{opt.ks_salt}'"
             ) from None
     profile = _value(config, "ks_profile") or "auto"
-    device = (_value(config, "ks_device") or "auto").strip()
+    raw_device, device_name = _named(config, "ks_device")
+    device = (raw_device or "auto").strip()
     if device not in ("auto", "cpu", "cuda") and not (
         device.startswith("cuda:") and device[5:].isdigit()
     ):
         raise pytest.UsageError(
-            f"--ks-device expects auto, cpu, cuda or cuda:N, got '{device}'"
+            f"{device_name} expects auto, cpu, cuda or cuda:N, got '{device}'"
         )
-    timeout = _positive("--ks-timeout", _value(config, "ks_timeout"))
-    raw_budget = _value(config, "ks_bench_budget")
-    budget = _positive("--ks-bench-budget", raw_budget) if raw_budget else None
+    raw_timeout, timeout_name = _named(config, "ks_timeout")
+    timeout = _positive(timeout_name, raw_timeout)
+    raw_budget, budget_name = _named(config, "ks_bench_budget")
+    budget = _positive(budget_name, raw_budget) if raw_budget else None
     evolve = None
     if opt.evolve is not None:
         evolve = int(_positive("--evolve", opt.evolve, int))
@@ -290,7 +298,7 @@ def resolve(config: pytest.Config) -> Settings:
         # Found at the start, not after a long evaluation whose results it would lose.
         raise pytest.UsageError(f"--ks-json {json_path}: is a folder, expected the path of the "
                                 f"JSON file to write; e.g. --ks-json {json_path / 'results.json'}")
-    raw_drawn = _value(config, "ks_drawn")
+    raw_drawn, drawn_name = _named(config, "ks_drawn")
     drawn = None
     if raw_drawn not in (None, ""):
         try:
@@ -298,7 +306,7 @@ def resolve(config: pytest.Config) -> Settings:
         except ValueError:
             drawn = -1
         if drawn < 0:
-            raise pytest.UsageError(f"--ks-drawn expects a number of cases (0 or more), got "
+            raise pytest.UsageError(f"{drawn_name} expects a number of cases (0 or more), got "
                                     f"'{raw_drawn}'")
     solutions = Path(opt.ks_solutions).resolve() if opt.ks_solutions else None
     if solutions is not None and not solutions.is_dir():
@@ -308,7 +316,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--ks-solutions cannot be combined with --kernel or --evolve: "
                                 "each picks the candidates; drop one")
     compare_path, compare_runs, max_regression = _comparison(config)
-    min_speedup = _min_speedups(_value(config, "ks_min_speedup"))
+    min_speedup = _min_speedups(*_named(config, "ks_min_speedup"))
     skip_reference = bool(opt.ks_skip_reference)
     if skip_reference and any(name == "reference" for name, _ in min_speedup):
         raise pytest.UsageError(
@@ -318,7 +326,7 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(
         kernels=tuple(kernels), json_path=json_path, salt=salt, salt_given=salt_given,
         profile=profile, device=device, timeout_s=timeout, bench_budget_s=budget, evolve=evolve,
-        baselines=_baselines(_value(config, "ks_baselines") or "all"),
+        baselines=_baselines(config),
         min_speedup=min_speedup, compare_path=compare_path, compare_runs=compare_runs,
         max_regression=max_regression, skip_reference=skip_reference, beside=beside,
         solutions=solutions, drawn=drawn, kernelbench_tol=_tolerance(config),
@@ -329,7 +337,7 @@ def resolve(config: pytest.Config) -> Settings:
 
 
 def _bench_workers(config: pytest.Config) -> int:
-    raw = _value(config, "ks_bench_workers")
+    raw, name = _named(config, "ks_bench_workers")
     if raw in (None, ""):
         return 1
     try:
@@ -337,14 +345,14 @@ def _bench_workers(config: pytest.Config) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= 8:
-        raise pytest.UsageError(f"--ks-bench-workers expects a number of worker processes per "
+        raise pytest.UsageError(f"{name} expects a number of worker processes per "
                                 f"kernel from 1 to 8 (2 spreads each kernel's rounds over two), "
                                 f"got '{raw}'")
     return value
 
 
 def _share(config: pytest.Config) -> float | None:
-    raw = _value(config, "ks_min_own_share")
+    raw, name = _named(config, "ks_min_own_share")
     if raw in (None, ""):
         return None
     try:
@@ -352,13 +360,13 @@ def _share(config: pytest.Config) -> float | None:
     except ValueError:
         value = -1.0
     if not 0 <= value <= 1:
-        raise pytest.UsageError(f"--ks-min-own-share expects a share of the candidate's time "
+        raise pytest.UsageError(f"{name} expects a share of the candidate's time "
                                 f"between 0 and 1 (e.g. 0.5 for half), got '{raw}'")
     return value
 
 
 def _tolerance(config: pytest.Config) -> float:
-    raw = _value(config, "ks_kernelbench_tol")
+    raw, name = _named(config, "ks_kernelbench_tol")
     if raw in (None, ""):
         return 1e-2
     try:
@@ -366,13 +374,14 @@ def _tolerance(config: pytest.Config) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        raise pytest.UsageError(f"--ks-kernelbench-tol expects a tolerance of 0 or more (e.g. "
+        raise pytest.UsageError(f"{name} expects a tolerance of 0 or more (e.g. "
                                 f"1e-4), got '{raw}'")
     return value
 
 
-def _baselines(raw: str) -> tuple[str, ...] | None:
-    raw = raw.strip()
+def _baselines(config: pytest.Config) -> tuple[str, ...] | None:
+    given, name = _named(config, "ks_baselines")
+    raw = (given or "all").strip()
     if raw == "all":
         return None
     if raw == "none":
@@ -380,13 +389,13 @@ def _baselines(raw: str) -> tuple[str, ...] | None:
     names = tuple(n.strip() for n in raw.split(","))
     if not all(names):
         raise pytest.UsageError(
-            f"--ks-baselines expects all, none or comma-separated baseline names, got '{raw}'; "
+            f"{name} expects all, none or comma-separated baseline names, got '{raw}'; "
             "e.g. --ks-baselines cublas_task_layout,cublas_kmajor"
         )
     return names
 
 
-def _min_speedups(raw: list[str]) -> tuple[tuple[str, float], ...]:
+def _min_speedups(raw: list[str], option: str) -> tuple[tuple[str, float], ...]:
     gates: dict[str, float] = {}
     for item in raw:
         name, sep, factor = item.partition("=")
@@ -396,7 +405,7 @@ def _min_speedups(raw: list[str]) -> tuple[tuple[str, float], ...]:
             value = 0.0
         if not sep or not name.strip() or not value > 0:
             raise pytest.UsageError(
-                f"--ks-min-speedup expects NAME=FACTOR with a baseline name and a positive "
+                f"{option} expects NAME=FACTOR with a baseline name and a positive "
                 f"factor, got '{item}'; e.g. --ks-min-speedup cublas_task_layout=1.5"
             )
         gates[name.strip()] = value
@@ -404,8 +413,8 @@ def _min_speedups(raw: list[str]) -> tuple[tuple[str, float], ...]:
 
 
 def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], float | None]:
-    raw_path = _value(config, "ks_compare")
-    raw_max = _value(config, "ks_max_regression")
+    raw_path, path_name = _named(config, "ks_compare")
+    raw_max, max_name = _named(config, "ks_max_regression")
     max_regression = None
     if raw_max:
         text = raw_max.strip().removesuffix("%")
@@ -415,20 +424,20 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
             max_regression = -1.0
         if not max_regression >= 0:
             raise pytest.UsageError(
-                f"--ks-max-regression expects a non-negative percentage, got '{raw_max}'; "
+                f"{max_name} expects a non-negative percentage, got '{raw_max}'; "
                 "e.g. --ks-max-regression 5%"
             )
         if not raw_path:
             raise pytest.UsageError(
-                f"--ks-max-regression {raw_max} needs --ks-compare PATH, the --ks-json file of "
-                "the run to compare with; add it"
+                f"{max_name} {raw_max} needs --ks-compare PATH (ini: ks_compare), the "
+                "--ks-json file of the run to compare with; add it"
             )
     if not raw_path:
         return None, (), max_regression
     from pytest_kscientist.harness.gates import read_saved
 
     path = Path(raw_path).expanduser()
-    return path, tuple(read_saved(path)), max_regression
+    return path, tuple(read_saved(path, path_name)), max_regression
 
 
 MARKDOWN_HEAD = """# Options

@@ -31,8 +31,8 @@ from pytest_kscientist.harness.stats import summarize
          "name and a positive factor, got 'cublas'; e.g. --ks-min-speedup cublas_task_layout=1.5"),
         (["--ks-min-speedup", "cublas=-1"], "got 'cublas=-1'"),
         (["--ks-min-speedup", "=2"], "got '=2'"),
-        (["--ks-max-regression", "5%"], "--ks-max-regression 5% needs --ks-compare PATH, the "
-         "--ks-json file of the run to compare with; add it"),
+        (["--ks-max-regression", "5%"], "--ks-max-regression 5% needs --ks-compare PATH (ini: "
+         "ks_compare), the --ks-json file of the run to compare with; add it"),
         (["--ks-max-regression", "lots", "--ks-compare", "r.json"], "--ks-max-regression "
          "expects a non-negative percentage, got 'lots'; e.g. --ks-max-regression 5%"),
         (["--ks-compare", "nope.json"], "--ks-compare nope.json: no such file; expected the "
@@ -60,7 +60,7 @@ def test_gate_ini_twins_are_validated_and_collected(pytester: pytest.Pytester) -
     pytester.makeini("[pytest]\nks_min_speedup = reference=2x\nks_max_regression = 5\n")
     result = pytester.runpytest("axpy", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--ks-max-regression 5 needs --ks-compare PATH" in result.stderr.str()
+    assert "ks_max_regression (ini) 5 needs --ks-compare PATH" in result.stderr.str()
     pytester.makeini("[pytest]\nks_min_speedup = reference=2x\n")
     result = pytester.runpytest("axpy", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["*::good::gate[[]min-speedup-reference[]]", "6 tests collected*"])

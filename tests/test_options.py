@@ -58,9 +58,32 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
     assert message in result.stderr.str()
 
 
-def test_ini_twin_is_validated_too(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nks_timeout = never\n")
+@pytest.mark.parametrize(("ini", "message"), [
+    ("ks_timeout = never", "ks_timeout (ini) expects a positive number of seconds, got 'never'"),
+    ("ks_device = gpu", "ks_device (ini) expects auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ("ks_bench_budget = 0", "ks_bench_budget (ini) expects a positive number of seconds"),
+    ("ks_bench_workers = 9", "ks_bench_workers (ini) expects a number of worker processes"),
+    ("ks_min_speedup = cublas", "ks_min_speedup (ini) expects NAME=FACTOR"),
+    ("ks_baselines = a,,b", "ks_baselines (ini) expects all, none or comma-separated"),
+    ("ks_drawn = some", "ks_drawn (ini) expects a number of cases"),
+    ("ks_min_own_share = 2", "ks_min_own_share (ini) expects a share"),
+    ("ks_kernelbench_tol = -1", "ks_kernelbench_tol (ini) expects a tolerance"),
+    ("ks_max_regression = lots", "ks_max_regression (ini) expects a non-negative percentage"),
+    ("ks_compare = nowhere.json", "ks_compare (ini) nowhere.json: no such file"),
+])
+def test_ini_twin_is_validated_and_named_as_the_ini_key(
+        pytester: pytest.Pytester, ini: str, message: str) -> None:
+    """A bad value from the ini file is named by the key the user wrote there, not by a flag
+    they never typed."""
+    pytester.makeini(f"[pytest]\n{ini}\n")
     result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_the_flag_is_named_when_the_flag_gave_the_value(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nks_timeout = 30\n")
+    result = pytester.runpytest("--ks-timeout", "never")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--ks-timeout expects a positive number of seconds, got 'never'" in result.stderr.str()
 

@@ -33,18 +33,19 @@ class Verdict:
     message: str
 
 
-def read_saved(path: Path) -> list[RunResults]:
-    """The runs in a ``--ks-json`` file; a usage error naming the flag when it is not one."""
+def read_saved(path: Path, name: str = "--ks-compare") -> list[RunResults]:
+    """The runs in a ``--ks-json`` file; a usage error naming the option (``name``: the flag,
+    or its ini key) when it is not one."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise pytest.UsageError(
-            f"--ks-compare {path}: no such file; expected the --ks-json file of an earlier run "
+            f"{name} {path}: no such file; expected the --ks-json file of an earlier run "
             "(e.g. pytest tasks/fp8_gemm --ks-json baseline.json)"
         ) from None
     except (OSError, ValueError) as exc:
         raise pytest.UsageError(
-            f"--ks-compare {path}: not readable as JSON ({exc}); pass a file written by --ks-json"
+            f"{name} {path}: not readable as JSON ({exc}); pass a file written by --ks-json"
         ) from None
     try:
         items = raw if isinstance(raw, list) else [raw]
@@ -53,7 +54,7 @@ def read_saved(path: Path) -> list[RunResults]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise pytest.UsageError(
-            f"--ks-compare {path}: not a pytest-kscientist results file (field '{where}': "
+            f"{name} {path}: not a pytest-kscientist results file (field '{where}': "
             f"{first['msg']}); pass a file written by --ks-json"
         ) from None
 
