@@ -105,12 +105,6 @@ class BenchSpec(BaseModel):
     # A candidate timed beside baselines alternates with them this many times, each round
     # getting budget_s / rounds, so a drifting clock shifts both sides of every ratio alike.
     rounds: int = Field(4, ge=1)
-    # GPU only. "vary": every timed call's inputs, outputs and the kernel's own allocations
-    # sit behind a spacer of a random size, so a worker times the kernel over many placements
-    # in memory instead of the one its caching allocator happens to repeat (two copies of one
-    # kernel read 1.7-3% apart on one H200 shape for a whole run, notes/timing.md);
-    # "fixed": every call at the addresses the allocator gives, as a plain loop times them.
-    placement: Literal["vary", "fixed"] = "vary"
 
 
 class KernelSpec(BaseModel):

@@ -50,12 +50,6 @@ OUTSIDE_SLACK_SHARE = 0.02
 # A benchmark stops early once its median is known this precisely (95% interval half-width).
 PRECISION = 0.01
 PRECISE_AFTER = 20
-# [bench] placement = "vary" (GPU): a spacer of PLACE_MIN + PLACE_STEP * randrange(PLACE_STEPS)
-# bytes allocated before each call's inputs (up to 33 MiB; large enough for the caching
-# allocator's large pool, whose blocks it splits, so what follows moves by the spacer's size).
-PLACE_MIN = 1 << 20
-PLACE_STEP = 512
-PLACE_STEPS = 1 << 16
 
 
 def derive_seed(seed: object, salt: int, index: int | str) -> int:
@@ -320,12 +314,6 @@ class Evaluator:
             self._judge(self.reference_output(data) if expected is None else expected, out,
                         misses)
 
-    def place_bytes(self) -> int:
-        """The spacer before a benchmark call's inputs (``[bench] placement``); 0: none."""
-        if self.task.spec.bench.placement == "fixed" or not self.device.startswith("cuda"):
-            return 0
-        return PLACE_MIN + PLACE_STEP * _RNG.randrange(PLACE_STEPS)
-
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.
 
@@ -362,8 +350,7 @@ class Evaluator:
         warm: list[float] = []
         for i in range(spec.warmup):
             try:
-                header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case),
-                                 place=self.place_bytes())
+                header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
             except WorkerDied:
                 raise  # the worker's own verdict (hung, crashed): no context to add
             except CandidateFailure as exc:
@@ -466,8 +453,7 @@ class _TimedRun:
         """(header, reported us, untimed path us, worker CPU us) of one request."""
         cpu0 = self.worker.cpu_us()
         t0 = _clock()
-        header, _ = _ask(self.worker, "call", case=self.case, place=self.ev.place_bytes(),
-                         **fields)
+        header, _ = _ask(self.worker, "call", case=self.case, **fields)
         wall = (_clock() - t0) / 1000.0
         cpu1 = self.worker.cpu_us()
         reported = float(header["raw_us"]) - self.overhead_us

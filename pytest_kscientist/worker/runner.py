@@ -61,7 +61,7 @@ def outside_worker_side(modules: Any) -> list[str]:
 
 
 # Attributes of the runner that hold captured functions; replacing one is tampering.
-CAPTURED = ("torch", "Tensor", "clone", "empty", "equal", "ne", "any", "stack", "item", "fill_",
+CAPTURED = ("torch", "Tensor", "clone", "equal", "ne", "any", "stack", "item", "fill_",
             "set_versions", "generate", "timer", "key", "apply_changes", "refill", "profile",
             "activity", "clock", "set_profile")
 
@@ -199,7 +199,6 @@ class Runner:
         self.torch = torch
         self.Tensor = torch.Tensor
         self.clone = torch.Tensor.clone
-        self.empty = torch.empty
         self.equal = torch.equal
         self.ne, self.any, self.stack = torch.ne, torch.Tensor.any, torch.stack
         self.item = torch.Tensor.item
@@ -388,10 +387,6 @@ class Runner:
         """One benchmark call (or, for ``probe``, the same path with a trusted busy kernel of
         ``busy_us`` on the GPU, nothing on the CPU, in place of the candidate)."""
         self.last = None
-        # [bench] placement = "vary": this call's data lands behind a spacer of the size the
-        # pytest process chose, held until the call's checks are done.
-        place = int(req.get("place", 0))
-        spacer = self.empty(place, dtype=self.torch.uint8, device=self.device) if place else None
         pristine, given = self._inputs(req["case"], req["seed"])
         if req.get("probe"):
             busy = self.timer.busy(float(req.get("busy_us", 0.0)))
@@ -410,7 +405,6 @@ class Runner:
             if self.last is not None:
                 parts = [self.last] if _type(self.last) is self.Tensor else self.last
                 self.out_like = [(t.shape, t.dtype) for t in parts]
-        del spacer
         if problem:
             return _fail(problem)
         return {"ok": True, "raw_us": raw, "outside_us": outside}, b""
