@@ -63,6 +63,34 @@ def test_compare_reports_poison_shape_and_dtype() -> None:
     assert compare(ref.float(), ref, 0, 0) == "output dtype torch.float32, expected torch.bfloat16"
 
 
+def test_compare_judges_complex_outputs_by_both_parts() -> None:
+    """A conjugated or real-only FFT passed before: both sides were cast to float64, which
+    keeps the real part alone."""
+    ref = torch.tensor([1 + 2j, -3 + 0.5j, 4 - 1j], dtype=torch.complex64)
+    assert compare(ref.clone(), ref, 1e-5, 1e-5) is None
+    assert compare(ref.conj().resolve_conj(), ref, 1e-5, 1e-5).startswith("3 of 3 elements")
+    message = compare(torch.complex(ref.real, torch.zeros(3)), ref, 1e-5, 1e-5)
+    assert "(0,): got 1+0j, expected 1+2j" in message
+    # Closeness is the complex distance against the complex magnitude, as torch.allclose.
+    assert compare(torch.tensor([100 + 0.5j]), torch.tensor([100 + 0.001j]), 1e-3, 2e-2) is None
+    nan = torch.tensor([complex(float("nan"), 1.0)])
+    assert compare(nan.clone(), nan, 0, 0) is None
+    assert "NaN where the reference is not" in compare(nan, torch.tensor([1 + 1j]), 0, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_compare_judges_integers_exactly(dtype: torch.dtype) -> None:
+    ref = torch.tensor([0, 1, 1, 0]).to(dtype)
+    assert compare(ref.clone(), ref, 0, 0) is None
+    off = ref.clone()
+    off[2] = 0
+    assert compare(off, ref, 0, 0).startswith("1 of 4 elements outside")
+    if dtype == torch.int64:  # one apart above 2**53, where float64 holds them as one value
+        big = torch.tensor([2**60, 2**60 + 3])
+        message = compare(big + torch.tensor([0, 1]), big, 0, 0)
+        assert message is not None and f"got {2**60 + 4}, expected {2**60 + 3}" in message
+
+
 def test_channel_round_trip_and_tampering() -> None:
     key = os.urandom(32)
     r, w = os.pipe()

@@ -46,8 +46,8 @@ def judge(out: Any, ref: Any, atol: float, rtol: float, show: int = 5) -> Mismat
     special = True
     firsts: list[str] = []
     for start in range(0, flat_o.numel(), step):
-        o, r = flat_o[start:start + step].double(), flat_r[start:start + step].double()
-        if quick and bool(((o - r).abs() <= atol + rtol * r.abs()).all()) and bool(
+        o, r = _widened(flat_o[start:start + step]), _widened(flat_r[start:start + step])
+        if quick and bool((_distance(o, r) <= atol + rtol * _magnitude(r)).all()) and bool(
                 r.isfinite().all()):
             continue  # every element finite and close: what the full test below would find
         found = _chunk(o, r, atol, rtol, show)
@@ -56,7 +56,7 @@ def judge(out: Any, ref: Any, atol: float, rtol: float, show: int = 5) -> Mismat
         special &= found[2]
         for i in found[3][:show - len(firsts)]:
             at = _position(start + i, tuple(out.shape))
-            firsts.append(f"{at}: got {o[i].item():.6g}, expected {r[i].item():.6g}")
+            firsts.append(f"{at}: got {_shown(o[i].item())}, expected {_shown(r[i].item())}")
     if count == 0:
         return None
     numel = flat_o.numel()
@@ -69,13 +69,15 @@ def judge(out: Any, ref: Any, atol: float, rtol: float, show: int = 5) -> Mismat
 def _chunk(o: Any, r: Any, atol: float, rtol: float,
            show: int) -> tuple[int, int, bool, list[int]]:
     """(mismatches, NaN where the reference is not, NaN/Inf positions all alike, the first
-    few mismatching flat indices) of two float64 vectors."""
+    few mismatching flat indices) of two vectors of one ``_widened`` type."""
     import torch
 
-    same_special = (torch.isnan(o) == torch.isnan(r)) & (torch.isposinf(o) == torch.isposinf(r))
-    same_special &= torch.isneginf(o) == torch.isneginf(r)
+    if o.is_complex():  # NaN and Inf part by part; closeness by the complex distance
+        same_special = _alike(torch.view_as_real(o), torch.view_as_real(r)).all(dim=-1)
+    else:
+        same_special = _alike(o, r)
     finite = torch.isfinite(o) & torch.isfinite(r)
-    close = torch.where(finite, (o - r).abs() <= atol + rtol * r.abs(), same_special)
+    close = torch.where(finite, _distance(o, r) <= atol + rtol * _magnitude(r), same_special)
     bad = ~(close & same_special)
     count = int(bad.sum())
     if count == 0:
@@ -83,6 +85,40 @@ def _chunk(o: Any, r: Any, atol: float, rtol: float,
     where = bad.nonzero()[:show, 0].tolist()
     unwritten = int((torch.isnan(o) & ~torch.isnan(r)).sum())
     return count, unwritten, bool(same_special.all()), where
+
+
+def _alike(o: Any, r: Any) -> Any:
+    """Where two real vectors agree on NaN, +Inf and -Inf."""
+    import torch
+
+    same = (torch.isnan(o) == torch.isnan(r)) & (torch.isposinf(o) == torch.isposinf(r))
+    return same & (torch.isneginf(o) == torch.isneginf(r))
+
+
+def _widened(t: Any) -> Any:
+    """A chunk in the type it is judged in: complex128 for complex outputs (both parts count),
+    int64 for integers and booleans (exact: as float64, 2**60 and 2**60 + 1 are one value),
+    float64 for the rest."""
+    import torch
+
+    if t.is_complex():
+        return t.to(torch.complex128)
+    if t.is_floating_point():
+        return t.double()
+    return t.long()
+
+
+def _distance(o: Any, r: Any) -> Any:
+    """|o - r| as float64 (exact for integers up to 2**53, where any mismatch already fails)."""
+    return (o - r).abs().double()
+
+
+def _magnitude(r: Any) -> Any:
+    return r.abs().double()
+
+
+def _shown(value: Any) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
 
 
 def _position(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
