@@ -81,6 +81,63 @@ def test_a_reference_that_ignores_the_seed_fails_with_the_hole_named(
     assert "all-zeros output passes" not in text  # the tolerance itself is tight
 
 
+def test_a_generate_input_that_ignores_its_seed_is_a_task_error(
+        pytester: pytest.Pytester) -> None:
+    """torch.randn without a generator: the pytest process draws other inputs than the worker
+    for the same seed, so every candidate (the reference too) would fail its check."""
+    task = _copy(pytester.path)
+    ref = task / "reference.py"
+    ref.write_text(ref.read_text().replace(", generator=gen)", ")"))
+    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "task 'axpy': case n1000-s1 drawn twice with seed 1 gives inputs whose reference "
+        "outputs differ (wrong result: * elements outside *): generate_input (or the reference) "
+        "does not follow the seed; draw from a torch.Generator seeded with it"])
+
+
+@pytest.mark.parametrize(("index", "what"), [
+    ("5", "is past the 3 value(s)"),
+    ("0", None),
+])
+def test_an_output_index_that_names_no_output_is_a_task_error(
+        pytester: pytest.Pytester, index: str, what: str | None) -> None:
+    task = _copy(pytester.path)
+    spec = task / "task.toml"
+    spec.write_text(spec.read_text().replace("output_index = 2", f"output_index = {index}"))
+    if what is None:  # a plain number among the values instead of a tensor
+        ref = task / "reference.py"
+        ref.write_text(ref.read_text().replace("return x, y, torch.empty(n, device=device)",
+                                               "return n, x, y, torch.empty(n, device=device)")
+                       .replace("x, y, _ = data", "_, x, y, _ = data"))
+        what = "names an int, not a tensor, among the values"
+    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider")
+    text = result.stdout.str()
+    assert (f"task 'axpy': task.toml's output_index = {index} {what} generate_input returns "
+            in text), text
+    # The candidates' items say the same, not an IndexError from inside the worker.
+    assert "IndexError" not in text
+    result.stdout.fnmatch_lines([f"*good check n1000-s1: task.toml's output_index = {index}*"])
+
+
+def test_a_task_whose_kernel_returns_its_own_output_needs_no_output_index(
+        pytester: pytest.Pytester) -> None:
+    task = _copy(pytester.path)
+    spec = task / "task.toml"
+    spec.write_text(spec.read_text().replace("output_index = 2\n", ""))
+    ref = task / "reference.py"
+    ref.write_text(ref.read_text().replace("return x, y, torch.empty(n, device=device)",
+                                           "return x, y").replace("x, y, _ = data", "x, y = data"))
+    (task / "seeds" / "good.py").write_text(
+        "def custom_kernel(data):\n    x, y = data\n    return 2 * x + y\n")
+    (task / "seeds" / "in_place.py").write_text(
+        "def custom_kernel(data):\n    x, y = data\n    return y.add_(2 * x)\n")
+    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider",
+                                "-k", "check or validate")
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.fnmatch_lines(["*in_place check *: modified input 1 in place*"])
+
+
 def test_lenient_task_turns_a_hole_into_a_warning(pytester: pytest.Pytester) -> None:
     task = _loose(_copy(pytester.path))
     out = pytester.path / "r.json"

@@ -36,6 +36,40 @@ def leaves(data: Any) -> list[Any]:
     return [data]
 
 
+class TaskMismatch(Exception):
+    """The task's spec does not fit what its own code returns (a task error, reported whole
+    and without a type name wherever it surfaces, a worker's reply included)."""
+
+
+def output_problem(data: Any, index: int | None) -> str | None:
+    """Why ``index`` (a task's ``output_index``) names no tensor of ``data``, or None."""
+    if index is None:
+        return None
+    found = leaves(data)
+    if index < len(found) and _isinstance(found[index], _tensor_type()):
+        return None
+    kinds = ", ".join(f"{i}: {_kind(leaf)}" for i, leaf in enumerate(found))
+    if index >= len(found):
+        what = f"is past the {len(found)} value(s)"
+    else:
+        kind = _kind(found[index])
+        what = f"names {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a tensor, among the values"
+    return (f"task.toml's output_index = {index} {what} generate_input returns ({kinds}); set "
+            "it to the position of the preallocated output the kernel writes into, or leave "
+            "it out when the kernel returns an output it makes itself")
+
+
+def _kind(leaf: Any) -> str:
+    shape = getattr(leaf, "shape", None)
+    return f"tensor {tuple(shape)}" if shape is not None else type(leaf).__name__
+
+
+def _tensor_type() -> Any:
+    import torch
+
+    return torch.Tensor
+
+
 def same(a: Any, b: Any) -> bool:
     """Whether two outputs are identical, leaf by leaf (a tensor's shape, dtype and every
     element); for the pytest process (task validation, a re-run's hint)."""

@@ -185,7 +185,11 @@ class TaskSpec(BaseModel):
     reference: str = "reference.py"
     seeds: str = "seeds"
     case_keys: list[str] = Field(min_length=1)
-    output_index: int | None = 4
+    # Where generate_input's data holds a preallocated output the kernel writes into: its
+    # position among the data's leaves (forms.leaves: tensors and plain values, in order, from
+    # 0; fp8_gemm's c is 4). Unset: the kernel makes and returns its own output, and every
+    # input must come back unchanged.
+    output_index: int | None = Field(None, ge=0)
     check: CheckSpec = Field(default_factory=lambda: CheckSpec.model_validate({}))
     bench: BenchSpec = Field(default_factory=lambda: BenchSpec.model_validate({}))
     kernel: KernelSpec = Field(default_factory=lambda: KernelSpec.model_validate({}))
@@ -273,6 +277,9 @@ class Task:
             raise TaskSpecError(
                 f"task '{self.name}' has no profile '{name}' (it has: {known}); "
                 f"pick one of those with --ks-profile"
+                + ("; without a GPU --ks-profile auto picks 'cpu': give the task a "
+                   "[profiles.cpu] of small cases to run it on the CPU by default"
+                   if name == "cpu" else "")
             ) from None
 
     def floor_for(self, device_name: str) -> FloorSpec | None:

@@ -2,9 +2,12 @@
 
 A task whose tolerance accepts an all-zeros or constant output, or whose reference output does
 not change with the seed, passes kernels that compute nothing (KernelBench issue 165: zeros
-passed 4 of 60 level-1 tasks). One item per task, ``<task file>::task::validate``, asks three
+passed 4 of 60 level-1 tasks). One item per task, ``<task file>::task::validate``, asks these
 questions on the task's first check case of the run's profile:
 
+- the case drawn twice with its own seed must give inputs whose reference outputs agree within
+  the task's check (``generate_input`` follows its seed), and a declared ``output_index`` must
+  name a tensor of those inputs (both task errors);
 - the reference's output for the case's own seed, judged as a candidate's output would be for
   another seed's inputs, must fail (a case without a ``seed`` key, as GPU MODE allows, draws
   twice from the global generators that ``forms`` seeds, as its check items do);
@@ -40,7 +43,7 @@ from pytest_kscientist.kswarnings import KsTaskHole
 
 CACHE_PREFIX = "kscientist/task-validation/"
 # Bumped when what is checked changes, so older cached verdicts are not reused.
-VERSION = 1
+VERSION = 2
 
 
 class Verdict(BaseModel):
@@ -93,14 +96,30 @@ def validate(task: Task, case: Case, device: str) -> Verdict:
     other = seed_for(task.form, first, derive_seed(first, 0, "validate") % (1 << 31))
     seeds = (first, other if other != first else other + 1)
     try:
-        data = [evaluator.inputs(case, s) for s in seeds]
+        data = [evaluator.inputs(case, s) for s in (*seeds, seeds[0])]
         outputs = [evaluator.reference_output(d) for d in data]
     except Exception as exc:  # noqa: BLE001 - the task's own code; any failure is its verdict
         verdict.error = (f"the reference failed on case {verdict.case_id}: "
                          f"{type(exc).__name__}: {str(exc)[:200]}")
         return verdict
+    problem = forms.output_problem(data[0], task.spec.output_index)
+    if problem:
+        verdict.error = problem
+        return verdict
     tolerance = _tolerance(task)
     which = "seeds" if seeded else "global generator seeds (the case has no seed key)"
+    # The same seed drawn again must give inputs whose reference output passes the check
+    # against the first: else every candidate is judged on inputs the pytest process cannot
+    # draw again (generate_input ignoring its seed: torch.randn without a generator).
+    again = evaluator.failure(data[2], outputs[2], outputs[0])
+    if again:
+        one = "seed" if seeded else "global generator seed"
+        verdict.error = (f"case {verdict.case_id} drawn twice with {one} {seeds[0]} gives "
+                         f"inputs whose reference outputs differ ({again.splitlines()[0][:200]}): "
+                         "generate_input (or the reference) does not follow the seed; draw "
+                         "from a torch.Generator seeded with it")
+        return verdict
+    data, outputs = data[:2], outputs[:2]
     where = f"case {verdict.case_id}, {which} {seeds[0]} and {seeds[1]}"
     seed_hole = (f"the reference output does not change with the seed ({where})"
                  if forms.same(outputs[0], outputs[1]) else

@@ -155,6 +155,8 @@ def _one_line(exc: BaseException) -> str:
     """The failure in one line: its first line and, for a message of several lines, its last
     (a Triton CompilationError starts "at 3:4:" and ends with the actual cause: issue 13); a
     write the sandbox refused says where a candidate may write."""
+    if _type(exc) is forms.TaskMismatch:
+        return str(exc)
     lines = [ln.strip() for ln in f"{_type(exc).__name__}: {exc}".splitlines() if ln.strip()]
     hint = READ_ONLY_HINT if _refused_write(exc) else ""
     if not lines:
@@ -470,6 +472,9 @@ class Runner:
 
     def _clear_output(self, given: Any) -> None:
         out_idx = self.output_index
+        problem = forms.output_problem(given, out_idx)
+        if problem:
+            raise forms.TaskMismatch(problem)
         if out_idx is not None and leaves(given)[out_idx].is_floating_point():
             self.fill_(leaves(given)[out_idx], float("nan"))
 
