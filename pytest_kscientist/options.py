@@ -51,6 +51,14 @@ class Settings:
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
     llm: Any = None
+    # How errors name an option whose value came from the ini file ("ks_min_speedup (ini)");
+    # options given as flags, or left unset, are named by their flag.
+    ini_named: dict[str, str] = field(default_factory=dict)
+
+    def name_of(self, dest: str) -> str:
+        """The name to quote for option ``dest`` in messages: its flag or its ini key."""
+        return self.ini_named.get(dest) or next(
+            (o.flag for o in CORE_OPTIONS if o.dest == dest), dest)
 
 
 @dataclass(frozen=True)
@@ -333,7 +341,18 @@ def resolve(config: pytest.Config) -> Settings:
         lenient_task=bool(_value(config, "ks_lenient_task")),
         attribution=bool(_value(config, "ks_attribution")),
         min_own_share=_share(config), bench_workers=_bench_workers(config),
+        ini_named=_ini_named(config),
     )
+
+
+def _ini_named(config: pytest.Config) -> dict[str, str]:
+    """The core options whose value came from the ini file -> their ini names (``_named``)."""
+    named = {}
+    for option in CORE_OPTIONS:
+        value, name = raw_value(config, option)
+        if name != option.flag and value not in (None, "", [], False):
+            named[option.dest] = name
+    return named
 
 
 def _bench_workers(config: pytest.Config) -> int:
@@ -399,6 +418,10 @@ def _min_speedups(raw: list[str], option: str) -> tuple[tuple[str, float], ...]:
     gates: dict[str, float] = {}
     for item in raw:
         name, sep, factor = item.partition("=")
+        if sep and name.strip() in gates:
+            raise pytest.UsageError(
+                f"{option} names '{name.strip()}' twice ({gates[name.strip()]:g} and "
+                f"{factor.strip()}); keep one gate per baseline")
         try:
             value = float(factor.strip().removesuffix("x"))
         except ValueError:
@@ -437,6 +460,8 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
     from pytest_kscientist.harness.gates import read_saved
 
     path = Path(raw_path).expanduser()
+    if path_name != "--ks-compare" and config.inipath is not None:
+        path = config.inipath.parent / path  # an ini value is relative to its file
     return path, tuple(read_saved(path, path_name)), max_regression
 
 

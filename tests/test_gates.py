@@ -89,6 +89,39 @@ def test_bad_baseline_name_is_a_collection_error(pytester: pytest.Pytester, args
     assert message in result.stdout.str()
 
 
+def test_bad_baseline_names_from_the_ini_file_are_named_by_their_ini_keys(
+        pytester: pytest.Pytester) -> None:
+    with_baselines(pytester.path / "axpy", ["loop_add"])
+    pytester.makeini("[pytest]\nks_min_speedup = nope=2\n")
+    result = pytester.runpytest("axpy", "--collect-only")
+    assert "ks_min_speedup (ini) names 'nope', which task 'axpy' does not declare" in (
+        result.stdout.str())
+    pytester.makeini("[pytest]\nks_min_speedup = loop_add=2\nks_baselines = none\n")
+    result = pytester.runpytest("axpy", "--collect-only")
+    assert ("ks_min_speedup (ini) names 'loop_add', which ks_baselines (ini) leaves out; time it "
+            "(add it to ks_baselines (ini)) or drop the gate") in result.stdout.str()
+
+
+def test_one_baseline_gated_twice_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--ks-min-speedup", "reference=0.5",
+                                "--ks-min-speedup", "reference=0.7")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("--ks-min-speedup names 'reference' twice (0.5 and 0.7); keep one gate per baseline"
+            in result.stderr.str())
+
+
+def test_an_ini_compare_path_is_read_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
+    """As ks_population: a CI job that runs pytest from a subfolder finds the saved run."""
+    pytester.makeini("[pytest]\nks_compare = saved.json\nks_max_regression = 5%\n")
+    sub = pytester.mkdir("sub")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(sub)
+        result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ks_compare (ini) {pytester.path / 'saved.json'}: no such file" in (
+        result.stderr.str())
+
+
 def test_left_out_baselines_are_not_collected(pytester: pytest.Pytester) -> None:
     with_baselines(pytester.path / "axpy", ["loop_add", "prepared"])
     result = pytester.runpytest("axpy", "--collect-only", "-q", "--ks-baselines", "prepared")

@@ -69,7 +69,7 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
     ("ks_min_own_share = 2", "ks_min_own_share (ini) expects a share"),
     ("ks_kernelbench_tol = -1", "ks_kernelbench_tol (ini) expects a tolerance"),
     ("ks_max_regression = lots", "ks_max_regression (ini) expects a non-negative percentage"),
-    ("ks_compare = nowhere.json", "ks_compare (ini) nowhere.json: no such file"),
+    ("ks_compare = nowhere.json", "nowhere.json: no such file"),
 ])
 def test_ini_twin_is_validated_and_named_as_the_ini_key(
         pytester: pytest.Pytester, ini: str, message: str) -> None:

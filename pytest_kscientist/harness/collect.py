@@ -247,23 +247,25 @@ class TaskFile(pytest.File):
         if picked is not None:
             picked = (*picked, *beside)
         known = ", ".join(declared) or "none"
+        gate_option = ks.settings.name_of("ks_min_speedup")
+        picking = ks.settings.name_of("ks_baselines")
         for name in picked or ():
             if name not in declared:
                 raise self.CollectError(
-                    f"--ks-baselines names '{name}', which task '{task.name}' does not declare "
+                    f"{picking} names '{name}', which task '{task.name}' does not declare "
                     f"(its baselines: {known}); fix the name, or use all or none"
                 )
         for name, _ in ks.settings.min_speedup:
             if name != REFERENCE_NAME and name not in declared:
                 raise self.CollectError(
-                    f"--ks-min-speedup names '{name}', which task '{task.name}' does not declare "
+                    f"{gate_option} names '{name}', which task '{task.name}' does not declare "
                     f"(its baselines: {known}; or 'reference'); fix the name or declare it in "
                     f"{task.root / 'task.toml'} [[baselines]]"
                 )
             if picked is not None and name != REFERENCE_NAME and name not in picked:
                 raise self.CollectError(
-                    f"--ks-min-speedup names '{name}', which --ks-baselines leaves out; time it "
-                    "(add it to --ks-baselines) or drop the gate"
+                    f"{gate_option} names '{name}', which {picking} leaves out; time it "
+                    f"(add it to {picking}) or drop the gate"
                 )
         for stem in stems:
             if stem in declared or stem in (REFERENCE_NAME, NODE_NAME):
