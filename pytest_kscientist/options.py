@@ -45,8 +45,9 @@ class Settings:
     # --ks-min-own-share: the least share of a candidate's time in its own kernels, for every
     # task (None: each task's [kernel] min_own_share).
     min_own_share: float | None = None
-    # --ks-bench-workers: the worker processes each kernel's timing rounds are spread over.
-    bench_workers: int = 1
+    # --ks-bench-workers: the worker processes each kernel's timing rounds are spread over;
+    # None (auto): KsSession.auto_workers picks them once the session's kernels are known.
+    bench_workers: int | None = 1
     # With --evolve, its options and the LLM scientist's, resolved at configure time by their
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
@@ -137,10 +138,12 @@ CORE_OPTIONS = (
     Option("--ks-bench-budget", "time spent timing each benchmark case (default: the task's "
            "bench.budget_s)", "SECONDS", ini="ks_bench_budget"),
     Option("--ks-bench-workers", "worker processes each kernel is timed in, taking the rounds "
-           "in turn (default 1): a process that runs a kernel slower for its whole life (seen "
-           "at 5-24%% on a 2-core CPU) then widens the intervals instead of moving the ratio; "
-           "costs a worker start per kernel and extra worker", "N", ini="ks_bench_workers",
-           ini_default="1"),
+           "in turn: a process that runs a kernel slower for its whole life (1-4%% seen on an "
+           "H200, 5-24%% on a 2-core CPU) then widens the intervals instead of moving the "
+           "ratio; costs a worker start per kernel and extra worker. auto (default): one a "
+           "round (4) on a GPU when two or more kernels are compared (candidates, --ks-beside, "
+           "--ks-compare's saved copies), else 1", "N", ini="ks_bench_workers",
+           ini_default="auto"),
     Option("--evolve", "evolve the task folder given with the Kernel Scientist (selector, "
            "designer, writer) until its population has N generations after the seeds, each "
            "evaluated as a child pytest run; rerun to resume after an interruption", "N",
@@ -355,16 +358,16 @@ def _ini_named(config: pytest.Config) -> dict[str, str]:
     return named
 
 
-def _bench_workers(config: pytest.Config) -> int:
+def _bench_workers(config: pytest.Config) -> int | None:
     raw, name = _named(config, "ks_bench_workers")
-    if raw in (None, ""):
-        return 1
+    if raw in (None, "", "auto"):
+        return None
     try:
         value = int(raw)
     except ValueError:
         value = 0
     if not 1 <= value <= 8:
-        raise pytest.UsageError(f"{name} expects a number of worker processes per "
+        raise pytest.UsageError(f"{name} expects auto or a number of worker processes per "
                                 f"kernel from 1 to 8 (2 spreads each kernel's rounds over two), "
                                 f"got '{raw}'")
     return value

@@ -225,6 +225,7 @@ class KsHooks:
         from pytest_kscientist.harness.items import plan_rounds, tag_timed
 
         items[:] = plan_rounds(items, self.ks.lineup)
+        self.ks.auto_workers()
         tag_timed(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -36,8 +36,8 @@ from helpers import AXPY
          "got 'soon'"),
         (["--ks-device", "tpu"], "--ks-device expects auto, cpu, cuda or cuda:N, got 'tpu'"),
         (["--evolve", "0"], "--evolve expects a positive integer, got '0'"),
-        (["--ks-bench-workers", "0"], "--ks-bench-workers expects a number of worker processes "
-         "per kernel from 1 to 8 (2 spreads each kernel's rounds over two), got '0'"),
+        (["--ks-bench-workers", "0"], "--ks-bench-workers expects auto or a number of worker "
+         "processes per kernel from 1 to 8 (2 spreads each kernel's rounds over two), got '0'"),
         pytest.param(["--ks-device", "cuda"], "--ks-device cuda: no CUDA/ROCm device is visible "
                      "to torch", marks=pytest.mark.skipif(
                          torch.cuda.is_available(), reason="a CUDA device is visible here")),
@@ -62,7 +62,7 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
     ("ks_timeout = never", "ks_timeout (ini) expects a positive number of seconds, got 'never'"),
     ("ks_device = gpu", "ks_device (ini) expects auto, cpu, cuda or cuda:N, got 'gpu'"),
     ("ks_bench_budget = 0", "ks_bench_budget (ini) expects a positive number of seconds"),
-    ("ks_bench_workers = 9", "ks_bench_workers (ini) expects a number of worker processes"),
+    ("ks_bench_workers = 9", "ks_bench_workers (ini) expects auto or a number of worker"),
     ("ks_min_speedup = cublas", "ks_min_speedup (ini) expects NAME=FACTOR"),
     ("ks_baselines = a,,b", "ks_baselines (ini) expects all, none or comma-separated"),
     ("ks_drawn = some", "ks_drawn (ini) expects a number of cases"),

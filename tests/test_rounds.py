@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import types
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from test_baselines import _FakeEvaluator, _FakePartner
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.baselines import Turns
 from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
+from pytest_kscientist.harness.session import auto_counts
 from pytest_kscientist.harness.stats import geomean, rounds_centre, spread_interval
 
 
@@ -132,6 +134,21 @@ def test_turns_give_each_round_its_worker_and_start_twins_once() -> None:
     assert turns.worker(1, own, start).name == "twin2"  # type: ignore[arg-type]
     turns.close()
     assert turns.twins == {} and not any(w.up for w in started) and own.up
+    # started ahead (starts.start_workers): the rounds find them; a twin that failed to load
+    # is left for its round, which starts it again and fails as the kernel
+    ahead = Turns(3)
+    ahead.start_ahead(1, start)  # type: ignore[arg-type]
+    assert ahead.worker(1, own, start).name == "twin3"  # type: ignore[arg-type]
+
+    def broken() -> FakeWorker:
+        raise CandidateFailure("failed to load: boom")
+
+    ahead.start_ahead(2, broken)  # type: ignore[arg-type]
+    assert 2 not in ahead.twins
+    with pytest.raises(CandidateFailure, match="boom"):
+        ahead.worker(2, own, broken)  # type: ignore[arg-type]
+    assert ahead.worker(2, own, start).name == "twin4"  # type: ignore[arg-type]
+    ahead.close()
 
 
 def test_the_spread_interval_is_students_t_on_the_rounds_logs() -> None:
@@ -222,3 +239,40 @@ def test_two_kernels_are_timed_in_the_same_rounds_and_compared(two_copies) -> No
                      rf"{slower} is faster on the paired rounds)\n", output), output
     wrong_bench = next(c for c in by_name["wrong"]["cases"] if c["kind"] == "bench")
     assert wrong_bench["reason"].startswith("not timed: check")
+
+
+def _node(task: str, name: str, role: str = "candidate", rounds: int = 4) -> Any:
+    spec = types.SimpleNamespace(bench=types.SimpleNamespace(rounds=rounds))
+    return types.SimpleNamespace(task=types.SimpleNamespace(name=task, spec=spec), name=name,
+                                 role=role)
+
+
+def test_auto_workers_go_to_tasks_that_compare_kernels() -> None:
+    """--ks-bench-workers auto (on a GPU): a worker a round for every kernel of a task whose
+    rounds hold two or more kernels to compare; one candidate beside the reference (or alone)
+    keeps one worker."""
+    two = [_node("gemm", "a"), _node("gemm", "b"), _node("gemm", "reference", "reference")]
+    one = [_node("axpy", "good"), _node("axpy", "reference", "reference", rounds=6)]
+    assert auto_counts([two, two[:2], one], set()) == {"gemm": 4}
+    # a candidate beside its saved copy (--ks-compare) or a --ks-beside kernel is a comparison
+    assert auto_counts([one], {("axpy", "good_saved")}) == {"axpy": 6}
+    assert auto_counts([[_node("x", "a", rounds=1), _node("x", "b", rounds=1)]], set()) == {
+        "x": 2}
+    assert auto_counts([[_node("x", "a", rounds=12), _node("x", "b", rounds=12)]], set()) == {
+        "x": 8}
+
+
+def test_evolve_children_time_in_one_worker_unless_asked(pytester: pytest.Pytester) -> None:
+    """auto would double a generation's bench time on a GPU: the children get one worker a
+    kernel unless the user set the option (flag or ini)."""
+    from pytest_kscientist.evolve.sessions import ChildSession
+
+    def args(*flags: str) -> str:
+        config = pytester.parseconfig(*flags)
+        return " ".join(ChildSession.for_config(config, pytester.path, pytester.path).args)
+
+    assert "--ks-bench-workers 1" in args()
+    assert "--ks-bench-workers auto" in args("--ks-bench-workers", "auto")
+    assert "--ks-bench-workers 1" not in args("--ks-bench-workers", "auto")
+    pytester.makeini("[pytest]\nks_bench_workers = 2\n")
+    assert "--ks-bench-workers" not in args()  # the child reads the same ini (-c)

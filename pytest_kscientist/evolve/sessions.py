@@ -155,6 +155,12 @@ class ChildSession:
             value = config.getoption(dest, default=None)
             if value is not None:
                 args += [flag, str(value)]
+        if config.getoption("ks_bench_workers", default=None) is None and str(
+                config.getini("ks_bench_workers") or "").strip() in ("", "auto"):
+            # auto would time a generation's children and their parent in a worker a round
+            # (4 on a GPU), doubling its bench time (issue 32); the loop confirms a child's
+            # move beside its parent over generations instead (links.py). Asked for: as given.
+            args += ["--ks-bench-workers", "1"]
         # The loop ranks candidates among themselves: timing the reference again in every
         # generation would only cost time (18 benchmarks of the slowest kernel on a GPU).
         args.append("--ks-skip-reference")

@@ -136,6 +136,14 @@ class Turns:
             twin = self.twins[which] = start()
         return twin
 
+    def start_ahead(self, turn: int, start: Callable[[], Worker]) -> None:
+        """Start twin ``turn`` now (starts.start_workers, in the background); a failure is left
+        for the round that needs the twin, which starts it again and fails as its kernel."""
+        try:
+            self.worker(turn, None, start)  # type: ignore[arg-type]  # turn >= 1: no own
+        except CandidateFailure:
+            self.twins.pop(turn % self.count, None)
+
     def close(self) -> None:
         for twin in self.twins.values():
             twin.close()

@@ -314,7 +314,8 @@ class CandidateNode(pytest.Collector):
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
         self.starting: Starting | None = None  # its start in the background (start_workers)
-        self.turns = Turns(self.ks.settings.bench_workers)  # its rounds' workers
+        # Its rounds' workers (auto: KsSession.auto_workers sets the count after collection).
+        self.turns = Turns(self.ks.settings.bench_workers or 1)
         self.load_failure: CandidateFailure | None = None
         self.load_shown = False  # its load_failure was raised by an item
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)

@@ -80,6 +80,8 @@ class KsSession:
         # (task, name) of partners timed beside as kernels of the candidates' kind
         # (--ks-beside, --ks-compare's saved copies): Partner.full_sample.
         self.beside: set[tuple[str, str]] = set()
+        # task name -> worker processes a kernel's rounds go to (--ks-bench-workers auto)
+        self.auto_counts: dict[str, int] = {}
         self._saved_folder: Path | None = None
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
@@ -141,6 +143,29 @@ class KsSession:
             self.evaluators[task.spec_path] = Evaluator(task, self.device, self.salt)
         return self.evaluators[task.spec_path]
 
+    def workers_for(self, task_name: str) -> int:
+        """Worker processes each kernel of the task is timed in (``--ks-bench-workers``)."""
+        return self.settings.bench_workers or self.auto_counts.get(task_name, 1)
+
+    def auto_workers(self) -> None:
+        """``--ks-bench-workers auto``, once the selected items are planned: on a GPU, a task
+        whose rounds compare two or more kernels (candidates, --ks-beside kernels,
+        --ks-compare's saved copies) times every kernel of it in one worker a round. On one
+        H200 a kernel's worker ran it 1-4.5% faster than its twin's for a whole session (every
+        round, 8 of 18 shapes), and two copies of one kernel read 4.5% apart; in a worker a
+        round the process effect enters the rounds' spread and their median instead
+        (notes/timing.md, section 4). Elsewhere one worker: on the 2-core CPU, with workers
+        forked from one zygote, more did not help."""
+        wanted = self.settings.device
+        if (self.settings.bench_workers is not None or wanted == "cpu"
+                or (wanted == "auto" and not gpu_visible())  # no torch import to find that out
+                or not self.device.startswith("cuda")):
+            return
+        self.auto_counts = auto_counts(self.lineup.planned.values(), self.beside)
+        for nodes in self.lineup.planned.values():
+            for node in nodes:
+                node.turns.count = self.auto_counts.get(node.task.name, 1)
+
     def bench_budget(self, task: Task) -> float:
         return self.settings.bench_budget_s or task.spec.bench.budget_s
 
@@ -160,7 +185,7 @@ class KsSession:
                                                  init_seed=self.evaluator(task).init_seed,
                                                  spares=self.spares,
                                                  full_sample=key in self.beside,
-                                                 turns=Turns(self.settings.bench_workers),
+                                                 turns=Turns(self.workers_for(task.name)),
                                                  builds=self.shared_builds,
                                                  answered=self.inline_builds.setdefault(
                                                      key, []))
@@ -324,3 +349,21 @@ def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool |
 
 
 KS_SESSION = pytest.StashKey[KsSession]()
+
+
+def auto_counts(planned: Any, beside: set[tuple[str, str]]) -> dict[str, int]:
+    """``--ks-bench-workers auto`` on a GPU: task name -> workers a kernel, for the tasks whose
+    rounds compare two or more kernels (``planned``: the lineup's lists of nodes, each with
+    ``task`` and ``role``; ``beside``: (task name, partner) of the --ks-beside kernels and the
+    saved copies): one worker a round, 2 to 8."""
+    compared: dict[str, set[str]] = {}
+    tasks: dict[str, Task] = {}
+    for nodes in planned:
+        for node in nodes:
+            tasks[node.task.name] = node.task
+            if node.role == "candidate":
+                compared.setdefault(node.task.name, set()).add(node.name)
+    for task_name, name in beside:
+        compared.setdefault(task_name, set()).add(name)
+    return {name: min(max(task.spec.bench.rounds, 2), 8) for name, task in tasks.items()
+            if len(compared.get(name, ())) >= 2}
