@@ -14,7 +14,8 @@ must pass for both copies. A last run makes ``aa_two`` 10% slower (it spins for 
 its own time after each call) and the gate must fail it (``--no-slower``: not run).
 ``--shapes`` narrows the benchmarks with a pytest ``-k`` expression over case ids (their
 gates are then deselected). ``--workers N`` times each kernel in N workers
-(``--ks-bench-workers``). Targets: every shape within 5% on a CPU and 2% on a GPU,
+(``--ks-bench-workers``; left out: the harness's ``auto``, a worker a round on a GPU).
+Targets: every shape within 5% on a CPU and 2% on a GPU,
 intervals overlapping, the A/A gates passing, the slower one caught.
 Prints one table per run and a summary last.
 """
@@ -91,7 +92,7 @@ _CYCLES_PER_US = _cycles_per_us()
 
 
 def one_run(copies: list[Path], budget: str, device: str, out: Path,
-            gate_on: Path | None, shapes: str = "", workers: int = 1,
+            gate_on: Path | None, shapes: str = "", workers: int = 0,
             task: Path = TASK) -> tuple[dict, str]:
     select = f"(bench or gate) and ({shapes})" if shapes else "bench or gate"
     cmd = [sys.executable, "-m", "pytest", str(task), "-p", "no:cacheprovider", "-q", "-rA",
@@ -99,7 +100,7 @@ def one_run(copies: list[Path], budget: str, device: str, out: Path,
            "--kernel", str(copies[0]), "--kernel", str(copies[1]), "--ks-json", str(out)]
     if budget:
         cmd += ["--ks-bench-budget", budget]
-    if workers > 1:
+    if workers > 0:
         cmd += ["--ks-bench-workers", str(workers)]
     if gate_on is not None:
         cmd += ["--ks-compare", str(gate_on), "--ks-max-regression", "5%"]
@@ -141,8 +142,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--shapes", default="", help="a -k expression over case ids")
     parser.add_argument("--no-slower", action="store_true", help="skip the slower run")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="--ks-bench-workers: worker processes each kernel is timed in")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="--ks-bench-workers: worker processes each kernel is timed in "
+                             "(0: the harness's auto)")
     parser.add_argument("--task", type=Path, default=TASK,
                         help="the task folder (a copy of fp8_gemm with other [bench] settings)")
     parser.add_argument("--keep", type=Path, default=None,
@@ -210,7 +212,7 @@ def main() -> None:
             summary.append((i, label, f"{geo:.4f}", f"{worst:.2%}", f"{worst_geo:.2%}", apart,
                             excluded, g1[0], g2[0]))
     print(f"\nkernel {kernel.name}, device {'cuda' if gpu else 'cpu'}, per-shape target "
-          f"{tol:.0%}, {args.workers} worker(s) a kernel")
+          f"{tol:.0%}, {args.workers or 'auto'} worker(s) a kernel")
     print("| run | form | geomean one/two | worst shape | worst, rounds' geomean | disjoint CIs "
           "| ratio CI excludes 1 | gate one | gate two |")
     print("|---|---|---|---|---|---|---|---|---|")
