@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,35 @@ def test_bad_spec_message(tmp_path: Path, edit, message: str) -> None:
         load_task(spec.parent)
     assert str(err.value).startswith(str(spec))
     assert message in str(err.value)
+    assert "description" not in str(err.value)  # a check of the whole spec: not all of it shown
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace("def generate_input", "def make_input"),
+     "reference.py defines no generate_input; the reference of "),
+    (lambda t: t.replace("def generate_input", "def make_input").replace(
+        "def ref_kernel", "def reference"), "defines no generate_input or ref_kernel"),
+    (lambda t: t + "\ndef broken(:\n", "reference.py: not valid Python (line "),
+])
+def test_a_reference_that_cannot_serve_is_a_collection_error(tmp_path: Path, edit,
+                                                             message: str) -> None:
+    """Found in the reference's source at collection, without importing it: otherwise every
+    candidate failed to load, each with the worker's traceback."""
+    spec = _spec(tmp_path, lambda t: t)
+    reference = spec.parent / "reference.py"
+    reference.write_text(edit(reference.read_text()))
+    with pytest.raises(TaskSpecError, match=re.escape(message)):
+        load_task(spec.parent)
+
+
+def test_a_reference_bound_otherwise_is_left_to_its_import(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, lambda t: t)
+    reference = spec.parent / "reference.py"
+    text = reference.read_text().replace("def generate_input", "def _draw")
+    reference.write_text(text + "\ngenerate_input = _draw\n")
+    load_task(spec.parent)
+    reference.write_text(text.replace("import torch", "import torch\nfrom helpers import *"))
+    load_task(spec.parent)  # a star import may bring it
 
 
 def test_bad_spec_is_a_collection_error(pytester: pytest.Pytester) -> None:

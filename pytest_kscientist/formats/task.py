@@ -337,7 +337,10 @@ def load_task(root: Path) -> Task:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            found = "" if err["type"] == "missing" else f", found {err.get('input')!r}"
+            shown = repr(err.get("input"))
+            # a check of the whole spec (or a table) has the whole of it as input: not shown
+            found = ("" if err["type"] == "missing" or isinstance(err.get("input"), dict)
+                     else f", found {shown if len(shown) <= 120 else shown[:117] + '...'}")
             lines.append(f"  field '{_format_loc(err['loc'])}': {err['msg']}{found}")
         raise TaskSpecError(
             f"{spec_path}: invalid task spec ({len(lines)} error(s)):\n" + "\n".join(lines)
@@ -348,6 +351,7 @@ def load_task(root: Path) -> Task:
             f"{spec_path}: field 'reference' names {spec.reference!r}, which does not exist in "
             f"{root}; add the file with generate_input(**case) and ref_kernel(data)"
         )
+    _check_reference(spec_path, task.reference)
     for i, baseline in enumerate(spec.baselines):
         if not task.baseline_path(baseline).is_file():
             entry = "prepare(data) and run(prepared)" if baseline.prepare else "custom_kernel(data)"
@@ -356,3 +360,39 @@ def load_task(root: Path) -> Task:
                 f"not exist in {root}; add the file (exposing {entry}) or fix the path"
             )
     return task
+
+
+REFERENCE_NEEDS = ("generate_input", "ref_kernel")
+
+
+def _check_reference(spec_path: Path, reference: Path) -> None:
+    """The reference parses and binds generate_input and ref_kernel at top level (read, not
+    imported: collection stays free of torch); else a TaskSpecError naming the file, where
+    otherwise every candidate would fail to load in its worker."""
+    import ast
+
+    try:
+        tree = ast.parse(reference.read_bytes(), filename=str(reference))
+    except SyntaxError as exc:
+        raise TaskSpecError(
+            f"{reference}: not valid Python (line {exc.lineno}: {exc.msg}); the reference of "
+            f"{spec_path} must import to judge any candidate: fix it") from None
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif not isinstance(node, (ast.Expr, ast.Pass)):
+            return  # bound under if/try/with or by exec: left to the import to tell
+    if "*" in bound:
+        return  # a star import may bring them
+    missing = [name for name in REFERENCE_NEEDS if name not in bound]
+    if missing:
+        raise TaskSpecError(
+            f"{reference} defines no {' or '.join(missing)}; the reference of {spec_path} "
+            "needs generate_input(**case, device=...) returning the inputs of a case and "
+            "ref_kernel(data) returning the expected output (docs/formats.md)")
