@@ -138,6 +138,20 @@ def test_a_task_whose_kernel_returns_its_own_output_needs_no_output_index(
     result.stdout.fnmatch_lines(["*in_place check *: modified input 1 in place*"])
 
 
+def test_a_reference_that_fails_at_import_is_named_in_every_candidates_items(
+        pytester: pytest.Pytester) -> None:
+    """Not the worker's exit code and the zygote's traceback: what the task's code raised."""
+    task = _copy(pytester.path)
+    ref = task / "reference.py"
+    ref.write_text(ref.read_text() + "\nif True:\n    raise RuntimeError('data file missing')\n")
+    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "check")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "good check n1000-s1: failed to load: the task's own code failed in the worker, before "
+        "any candidate code ran: RuntimeError: data file missing; fix the task*"])
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_lenient_task_turns_a_hole_into_a_warning(pytester: pytest.Pytester) -> None:
     task = _loose(_copy(pytester.path))
     out = pytester.path / "r.json"

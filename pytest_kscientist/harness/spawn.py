@@ -406,6 +406,9 @@ class Worker:
         }
         self._send(hello, key=b"")
         answer = self._receive("hello", timeout * 2)[0]
+        if answer.get("ok") is False:  # the task's own code failed there (runner._TaskBroken)
+            self.kill()
+            raise WorkerDied(str(answer.get("reason")), "")
         self.overhead_us = answer.get("overhead_us", 0.0)
         # Seconds its candidate's import took, from the load request (baselines.start_worker).
         self.load_s: float | None = None

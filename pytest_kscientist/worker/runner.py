@@ -224,8 +224,14 @@ class Runner:
         self.inputs_may_be_outputs = self.problem["form"] == "gpumode"
         # Only the functions are kept, never the module object: a candidate searching the
         # live objects for a module with ref_kernel finds none (adversarial frame_snoop).
-        module = forms.load_problem(self.problem)
-        self.generate = forms.input_maker(self.problem, module)
+        try:
+            module = forms.load_problem(self.problem)
+            self.generate = forms.input_maker(self.problem, module)
+        except Exception as exc:  # noqa: BLE001 - the task's code: its failure is the answer
+            self.send({"op": "hello", "ok": False, "reason": (
+                f"the task's own code failed in the worker, before any candidate code ran: "
+                f"{_one_line(exc)}; fix the task (its task::validate item tells more)")})
+            raise _TaskBroken from None
         self.init_inputs = getattr(module, "get_init_inputs", None)  # KernelBench
         del module
         self.threads = ThreadWatch()
@@ -680,8 +686,15 @@ def _serialise(out: Any, spec: Any, offers: handover.Offers) -> tuple[dict[str, 
     return meta, handover.host_bytes(flat.cpu())
 
 
+class _TaskBroken(Exception):
+    """The task's reference did not load here; the hello said so."""
+
+
 def main(argv: list[str]) -> int:
-    runner = Runner(int(argv[1]), int(argv[2]))
+    try:
+        runner = Runner(int(argv[1]), int(argv[2]))
+    except _TaskBroken:
+        return 3
     runner.serve()
     return 0
 
