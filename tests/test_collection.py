@@ -118,13 +118,19 @@ def test_ks_requires_skips_a_gpu_only_candidate_with_the_reason(pytester: pytest
     ("90", "KS_REQUIRES must be a string or a list of strings such as 'sm_90' or "
      "['nvidia', 'sm_90'], got 90"),
 ])
-def test_bad_ks_requires_is_a_collection_error(pytester: pytest.Pytester, value: str,
-                                               message: str) -> None:
+def test_bad_ks_requires_fails_that_candidates_items_only(pytester: pytest.Pytester, value: str,
+                                                          message: str) -> None:
+    """A typo in one candidate's declaration is its own failure, as a missing custom_kernel
+    is; the task's other candidates still run."""
     kernel = pytester.path / "k.py"
     kernel.write_text(f"KS_REQUIRES = {value}\n\ndef custom_kernel(data):\n    return data[2]\n")
-    result = pytester.runpytest(str(AXPY), "--kernel", str(kernel))
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"candidate {kernel}: k.py:1: {message}"])
+    good = pytester.path / "good.py"
+    good.write_text((AXPY / "seeds" / "good.py").read_text())
+    result = pytester.runpytest(str(AXPY), "--kernel", str(kernel), "--kernel", str(good),
+                                "-k", "check", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2, failed=2)  # good's two checks; k's two
+    result.stdout.fnmatch_lines([f"k check n1000-s1: candidate {kernel}: k.py:1: {message}"])
 
 
 def test_a_selection_of_another_profiles_cases_says_so(tmp_path: Path) -> None:

@@ -191,14 +191,21 @@ class TaskFile(pytest.File):
                 tolerate=spec.verify == "report",
             )
         for path in candidates:
-            unmet = self._unmet(path, ks.device)
+            declared = ""
+            try:
+                unmet = self._unmet(path, ks.device)
+            except self.CollectError as exc:  # its own declaration: its items fail, not the task's
+                unmet, declared = "", str(exc)
             if unmet:
                 ks.unmet.setdefault(task.name, {})[path.stem] = CandidateResult(
                     name=path.stem, path=str(path), sha256=file_sha256(path), not_run=unmet)
-            yield CandidateNode.from_parent(
+            node = CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
             )
+            if declared:
+                node.load_failure = CandidateFailure(declared)
+            yield node
 
     def _unmet(self, path: Path, device: str) -> str:
         """Why this run's device cannot run the candidate, from its KS_REQUIRES ("" if it can)."""
@@ -227,8 +234,13 @@ class TaskFile(pytest.File):
         names = []
         for path in candidates:
             name = path.stem + gates.SAVED_SUFFIX
-            if path.stem not in saved or name in taken or self._unmet(path, ks.device):
+            if path.stem not in saved or name in taken:
                 continue
+            try:
+                if self._unmet(path, ks.device):
+                    continue
+            except self.CollectError:
+                continue  # a bad KS_REQUIRES fails the candidate's own items
             copy = ks.saved_folder() / f"{name}.py"
             copy.write_text(saved[path.stem], encoding="utf-8")
             task.spec.baselines.append(BaselineSpec(
