@@ -106,8 +106,8 @@ CORE_OPTIONS = (
            "DIR/<task>.py and DIR/<task>/*.py (a KernelBench problem's name is its file stem, a "
            "GPU MODE problem's its folder); a task with no match is skipped", "DIR"),
     Option("--ks-drawn", "check each candidate on N cases Hypothesis draws from the space the "
-           "task's profile declares ([profiles.X.space]; a failure is shrunk to the smallest "
-           "failing case; --ks-salt reproduces the draws); default: the space's examples, 0: "
+           "task's profile declares ([profiles.X.space]; a failure is shrunk by Hypothesis; "
+           "--ks-salt reproduces the draws); default: the space's examples, 0: "
            "none", "N", ini="ks_drawn"),
     Option("--ks-kernelbench-tol", "atol = rtol of KernelBench problems' allclose (default "
            "0.01, KernelBench v0/v0.1's fp32 setting; its newer fp32 setting is 1e-4)", "TOL",

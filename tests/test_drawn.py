@@ -1,5 +1,5 @@
 """Hypothesis-drawn cases (issue 12): checks on cases drawn from a task's declared space, a
-failure shrunk to the smallest failing case and reproduced by --ks-salt."""
+failure shrunk by Hypothesis and reproduced by --ks-salt."""
 
 from __future__ import annotations
 

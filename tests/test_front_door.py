@@ -95,4 +95,4 @@ def test_a_worker_that_dies_at_every_case_is_not_a_shapes_failure(
         "shrunk"])
     result.stdout.fnmatch_lines([
         "wide drawn check: fails at m=65, n=*: worker exited with code 0 before answering "
-        "'check' (the smallest failing case of 12 drawn; reproduce with --ks-salt *)"])
+        "'check' (shrunk by Hypothesis, 12 drawn; reproduce with --ks-salt *)"])

@@ -1,5 +1,6 @@
 """Hypothesis-drawn cases (issue 12): a candidate checked on cases drawn from the space its task
-declares (``[profiles.X.space]``), a failure shrunk to the smallest failing case.
+declares (``[profiles.X.space]``), a failure shrunk by Hypothesis (to a failing case it could
+not make smaller, not always the smallest there is).
 
 The task's fixed cases are public, so a kernel can special-case them; drawn cases are not known
 before the run. Draws are derandomised from the session's salt (``--ks-salt`` reproduces them);
@@ -25,8 +26,8 @@ def describe(case: Case) -> str:
 
 def falsify(space: Space, case_keys: list[str], check: Callable[[Case], None], salt: int,
             examples: int) -> tuple[Case, CandidateFailure, bool] | None:
-    """Check ``examples`` drawn cases; None when all pass, else (the smallest failing case
-    Hypothesis found, its failure, whether it failed again when replayed)."""
+    """Check ``examples`` drawn cases; None when all pass, else (the failing case Hypothesis
+    shrank to, its failure, whether it failed again when replayed)."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.reporting import with_reporter
@@ -55,7 +56,7 @@ def falsify(space: Space, case_keys: list[str], check: Callable[[Case], None], s
         with with_reporter(lambda _: None):
             run()
     except CandidateFailure:
-        case, exc = failures[-1]  # Hypothesis replays the smallest failing case last
+        case, exc = failures[-1]  # Hypothesis replays the shrunk failing case last
         return case, exc, True
     except Exception:  # noqa: BLE001 - Hypothesis' Flaky: a failure that did not come back
         if not failures:

@@ -300,7 +300,7 @@ class DrawnItem(CandidateItem):
         case, exc, again = found
         where = drawn.describe(case)
         note = "" if again else " (it did not fail again when replayed: flaky?)"
-        reason = (f"fails at {where}: {exc.reason} (the smallest failing case of "
+        reason = (f"fails at {where}: {exc.reason} (shrunk by Hypothesis, "
                   f"{self.examples} drawn{note}; reproduce with --ks-salt {ks.salt})")
         if not cand.failed_check:
             cand.failed_check = f"drawn check failed at {where} earlier in this run"
