@@ -17,3 +17,8 @@ class KsWarning(pytest.PytestWarning):
 class KsTaskHole(KsWarning):
     """A task lets a trivial kernel pass (task validation), reported as a warning because of
     ``--ks-lenient-task``."""
+
+
+class KsUnlikeOutput(KsWarning):
+    """A candidate's output passed its problem's own check (GPU MODE) with another dtype or
+    shape than the reference's."""

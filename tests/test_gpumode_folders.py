@@ -238,3 +238,30 @@ def test_two_folders_of_one_name_keep_a_record_each(tmp_path: Path) -> None:
     assert [(run["task"], run["task_path"]) for run in data] == [
         ("twice_py", str(first)), ("pmpp_v2/twice_py", str(second))], data
     assert [case_reasons(run)[("k", "size16-s3")][0] for run in data] == ["passed", "failed"]
+
+
+def test_an_output_of_another_dtype_that_its_own_check_accepts_is_warned_of(
+        pytester: pytest.Pytester) -> None:
+    """GPU MODE's check is the judge (allclose ignores dtype), so the harness passes it as
+    GPU MODE would, and says once per candidate that the output is of another kind than the
+    reference's: its times are of other work."""
+    folder = _folder(pytester.path, "double_py", (
+        "def generate_input(size, seed):\n"
+        "    gen = torch.Generator().manual_seed(seed)\n"
+        "    return torch.randn(size, generator=gen, dtype=torch.float16)\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n"
+        "def check_implementation(data, output):\n"  # values only, as some problems' checks
+        "    ok = torch.allclose(output.float(), ref_kernel(data).float(), atol=1e-3)\n"
+        "    return ok, '' if ok else 'mismatch'\n"),
+        "tests:\n  - {\"size\": 16, \"seed\": 1}\n  - {\"size\": 8, \"seed\": 2}\n"
+        "benchmarks: []\n",
+        {"wide.py": "def custom_kernel(data):\n    return data.float() * 2\n",
+         "same.py": "def custom_kernel(data):\n    return data * 2\n"})
+    result = pytester.runpytest(str(folder), "-p", "no:cacheprovider", "-k", "check")
+    result.assert_outcomes(passed=4)
+    text = result.stdout.str()
+    assert text.count("KsUnlikeOutput") == 1, text
+    result.stdout.fnmatch_lines([
+        "*KsUnlikeOutput: wide size16-s1: output is (16,) torch.float32 where the reference's "
+        "is (16,) torch.float16; the problem's own check accepts it, as GPU MODE's would*"])
+    assert "KsUnlikeOutput: same" not in text

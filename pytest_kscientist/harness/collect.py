@@ -332,6 +332,7 @@ class CandidateNode(pytest.Collector):
         self.load_shown = False  # its load_failure was raised by an item
         self.failed_check = ""  # why its benchmarks are not timed ("" to time them)
         self.attributed = False  # its profiled call (harness/attribution.py) was made
+        self.noted = False  # a check's note (an output unlike the reference's) was warned of
         # The last of its items in the run's order (plan_rounds): its worker lives until then,
         # across the checks and the benchmarks that the shared rounds put far apart.
         self.last_item: pytest.Item | None = None

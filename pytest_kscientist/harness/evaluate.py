@@ -100,6 +100,22 @@ def _rerun_hint(first: Any, second: Any) -> str:
     return " (the first inputs passed: wrong for some inputs only)"
 
 
+def _unlike_reference(got: Any, expected: Any) -> str:
+    """How an output its problem's own check accepted differs in kind from the reference's
+    (dtype, shape), or "" (GPU MODE: the check is the judge, and some ignore dtype)."""
+    import torch
+
+    mine = [t for t in forms.leaves(got) if isinstance(t, torch.Tensor)]
+    theirs = [t for t in forms.leaves(expected) if isinstance(t, torch.Tensor)]
+    for i, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        part = f"output {i} " if len(theirs) > 1 else "output "
+        if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+            return (f"{part}is {tuple(a.shape)} {a.dtype} where the reference's is "
+                    f"{tuple(b.shape)} {b.dtype}; the problem's own check accepts it, as GPU "
+                    "MODE's would, but its times are of other work than the reference's")
+    return ""
+
+
 def load_reference(task: Task) -> Any:
     if task.module is not None:
         return task.module  # loaded with the task (GPU MODE: from its snapshot of the files)
@@ -255,6 +271,7 @@ class Evaluator:
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
         self._verdict(data, got, misses)
+        note = self._unlike(data, got) if self.own_check else ""
         request, data, what = self._second_inputs(case, data)
         first, got = got, None
         try:
@@ -268,7 +285,7 @@ class Evaluator:
                 f"{exc.reason}{_rerun_hint(first, got)}", exc.detail,
                 exc.wrong_result) from None
         result = CaseResult(kind="check", case=case, case_id=self.task.case_id(case),
-                            outcome="passed")
+                            outcome="passed", note=note)
         if misses:
             first = misses[0]
             result.outcome = "xfailed"
@@ -313,6 +330,20 @@ class Evaluator:
         else:
             self._judge(self.reference_output(data) if expected is None else expected, out,
                         misses)
+
+    def _unlike(self, data: Any, got: Any) -> str:
+        """``_unlike_reference`` for a problem judged by its own check, where it has a
+        ref_kernel to compare kinds with ("" where it has none or it fails here: the problem's
+        check already passed the output)."""
+        if not callable(getattr(self.reference, "ref_kernel", None)):
+            return ""
+        import torch
+
+        copy = forms.rebuild(data, lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+        try:  # on a copy: the re-run judges ``data`` as drawn, whatever the reference writes
+            return _unlike_reference(got, self.reference_output(copy))
+        except Exception:  # noqa: BLE001 - the problem's code; its check was the verdict
+            return ""
 
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.

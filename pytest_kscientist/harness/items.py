@@ -20,6 +20,7 @@ from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
+from pytest_kscientist.kswarnings import KsUnlikeOutput
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.collect import CandidateNode
@@ -89,6 +90,9 @@ class CaseItem(CandidateItem):
             if self.kind == "check":
                 result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
                 result.attribution = self._attribute(evaluator, worker)
+                if result.note and not cand.noted:
+                    cand.noted = True  # once a candidate: its other cases say the same
+                    self.warn(KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"))
             else:
                 result = self._bench(worker)
         except CandidateFailure as exc:

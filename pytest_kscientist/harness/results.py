@@ -98,6 +98,9 @@ class CaseResult(BaseModel):
     # A check's profiled call (--ks-attribution, or a task's [kernel] min_own_share): the
     # kernels the candidate's time went to (harness/attribution.py).
     attribution: Attribution | None = None
+    # A remark on a passed check: a GPU MODE output whose dtype or shape differs from the
+    # reference's, which the problem's own check accepted (as GPU MODE's eval would).
+    note: str = ""
 
 
 class GateResult(BaseModel):
