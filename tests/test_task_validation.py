@@ -35,6 +35,17 @@ def _copy(tmp: Path, name: str = "axpy") -> Path:
     return dest
 
 
+def _validate_edited(pytester: pytest.Pytester, old: str, new: str) -> pytest.RunResult:
+    """The validate item of a copy of axpy whose reference has ``old`` replaced by ``new``,
+    run and failed."""
+    task = _copy(pytester.path)
+    ref = task / "reference.py"
+    ref.write_text(ref.read_text().replace(old, new))
+    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate")
+    result.assert_outcomes(failed=1)
+    return result
+
+
 def _loose(task: Path) -> Path:
     """The task with a tolerance so wide that zeros (and any constant) pass."""
     spec = task / "task.toml"
@@ -85,11 +96,7 @@ def test_a_generate_input_that_ignores_its_seed_is_a_task_error(
         pytester: pytest.Pytester) -> None:
     """torch.randn without a generator: the pytest process draws other inputs than the worker
     for the same seed, so every candidate (the reference too) would fail its check."""
-    task = _copy(pytester.path)
-    ref = task / "reference.py"
-    ref.write_text(ref.read_text().replace(", generator=gen)", ")"))
-    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate")
-    result.assert_outcomes(failed=1)
+    result = _validate_edited(pytester, ", generator=gen)", ")")
     result.stdout.fnmatch_lines([
         "task 'axpy': case n1000-s1 drawn twice with seed 1 gives inputs whose reference "
         "outputs differ (wrong result: * elements outside *): generate_input (or the reference) "
@@ -182,11 +189,7 @@ def _one_hole_warning(result: pytest.RunResult) -> None:
 
 
 def test_a_reference_that_raises_is_a_one_line_reason(pytester: pytest.Pytester) -> None:
-    task = _copy(pytester.path)
-    ref = task / "reference.py"
-    ref.write_text(ref.read_text().replace("return 2 * x + y", "raise ValueError('no luck')"))
-    result = pytester.runpytest(str(task), "-q", "-p", "no:cacheprovider", "-k", "validate")
-    result.assert_outcomes(failed=1)
+    result = _validate_edited(pytester, "return 2 * x + y", "raise ValueError('no luck')")
     result.stdout.fnmatch_lines([
         "task 'axpy': the reference failed on case n1000-s1: ValueError: no luck"])
 
