@@ -126,6 +126,10 @@ def test_only_recognisable_files_are_claimed(tmp_path: Path) -> None:
     other = tmp_path / "model.py"
     other.write_text("class Model:\n    pass\n")
     assert not kernelbench.looks_like_problem(other)
+    # a user's test file that defines a problem's names is pytest's, by either default pattern
+    for name in ("test_model.py", "model_test.py"):
+        (tmp_path / name).write_text((KB / "level1" / "2_ReLU.py").read_text())
+        assert not kernelbench.looks_like_problem(tmp_path / name)
 
 
 def test_kernelbench_solutions_folder_matched_by_problem_name(tmp_path: Path) -> None:
@@ -178,6 +182,19 @@ def test_check_message_reads_both_answer_forms() -> None:
     assert check_message((True, "")) == ""
     assert check_message((False, "too far")) == "too far"
     assert check_message((False, "")) == "check_implementation said it failed"
+    # as GPU MODE's eval reads them: a falsy answer passes, a tuple by its first item's truth
+    assert check_message([]) == "" and check_message({}) == ""
+    assert check_message(["row 3 differs"]) == "['row 3 differs']"
+
+    class NumpyBool:  # numpy.bool_ is not a bool but has one's truth
+        def __init__(self, value: bool) -> None:
+            self.value = value
+
+        def __bool__(self) -> bool:
+            return self.value
+
+    assert check_message((NumpyBool(True), "")) == ""
+    assert check_message((NumpyBool(False), "off by one")) == "off by one"
 
 
 def test_leaves_and_rebuild_keep_structure() -> None:

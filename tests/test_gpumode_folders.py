@@ -265,3 +265,18 @@ def test_an_output_of_another_dtype_that_its_own_check_accepts_is_warned_of(
         "*KsUnlikeOutput: wide size16-s1: output is (16,) torch.float32 where the reference's "
         "is (16,) torch.float16; the problem's own check accepts it, as GPU MODE's would*"])
     assert "KsUnlikeOutput: same" not in text
+
+
+def test_a_seedless_case_seeds_numpy_as_gpu_modes_set_seed(tmp_path: Path) -> None:
+    """GPU MODE's utils.set_seed seeds numpy too: a seedless problem drawing with numpy gave
+    the worker other inputs than the pytest process, and every correct candidate failed."""
+    folder = _folder(tmp_path, "np_py", (
+        "import numpy as np\n\n"
+        "def generate_input(size):\n    return torch.from_numpy(np.random.randn(size))\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n" + MATCH),
+        "tests:\n  - {\"size\": 16}\nbenchmarks: []\n",
+        {"double.py": "def custom_kernel(data):\n    return data * 2\n"})
+    code, out, data = run_pytest([str(folder), "-k", "check or validate"], tmp_path)
+    assert code == 0, out
+    assert case_reasons(data[0] if isinstance(data, list) else data)[("double", "size16")] == (
+        "passed", ""), out

@@ -158,6 +158,9 @@ def _gpumode_draw(generate: Callable[..., Any], case: dict[str, Any], seed: int)
 
         torch.manual_seed(seed)
         random.seed(seed)
+        numpy = sys.modules.get("numpy")  # as GPU MODE's set_seed, where the problem uses it
+        if numpy is not None:
+            numpy.random.seed(seed % (1 << 32))
     return generate(**args)
 
 

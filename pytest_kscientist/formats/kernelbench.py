@@ -45,7 +45,8 @@ def _definitions(path: Path) -> dict[str, ast.stmt] | None:
 def looks_like_problem(path: Path) -> bool:
     """Whether ``path`` is a KernelBench problem: ``Model``, ``get_inputs`` and
     ``get_init_inputs`` defined at top level, and no ``ModelNew`` (that is a solution)."""
-    if path.suffix != ".py" or path.name.startswith(("conftest", "test_")):
+    if (path.suffix != ".py" or path.name.startswith(("conftest", "test_"))
+            or path.stem.endswith("_test")):  # pytest's test files, both default patterns
         return False
     names = _definitions(path)
     return names is not None and set(NEEDED) <= set(names) and "ModelNew" not in names

@@ -135,11 +135,13 @@ def load_reference(task: Task) -> Any:
 
 
 def check_message(found: Any) -> str:
-    """A GPU MODE ``check_implementation`` answer as a failure message ("" when it passed):
-    an error string, empty when correct, or a pair (passed, message) in newer problems."""
-    if isinstance(found, (tuple, list)) and len(found) == 2 and isinstance(found[0], bool):
-        return "" if found[0] else (str(found[1]) or "check_implementation said it failed")
-    if found is None or found == "":
+    """A GPU MODE ``check_implementation`` answer as a failure message ("" when it passed),
+    read as GPU MODE's eval reads it: a tuple is (passed, message) by the truth of its first
+    item (a numpy bool too); anything else passes when it is falsy (None, "", [], an empty
+    dict) and is the failure's message otherwise."""
+    if isinstance(found, tuple) and len(found) == 2:
+        return "" if bool(found[0]) else (str(found[1]) or "check_implementation said it failed")
+    if not found:
         return ""
     return str(found)
 
