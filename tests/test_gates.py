@@ -360,3 +360,26 @@ def test_a_saved_kernel_that_cannot_be_timed_leaves_the_gate_on_the_reference(
                                   "--ks-max-regression", "50%"], cwd=tmp_path)
     assert "::k::gate[max-regression] PASSED" in output, output
     assert "through the reference timed in both runs" in output
+
+
+def test_saved_copies_of_one_stem_in_two_tasks_stay_apart(tmp_path: Path) -> None:
+    """Two tasks whose candidates share a stem (each GPU MODE folder's submission): each task's
+    gate times its own saved kernel. Both copies went to one file before, so the first task
+    timed the other's (slow) kernel as its saved copy and passed a kernel twenty times slower."""
+    for name, kernel in (("axpy_a", (AXPY / "seeds" / "good.py").read_text()),
+                         ("axpy_b", SLOW_AXPY)):
+        task = tmp_path / name
+        shutil.copytree(AXPY, task)
+        spec = task / "task.toml"
+        spec.write_text(spec.read_text().replace('name = "axpy"', f'name = "{name}"'))
+        (task / "seeds" / "good.py").unlink()
+        (task / "seeds" / "k.py").write_text(kernel)
+    select = ["axpy_a", "axpy_b", "-v", "-k", "bench or gate", "--ks-baselines", "none"]
+    code, output, saved = run_pytest(select, cwd=tmp_path)
+    assert code == 0 and isinstance(saved, list) and len(saved) == 2, output
+    (tmp_path / "saved.json").write_text(json.dumps(saved))
+    (tmp_path / "axpy_a" / "seeds" / "k.py").write_text(SLOW_AXPY)
+    code, output, _ = run_pytest([*select, "--ks-compare", "saved.json",
+                                  "--ks-max-regression", "5%"], cwd=tmp_path)
+    assert "axpy_a/task.toml::k::gate[max-regression] FAILED" in output, output
+    assert "axpy_b/task.toml::k::gate[max-regression] PASSED" in output, output

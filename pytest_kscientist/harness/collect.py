@@ -9,6 +9,7 @@ the task's own validation item, ``<task file>::task::validate`` (task_validation
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import traceback
@@ -241,7 +242,12 @@ class TaskFile(pytest.File):
                     continue
             except self.CollectError:
                 continue  # a bad KS_REQUIRES fails the candidate's own items
-            copy = ks.saved_folder() / f"{name}.py"
+            # One folder a task: two tasks' candidates of one stem (each GPU MODE folder's own
+            # submission) got one file, and a task timed the other's kernel as its saved copy.
+            folder = ks.saved_folder() / hashlib.sha256(
+                str(task.spec_path).encode()).hexdigest()[:16]
+            folder.mkdir(exist_ok=True)
+            copy = folder / f"{name}.py"
             copy.write_text(saved[path.stem], encoding="utf-8")
             task.spec.baselines.append(BaselineSpec(
                 name=name, file=str(copy),
