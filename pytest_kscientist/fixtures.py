@@ -2,8 +2,10 @@
 
 - ``ks_load_task(path)`` -> ``Task``: load and validate a task folder.
 - ``ks_evaluate(task, candidate, kind, case)`` -> ``CaseResult``: run one candidate file on one
-  case in an isolated worker, judged exactly as the collected tests are (failures come back as
-  ``outcome == "failed"`` with the reason, never as exceptions).
+  case in an isolated worker, judged exactly as the collected tests are (the candidate's
+  failures come back as ``outcome == "failed"`` with the reason; a call that cannot mean
+  anything, a kind other than "check"/"bench", a case without the task's keys or a candidate
+  file that does not exist, raises ValueError or FileNotFoundError naming it).
 - ``ks_device``: the device the session evaluates on ("cpu" or "cuda:N").
 """
 
@@ -43,6 +45,15 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
     ) -> CaseResult:
         from pytest_kscientist.harness.baselines import start_worker
 
+        if kind not in ("check", "bench"):
+            raise ValueError(f"ks_evaluate: kind must be 'check' or 'bench', got {kind!r}")
+        missing = [key for key in task.spec.case_keys if key not in case]
+        if missing:
+            raise ValueError(f"ks_evaluate: the case {case!r} lacks {', '.join(missing)}; task "
+                             f"'{task.name}' cases have the keys {task.spec.case_keys}")
+        if not Path(candidate).is_file():
+            raise FileNotFoundError(f"ks_evaluate: no candidate file at {candidate}; pass the "
+                                    "path of a .py file exposing custom_kernel(data)")
         evaluator = ks.evaluator(task)
         worker = None
         try:

@@ -9,6 +9,9 @@ from helpers import AXPY, CANDIDATES
 def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_mine=f"""
+        import pytest
+
+
         def test_good_passes_and_wrong_fails(ks_load_task, ks_evaluate, ks_device):
             task = ks_load_task({str(AXPY)!r})
             case = task.profile("cpu").tests[1]
@@ -21,7 +24,18 @@ def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:
                                 task.profile("cpu").benchmarks[0])
             assert bench.outcome == "passed" and bench.stats.runs >= 5
             assert ks_device == "cpu"
+
+        def test_calls_that_cannot_mean_anything_raise(ks_load_task, ks_evaluate):
+            task = ks_load_task({str(AXPY)!r})
+            case = task.profile("cpu").tests[1]
+            good = {str(AXPY / "seeds" / "good.py")!r}
+            with pytest.raises(ValueError, match="kind must be 'check' or 'bench', got 'checks'"):
+                ks_evaluate(task, good, "checks", case)
+            with pytest.raises(ValueError, match="lacks seed"):
+                ks_evaluate(task, good, "check", {{"n": 8}})
+            with pytest.raises(FileNotFoundError, match="no candidate file at nowhere.py"):
+                ks_evaluate(task, "nowhere.py", "check", case)
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)

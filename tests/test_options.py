@@ -149,3 +149,13 @@ def test_one_kernel_given_twice_runs_once(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     assert len([line for line in result.stdout.lines if "::k::check[n33" in line]) == 1, \
         result.stdout.str()
+
+
+def test_ks_json_is_written_when_no_task_ran(pytester: pytest.Pytester) -> None:
+    """An earlier run's file left in place would be read by a CI step as this run's results."""
+    stale = pytester.path / "r.json"
+    stale.write_text('{"task": "an earlier run"}')
+    pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--ks-json", str(stale))
+    assert result.ret == 0
+    assert stale.read_text() == "[]"

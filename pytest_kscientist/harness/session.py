@@ -307,7 +307,7 @@ class KsSession:
         return str(task.root) if task is not None else self.task_paths.get(name, "")
 
     def write_json(self, path: Path) -> None:
-        """Write one RunResults per task (a list when several tasks ran), atomically."""
+        """Write one RunResults per task (a list when several tasks ran or none), atomically."""
         runs = [
             RunResults(
                 task=name, task_path=self._task_path(name), profile=self.profile,
