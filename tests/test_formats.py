@@ -274,3 +274,25 @@ def test_kernelbench_tolerance_is_an_option(tmp_path: Path) -> None:
     assert "outside |out-ref| <= 0.0001 + 0.0001*|ref|" in case_reasons(data)[("2_ReLU", "s42")][1]
     code, out, _ = run_pytest([*args, "--ks-kernelbench-tol", "tight"], tmp_path)
     assert code == 4 and "--ks-kernelbench-tol expects a tolerance of 0 or more" in out
+
+
+def test_a_long_check_message_is_cut_between_words() -> None:
+    """GPU MODE's mismatch lines are long lists of numbers: cut mid-number, '1.0244140625'
+    read as an expected value of '1.02'."""
+    import types
+
+    import torch
+
+    from pytest_kscientist.errors import CandidateFailure
+    from pytest_kscientist.harness.evaluate import Evaluator
+
+    said = "ERROR AT (0, 4): " + "0.701171875 1.0244140625 " * 20
+    problem = types.SimpleNamespace(check_implementation=lambda data, out: (False, said))
+    task = types.SimpleNamespace(form="gpumode", module=problem)
+    evaluator = Evaluator(task, "cpu", salt=1)  # type: ignore[arg-type]
+    with pytest.raises(CandidateFailure) as failed:
+        evaluator._own_check(None, torch.zeros(2))
+    reason = failed.value.reason
+    assert reason.endswith(" ...") and len(reason) <= len("wrong result: ") + 304, reason
+    assert reason[:-4].rsplit(" ", 1)[1] in ("0.701171875", "1.0244140625"), reason
+    assert failed.value.detail == said  # whole in the detail

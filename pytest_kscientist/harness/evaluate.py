@@ -215,7 +215,9 @@ class Evaluator:
             message = (f"check_implementation raised {type(exc).__name__}: {exc} (on an output "
                        f"of {shapes})")
         if message:
-            first = message.strip().splitlines()[0][:300] if message.strip() else message
+            first = message.strip().splitlines()[0] if message.strip() else message
+            if len(first) > 300:  # cut between words, marked: not in the middle of a number
+                first = first[:300].rsplit(" ", 1)[0] + " ..."
             raise CandidateFailure(f"wrong result: {first}", message, wrong_result=True)
 
     def _compare(self, out: Any, expected: Any) -> Mismatch | None:
