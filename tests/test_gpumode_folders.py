@@ -280,3 +280,23 @@ def test_a_seedless_case_seeds_numpy_as_gpu_modes_set_seed(tmp_path: Path) -> No
     assert code == 0, out
     assert case_reasons(data[0] if isinstance(data, list) else data)[("double", "size16")] == (
         "passed", ""), out
+
+
+def test_a_case_key_that_generate_input_does_not_take_is_a_task_error(
+        pytester: pytest.Pytester) -> None:
+    """A typo in task.yml's case (``sise``) failed every candidate with a TypeError of its own;
+    task::validate now names the case and the parameters, whichever case has it."""
+    folder = _folder(pytester.path, "typo_py", (
+        "def generate_input(size, seed):\n"
+        "    gen = torch.Generator().manual_seed(seed)\n"
+        "    return torch.randn(size, generator=gen)\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n" + MATCH),
+        "tests:\n  - {\"size\": 16, \"seed\": 1}\nbenchmarks:\n  - {\"sise\": 32, \"seed\": 2}\n",
+        {"double.py": "def custom_kernel(data):\n    return data * 2\n"})
+    result = pytester.runpytest(str(folder), "-p", "no:cacheprovider", "-k", "validate",
+                                "--ks-profile", "full")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "task 'typo_py': generate_input(size, seed) cannot take case s2-sise32 (missing a "
+        "required argument: 'size'); fix the case's keys or generate_input's "
+        "parameters"])

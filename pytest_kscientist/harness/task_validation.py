@@ -43,7 +43,7 @@ from pytest_kscientist.kswarnings import KsTaskHole
 
 CACHE_PREFIX = "kscientist/task-validation/"
 # Bumped when what is checked changes, so older cached verdicts are not reused.
-VERSION = 2
+VERSION = 3
 
 
 class Verdict(BaseModel):
@@ -83,10 +83,15 @@ def cache_key(task: Task, case: Case, device: str) -> str:
     return CACHE_PREFIX + digest.hexdigest()
 
 
-def validate(task: Task, case: Case, device: str) -> Verdict:
-    """Judge ``task`` on ``case``: the holes a trivial kernel would pass through."""
+def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ()) -> Verdict:
+    """Judge ``task`` on ``case``: the holes a trivial kernel would pass through; and that
+    ``generate_input`` takes the keys of every case (``others``: the profile's cases)."""
     evaluator = Evaluator(task, device, salt=0)
     verdict = Verdict(case_id=task.case_id(case))
+    unfit = _unaccepted(task, evaluator, (case, *others))
+    if unfit:
+        verdict.error = unfit
+        return verdict
     if task.form == "gpumode" and not callable(getattr(task.module, "ref_kernel", None)):
         verdict.notes.append("not checked: the problem defines no ref_kernel, so there is no "
                              "reference output to compare seeds or to shape a trivial output")
@@ -145,6 +150,28 @@ def validate(task: Task, case: Case, device: str) -> Verdict:
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
+
+
+def _unaccepted(task: Task, evaluator: Evaluator, cases: tuple[Case, ...]) -> str:
+    """Why ``generate_input`` cannot take some case's keys ("" when every case fits): a typo
+    in a case key (``sise``) otherwise failed every candidate with a TypeError of its own."""
+    import inspect
+
+    if task.form == "kernelbench":
+        return ""
+    try:
+        generate = evaluator.reference.generate_input
+        signature = inspect.signature(generate)
+    except Exception:  # noqa: BLE001 - no signature to read: the draw itself will tell
+        return ""
+    extra = {"device": "cpu"} if task.form == "native" else {}
+    for case in cases:
+        try:
+            signature.bind(**dict(case, **extra))
+        except TypeError as exc:
+            return (f"generate_input{signature} cannot take case {task.case_id(case)} "
+                    f"({exc}); fix the case's keys or generate_input's parameters")
+    return ""
 
 
 def _one_value_each(output: Any) -> bool:
@@ -207,8 +234,9 @@ class ValidateItem(pytest.Item):
         assert isinstance(self.parent, TaskNode)
         task = self.parent.task
         ks = self.config.stash[KS_SESSION]
-        case = task.profile(ks.profile).tests[0]
-        verdict = self._verdict(task, case, ks.device)
+        profile = task.profile(ks.profile)
+        case = profile.tests[0]
+        verdict = self._verdict(task, case, ks.device, (*profile.tests[1:], *profile.benchmarks))
         cached = " (cached)" if verdict.cached else ""
         lenient = ks.settings.lenient_task
         if verdict.error:
@@ -234,7 +262,8 @@ class ValidateItem(pytest.Item):
         if outcome == "skipped":
             pytest.skip(message)
 
-    def _verdict(self, task: Task, case: Case, device: str) -> Verdict:
+    def _verdict(self, task: Task, case: Case, device: str,
+                 others: tuple[Case, ...] = ()) -> Verdict:
         """The cached verdict when there is one (not with -p no:cacheprovider), else a new
         one, then cached unless the task's code failed (that may be passing trouble)."""
         cache = getattr(self.config, "cache", None)
@@ -244,7 +273,7 @@ class ValidateItem(pytest.Item):
                 return Verdict.model_validate({**cache.get(key, {}), "cached": True})
             except (ValidationError, TypeError):
                 pass
-        verdict = validate(task, case, device)
+        verdict = validate(task, case, device, others)
         if cache is not None and not verdict.error:
             cache.set(key, verdict.model_dump(mode="json"))
         return verdict
