@@ -52,14 +52,6 @@ class Settings:
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
     llm: Any = None
-    # How errors name an option whose value came from the ini file ("ks_min_speedup (ini)");
-    # options given as flags, or left unset, are named by their flag.
-    ini_named: dict[str, str] = field(default_factory=dict)
-
-    def name_of(self, dest: str) -> str:
-        """The name to quote for option ``dest`` in messages: its flag or its ini key."""
-        return self.ini_named.get(dest) or next(
-            (o.flag for o in CORE_OPTIONS if o.dest == dest), dest)
 
 
 @dataclass(frozen=True)
@@ -191,25 +183,33 @@ def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
 
 def raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
     """The option's raw value, the flag's when given, else its ini twin's, and the name to quote
-    in messages (the flag, or ``name (ini)``)."""
+    in messages: ``name (ini)`` where an ini file set the value, else the flag (an unset ini
+    twin reads as its default, which is no user's typing)."""
     value = config.getoption(option.dest, default=None)
     if value not in (None, [], False) or option.ini is None:
         return value, option.flag
-    return config.getini(option.ini), f"{option.ini} (ini)"
+    value = config.getini(option.ini)
+    unset = value in (None, "", [], False) or value == option.ini_default
+    return value, option.flag if unset else f"{option.ini} (ini)"
 
 
 _BY_DEST = {option.dest: option for option in CORE_OPTIONS}
-
-
-def _value(config: pytest.Config, dest: str) -> Any:
-    """A core option's raw value (the flag wins over its ini twin)."""
-    return raw_value(config, _BY_DEST[dest])[0]
 
 
 def _named(config: pytest.Config, dest: str) -> tuple[Any, str]:
     """A core option's raw value and the name its errors quote: the flag, or the ini key
     (``ks_timeout (ini)``) where the value came from an ini file."""
     return raw_value(config, _BY_DEST[dest])
+
+
+def _value(config: pytest.Config, dest: str) -> Any:
+    """A core option's raw value (the flag wins over its ini twin)."""
+    return _named(config, dest)[0]
+
+
+def option_name(config: pytest.Config, dest: str) -> str:
+    """How messages after configure time (collection errors) name core option ``dest``."""
+    return _named(config, dest)[1]
 
 
 def _group(parser: pytest.Parser, key: str) -> pytest.OptionGroup:
@@ -344,18 +344,7 @@ def resolve(config: pytest.Config) -> Settings:
         lenient_task=bool(_value(config, "ks_lenient_task")),
         attribution=bool(_value(config, "ks_attribution")),
         min_own_share=_share(config), bench_workers=_bench_workers(config),
-        ini_named=_ini_named(config),
     )
-
-
-def _ini_named(config: pytest.Config) -> dict[str, str]:
-    """The core options whose value came from the ini file -> their ini names (``_named``)."""
-    named = {}
-    for option in CORE_OPTIONS:
-        value, name = raw_value(config, option)
-        if name != option.flag and value not in (None, "", [], False):
-            named[option.dest] = name
-    return named
 
 
 def _bench_workers(config: pytest.Config) -> int | None:

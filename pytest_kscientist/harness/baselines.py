@@ -142,7 +142,7 @@ class Turns:
         try:
             self.worker(turn, None, start)  # type: ignore[arg-type]  # turn >= 1: no own
         except CandidateFailure:
-            self.twins.pop(turn % self.count, None)
+            pass  # nothing was kept: the round starts it
 
     def close(self) -> None:
         for twin in self.twins.values():

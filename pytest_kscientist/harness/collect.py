@@ -40,6 +40,7 @@ from pytest_kscientist.harness.spawn import Worker
 from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip.compile_gate import compile_items
+from pytest_kscientist.options import option_name
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.starts import Starting
@@ -192,11 +193,7 @@ class TaskFile(pytest.File):
                 tolerate=spec.verify == "report",
             )
         for path in candidates:
-            declared = ""
-            try:
-                unmet = self._unmet(path, ks.device)
-            except self.CollectError as exc:  # its own declaration: its items fail, not the task's
-                unmet, declared = "", str(exc)
+            unmet, declared = self._unmet(path, ks.device)
             if unmet:
                 ks.unmet.setdefault(task.name, {})[path.stem] = CandidateResult(
                     name=path.stem, path=str(path), sha256=file_sha256(path), not_run=unmet)
@@ -204,21 +201,22 @@ class TaskFile(pytest.File):
                 self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
             )
-            if declared:
+            if declared:  # its own declaration is wrong: its items fail, not the task's
                 node.load_failure = CandidateFailure(declared)
             yield node
 
-    def _unmet(self, path: Path, device: str) -> str:
-        """Why this run's device cannot run the candidate, from its KS_REQUIRES ("" if it can)."""
+    def _unmet(self, path: Path, device: str) -> tuple[str, str]:
+        """(why this run's device cannot run the candidate, from its KS_REQUIRES, or ""; why its
+        declaration itself is wrong, or "")."""
         try:
             missing = first_unmet(requires.declared(path), device)
             if missing is None:
-                return hip.unmet_on(path, device)
+                return hip.unmet_on(path, device), ""
         except (requires.RequiresError, hip.HipDeclarationError) as exc:
-            raise self.CollectError(f"candidate {path}: {exc}") from None
+            return "", f"candidate {path}: {exc}"
         need, found = missing
         return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
-                f"{requires.NAME}), this run's device is {found}; run it on such a device")
+                f"{requires.NAME}), this run's device is {found}; run it on such a device"), ""
 
     def _saved_beside(self, ks: KsSession, task: Task, candidates: list[Path]) -> list[str]:
         """With --ks-compare: each candidate's file as the saved run ran it (the results'
@@ -235,13 +233,8 @@ class TaskFile(pytest.File):
         names = []
         for path in candidates:
             name = path.stem + gates.SAVED_SUFFIX
-            if path.stem not in saved or name in taken:
+            if path.stem not in saved or name in taken or any(self._unmet(path, ks.device)):
                 continue
-            try:
-                if self._unmet(path, ks.device):
-                    continue
-            except self.CollectError:
-                continue  # a bad KS_REQUIRES fails the candidate's own items
             # One folder a task: two tasks' candidates of one stem (each GPU MODE folder's own
             # submission) got one file, and a task timed the other's kernel as its saved copy.
             folder = ks.saved_folder() / hashlib.sha256(
@@ -265,8 +258,8 @@ class TaskFile(pytest.File):
         if picked is not None:
             picked = (*picked, *beside)
         known = ", ".join(declared) or "none"
-        gate_option = ks.settings.name_of("ks_min_speedup")
-        picking = ks.settings.name_of("ks_baselines")
+        gate_option = option_name(self.config, "ks_min_speedup")
+        picking = option_name(self.config, "ks_baselines")
         for name in picked or ():
             if name not in declared:
                 raise self.CollectError(

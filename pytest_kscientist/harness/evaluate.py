@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats import forms
-from pytest_kscientist.formats.task import REPORT_MAX_SHARE, Case, Task
+from pytest_kscientist.formats.task import REFERENCE_NEEDS, REPORT_MAX_SHARE, Case, Task
 from pytest_kscientist.harness import attribution, received
 from pytest_kscientist.harness.correctness import Mismatch, judge
 from pytest_kscientist.harness.results import CaseResult
@@ -100,19 +100,23 @@ def _rerun_hint(first: Any, second: Any) -> str:
     return " (the first inputs passed: wrong for some inputs only)"
 
 
-def _unlike_reference(got: Any, expected: Any) -> str:
-    """How an output its problem's own check accepted differs in kind from the reference's
-    (dtype, shape), or "" (GPU MODE: the check is the judge, and some ignore dtype)."""
+def _kinds(output: Any) -> list[tuple[tuple[int, ...], Any]]:
+    """(shape, dtype) of each tensor of an output."""
     import torch
 
-    mine = [t for t in forms.leaves(got) if isinstance(t, torch.Tensor)]
-    theirs = [t for t in forms.leaves(expected) if isinstance(t, torch.Tensor)]
-    for i, (a, b) in enumerate(zip(mine, theirs, strict=False)):
-        part = f"output {i} " if len(theirs) > 1 else "output "
-        if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-            return (f"{part}is {tuple(a.shape)} {a.dtype} where the reference's is "
-                    f"{tuple(b.shape)} {b.dtype}; the problem's own check accepts it, as GPU "
-                    "MODE's would, but its times are of other work than the reference's")
+    return [(tuple(t.shape), t.dtype) for t in forms.leaves(output) if isinstance(t, torch.Tensor)]
+
+
+def _unlike_reference(got: Any, expected: list[tuple[tuple[int, ...], Any]]) -> str:
+    """How an output its problem's own check accepted differs in kind from the reference's
+    (``expected``: its ``_kinds``), or "" (GPU MODE: the check is the judge, and some ignore
+    dtype)."""
+    for i, (mine, theirs) in enumerate(zip(_kinds(got), expected, strict=False)):
+        part = f"output {i} " if len(expected) > 1 else "output "
+        if mine != theirs:
+            return (f"{part}is {mine[0]} {mine[1]} where the reference's is {theirs[0]} "
+                    f"{theirs[1]}; the problem's own check accepts it, as GPU MODE's would, but "
+                    "its times are of other work than the reference's")
     return ""
 
 
@@ -124,7 +128,7 @@ def load_reference(task: Task) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     needed = ("Model", "get_inputs", "get_init_inputs") if task.form == "kernelbench" else (
-        "generate_input", "ref_kernel")
+        REFERENCE_NEEDS)
     for name in needed:
         if not callable(getattr(module, name, None)):
             raise CandidateFailure(
@@ -157,6 +161,8 @@ class Evaluator:
         self._draw: Any = None
         self._model: Any = None  # KernelBench: the problem's Model, built once
         self._issued: dict[str, int] = {}
+        # case id -> the reference output's (shape, dtype)s, for a GPU MODE check's note
+        self._reference_kinds: dict[str, list[tuple[tuple[int, ...], Any]]] = {}
         # KernelBench: the seed both sides build their models' weights with (secret until the
         # worker is loaded, so no candidate ships weights tuned to it).
         self.init_seed = derive_seed(0, salt, "weights")
@@ -275,7 +281,7 @@ class Evaluator:
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
         self._verdict(data, got, misses)
-        note = self._unlike(data, got) if self.own_check else ""
+        note = self._unlike(case, data, got) if self.own_check else ""
         request, data, what = self._second_inputs(case, data)
         first, got = got, None
         try:
@@ -335,19 +341,23 @@ class Evaluator:
             self._judge(self.reference_output(data) if expected is None else expected, out,
                         misses)
 
-    def _unlike(self, data: Any, got: Any) -> str:
+    def _unlike(self, case: Case, data: Any, got: Any) -> str:
         """``_unlike_reference`` for a problem judged by its own check, where it has a
         ref_kernel to compare kinds with ("" where it has none or it fails here: the problem's
-        check already passed the output)."""
-        if not callable(getattr(self.reference, "ref_kernel", None)):
-            return ""
-        import torch
+        check already passed the output). The reference runs once a case, not once a
+        candidate and case."""
+        key = self.task.case_id(case)
+        if key not in self._reference_kinds:
+            if not callable(getattr(self.reference, "ref_kernel", None)):
+                return ""
+            import torch
 
-        copy = forms.rebuild(data, lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
-        try:  # on a copy: the re-run judges ``data`` as drawn, whatever the reference writes
-            return _unlike_reference(got, self.reference_output(copy))
-        except Exception:  # noqa: BLE001 - the problem's code; its check was the verdict
-            return ""
+            copy = forms.rebuild(data, lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+            try:  # on a copy: the re-run judges ``data`` as drawn, whatever the reference writes
+                self._reference_kinds[key] = _kinds(self.reference_output(copy))
+            except Exception:  # noqa: BLE001 - the problem's code; its check was the verdict
+                return ""
+        return _unlike_reference(got, self._reference_kinds[key])
 
     def fresh_seed(self, case: Case) -> int:
         """A seed that no earlier call of this session got for ``case``.

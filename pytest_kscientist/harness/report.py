@@ -272,9 +272,9 @@ def write_summary(tr: Any, session: Any) -> None:
         cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]
         active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
         workers = session.workers_for(task_name)
-        how = "" if workers == 1 else (
-            f" | {workers} workers a kernel" + ("" if session.settings.bench_workers else
-                                                " (--ks-bench-workers auto: kernels compared)"))
+        how = f" | {workers} workers a kernel" if workers > 1 else ""
+        if how and session.settings.bench_workers is None:
+            how += " (--ks-bench-workers auto: kernels compared)"
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name}){how}")
         if cands or task_name in session.results:

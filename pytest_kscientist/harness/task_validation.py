@@ -101,8 +101,10 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     other = seed_for(task.form, first, derive_seed(first, 0, "validate") % (1 << 31))
     seeds = (first, other if other != first else other + 1)
     try:
-        data = [evaluator.inputs(case, s) for s in (*seeds, seeds[0])]
+        data = [evaluator.inputs(case, s) for s in seeds]
         outputs = [evaluator.reference_output(d) for d in data]
+        again = evaluator.inputs(case, seeds[0])  # the first seed drawn a second time
+        again_output = evaluator.reference_output(again)
     except Exception as exc:  # noqa: BLE001 - the task's own code; any failure is its verdict
         verdict.error = (f"the reference failed on case {verdict.case_id}: "
                          f"{type(exc).__name__}: {str(exc)[:200]}")
@@ -116,15 +118,14 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     # The same seed drawn again must give inputs whose reference output passes the check
     # against the first: else every candidate is judged on inputs the pytest process cannot
     # draw again (generate_input ignoring its seed: torch.randn without a generator).
-    again = evaluator.failure(data[2], outputs[2], outputs[0])
-    if again:
+    differs = evaluator.failure(again, again_output, outputs[0]).split("\n", 1)[0][:200]
+    if differs:
         one = "seed" if seeded else "global generator seed"
         verdict.error = (f"case {verdict.case_id} drawn twice with {one} {seeds[0]} gives "
-                         f"inputs whose reference outputs differ ({again.splitlines()[0][:200]}): "
+                         f"inputs whose reference outputs differ ({differs}): "
                          "generate_input (or the reference) does not follow the seed; draw "
                          "from a torch.Generator seeded with it")
         return verdict
-    data, outputs = data[:2], outputs[:2]
     where = f"case {verdict.case_id}, {which} {seeds[0]} and {seeds[1]}"
     seed_hole = (f"the reference output does not change with the seed ({where})"
                  if forms.same(outputs[0], outputs[1]) else

@@ -478,11 +478,13 @@ class Runner:
 
     def _clear_output(self, given: Any) -> None:
         out_idx = self.output_index
-        problem = forms.output_problem(given, out_idx)
-        if problem:
-            raise forms.TaskMismatch(problem)
-        if out_idx is not None and leaves(given)[out_idx].is_floating_point():
-            self.fill_(leaves(given)[out_idx], float("nan"))
+        if out_idx is None:
+            return
+        found = leaves(given)
+        if out_idx >= _len(found) or not _isinstance(found[out_idx], self.Tensor):
+            raise forms.TaskMismatch(forms.output_problem(given, out_idx))
+        if found[out_idx].is_floating_point():
+            self.fill_(found[out_idx], float("nan"))
 
     def _run(self, fn: Any, pristine: Any, given: Any,
              probe: bool = False) -> tuple[Any, float, float, str | None]:
