@@ -130,7 +130,7 @@ CORE_OPTIONS = (
     Option("--ks-bench-budget", "time spent timing each benchmark case (default: the task's "
            "bench.budget_s)", "SECONDS", ini="ks_bench_budget"),
     Option("--ks-bench-workers", "worker processes each kernel is timed in, taking the rounds "
-           "in turn: a process that runs a kernel slower for its whole life (1-4%% seen on an "
+           "in turn: a process that runs a kernel slower for its whole life (0.7-4.5%% seen on an "
            "H200, 5-24%% on a 2-core CPU) then widens the intervals instead of moving the "
            "ratio; costs a worker start per kernel and extra worker. auto (default): one a "
            "round (4) on a GPU when two or more kernels are compared (candidates, --ks-beside, "

@@ -276,3 +276,23 @@ def test_evolve_children_time_in_one_worker_unless_asked(pytester: pytest.Pytest
     assert "--ks-bench-workers 1" not in args("--ks-bench-workers", "auto")
     pytester.makeini("[pytest]\nks_bench_workers = 2\n")
     assert "--ks-bench-workers" not in args()  # the child reads the same ini (-c)
+
+
+@pytest.mark.gpu
+def test_two_kernels_compared_on_a_gpu_get_a_worker_a_round(tmp_path) -> None:
+    """--ks-bench-workers auto on a GPU: two candidates of one task give each kernel a worker a
+    round (the summary says so), and the rounds still pair every shape."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm device")
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    for name in ("a", "b"):
+        shutil.copy(AXPY / "seeds" / "good.py", tmp_path / f"{name}.py")
+    code, output, data = run_pytest(["axpy", "-v", "-k", "bench", "--ks-baselines", "none",
+                                     "--ks-device", "cuda", "--ks-profile", "full",
+                                     "--kernel", "a.py", "--kernel", "b.py"], cwd=tmp_path)
+    assert code == 0, output
+    assert "| 4 workers a kernel (--ks-bench-workers auto: kernels compared)" in output, output
+    a = next(c for c in data["candidates"] if c["name"] == "a")
+    assert all(case["fellows"]["b"]["speedup"] for case in a["cases"]), a

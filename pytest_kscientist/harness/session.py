@@ -151,8 +151,8 @@ class KsSession:
         """``--ks-bench-workers auto``, once the selected items are planned: on a GPU, a task
         whose rounds compare two or more kernels (candidates, --ks-beside kernels,
         --ks-compare's saved copies) times every kernel of it in one worker a round. On one
-        H200 a kernel's worker ran it 1-4.5% faster than its twin's for a whole session (every
-        round, 8 of 18 shapes), and two copies of one kernel read 4.5% apart; in a worker a
+        H200 one copy's worker ran a kernel faster than its twin's in every round on 11 of 18
+        shapes, by 0.7-4.5%, so two copies of one kernel read 4.5% apart; in a worker a
         round the process effect enters the rounds' spread and their median instead
         (notes/timing.md, section 4). Elsewhere one worker: on the 2-core CPU, with workers
         forked from one zygote, more did not help."""
