@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_kscientist.harness.items import CandidateItem, CaseItem
+from pytest_kscientist.harness.items import ROUND_ROLES, CandidateItem, CaseItem
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.collect import CandidateNode
@@ -56,7 +56,7 @@ def start_workers(items: list[Any], jobs: int) -> int:
     # (on an H200 two copies of a kernel and the reference took 68 s a session with 4 twins
     # started in the rounds, against 32 s with one worker a kernel).
     twins = 0
-    for owner in [*(n for n in nodes if n.role in ("candidate", "reference")), *partners]:
+    for owner in [*(n for n in nodes if n.role in ROUND_ROLES), *partners]:
         for turn in range(1, owner.turns.count):
             Starting(functools.partial(owner.turns.start_ahead, turn, owner._start), gate,
                      pending)
