@@ -25,6 +25,8 @@ import pytest
 
 _GEMINI_PATH = re.compile(r"^/(v1|v1beta|v1alpha)/models/([^/:]+):generateContent$")
 _OPENAI_PATH = re.compile(r"^(/v1)?/chat/completions$")
+_GEMINI_MODEL = re.compile(r"^/(v1|v1beta|v1alpha)/models/([^/:]+)$")  # models.get
+_OPENAI_MODELS = re.compile(r"^(/v1)?/models$")
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -198,6 +200,34 @@ class _Handler(BaseHTTPRequestHandler):
             return  # the server is closing
         self._send(reply.status, _body(api, reply, model), reply.headers)
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        """The free lookups a client makes before generating: Gemini's ``models.get`` and the
+        OpenAI ``GET /models``; answered from ``FakeLLMServer.models`` and ``lookup_reply``."""
+        owner = self.server.owner
+        path = self.path.split("?")[0]
+        gemini, openai = _GEMINI_MODEL.match(path), _OPENAI_MODELS.match(path)
+        with owner._lock:
+            owner.lookups.append(path)
+        if not (gemini or openai):
+            self._send(404, b'{"error": {"code": 404, "message": "no such route"}}', {})
+            return
+        api = "gemini" if gemini else "openai"
+        reply = owner.lookup_reply
+        if reply is None and gemini and owner.models is not None \
+                and gemini.group(2) not in owner.models:
+            reply = FakeReply.error(404, f"models/{gemini.group(2)} is not found")
+        if reply is not None:
+            self._send(reply.status, _body(api, reply, ""), reply.headers)
+            return
+        if gemini:
+            name = gemini.group(2)
+            data = {"name": f"models/{name}", "displayName": name, "inputTokenLimit": 1048576,
+                    "outputTokenLimit": 65536, "supportedGenerationMethods": ["generateContent"]}
+        else:
+            data = {"object": "list", "data": [{"id": m, "object": "model"}
+                                                for m in owner.models or ["fake-model"]]}
+        self._send(200, json.dumps(data).encode(), {})
+
     def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
         try:
             self.send_response(status)
@@ -226,6 +256,11 @@ class FakeLLMServer:
     def __init__(self, responder: Callable[[FakeRequest], FakeReply] | None = None) -> None:
         self.responder = responder
         self.requests: list[FakeRequest] = []
+        # The start check's lookups (GET paths), apart from ``requests``; ``models``: the model
+        # names the service has (None: any); ``lookup_reply``: an error to answer them with.
+        self.lookups: list[str] = []
+        self.models: list[str] | None = None
+        self.lookup_reply: FakeReply | None = None
         self.dropped = 0
         self._queue: list[FakeReply] = []
         self._lock = threading.Lock()

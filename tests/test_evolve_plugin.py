@@ -532,6 +532,30 @@ def test_a_provider_that_cannot_go_on_exits_3_and_a_rerun_resumes(
     resumed.stdout.fnmatch_lines(["*1 generation in *"])
 
 
+def test_evolve_with_a_refused_key_stops_before_generation_0(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: exit 3 (resumable) before any evaluation, with the fix in the message.
+    Without the conftest's role hooks, so that the built-in LLM scientist plays (a run whose
+    own hooks may play the roles is not checked, as its cost is not projected)."""
+    (toy.path / "conftest.py").write_text("")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIzaFAKE-start-check-key-0000")
+    from fake_llm_server import FakeLLMServer, FakeReply
+
+    with FakeLLMServer() as server:
+        server.lookup_reply = FakeReply.error(400, "API key not valid. Please pass a valid key.")
+        refused = toy.runpytest_subprocess("--evolve", "1", "toy", "--ks-llm", "gemini",
+                                           "--ks-llm-base-url", server.url)
+        assert server.requests == []
+    assert refused.ret == 3, refused.stdout.str()
+    refused.stdout.fnmatch_lines([
+        "*stopped: the LLM provider cannot go on: start check: Gemini answered HTTP 400 to a "
+        "lookup of model*API key not valid*check the API key*nothing was evaluated or spent*",
+    ])
+    assert "gen 0/1 | evaluate" not in refused.stdout.str()
+    assert "AIzaFAKE-start-check-key-0000" not in refused.stdout.str()
+
+
 def test_child_sessions_get_the_parents_timing_flags(pytester: pytest.Pytester) -> None:
     """How to evaluate is the user's choice for every generation: the budget and the workers
     a kernel is timed in reach each child session; the reference and baselines stay off."""

@@ -172,6 +172,20 @@ def early_projection(config: pytest.Config, log_dir: Path, members: Sequence[Mem
     return "" if view is None else project(view, generations, candidates)
 
 
+def start_check(config: pytest.Config, members: Sequence[Member]) -> str:
+    """The LLM provider's start check (``factory.check_provider``) when the built-in LLM
+    scientist has generations to make; a warning line or ""."""
+    try:
+        from pytest_kscientist.evolve.llm import llm_options
+        from pytest_kscientist.evolve.llm.factory import check_provider
+    except ImportError:
+        return ""
+    settings = llm_options.settings(config)
+    if settings.provider == "offline" or _generations_left(config, members)[0] <= 0:
+        return ""
+    return check_provider(settings)
+
+
 def _own_roles(config: pytest.Config) -> bool:
     """Whether a conftest or plugin implements a role hook, so the built-in roles may not play."""
     hook = config.pluginmanager.hook
@@ -252,14 +266,19 @@ class RolesFactory:
         self._log_dir = root / "llm"
         self._projected = False  # whether preview showed the projection
 
-    def preview(self, members: Sequence[Member]) -> list[str]:
-        """Lines for the start of the run: the projected LLM cost, unless a conftest or plugin
-        implements a role hook (the projection then waits for the roles to start)."""
+    def preview(self, members: Sequence[Member]) -> list[tuple[str, str]]:
+        """(stage, line) pairs for the start of the run, unless a conftest or plugin implements
+        a role hook (the projection then waits for the roles to start): the projected LLM cost,
+        and the provider's start check. A provider that refuses the key or the model stops the
+        run here (``ProviderOutage``), before anything is evaluated: before, a bad key showed
+        only after generation 0, minutes to hours into a run."""
         if _own_roles(self._config):
             return []
         line = early_projection(self._config, self._log_dir, members)
         self._projected = bool(line)
-        return [line] if line else []
+        shown = [("cost", line)] if line else []
+        warning = start_check(self._config, members)
+        return shown + ([("llm", warning)] if warning else [])
 
     def __call__(self, members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
         config = self._config

@@ -139,8 +139,15 @@ class Evolution(WriteStage):
         if self._preview is None:
             return
         self.generation = max(done, 0)
-        for line in self._preview(self.pop.members()):
-            self._stage("cost", line)
+        try:
+            lines = self._preview(self.pop.members())
+        except Exception as exc:
+            if is_outage(exc):
+                self.pop.log("role_failed", self.generation, role="start check", error=repr(exc))
+                raise Stop(f"the LLM provider cannot go on: {exc}", 3, stand_in=False) from None
+            raise
+        for stage, line in lines:
+            self._stage(stage, line)
 
     def _done(self) -> set[int]:
         done = {e.generation for e in self.pop.events() if e.kind == "generation_done"}

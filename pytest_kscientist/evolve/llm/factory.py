@@ -81,6 +81,34 @@ def make_llm_roles(config: pytest.Config, task: TaskBrief, log_dir: Path) -> LLM
     return build_roles(llm_options.settings(config), task, log_dir)
 
 
+def check_provider(settings: LLMSettings) -> str:
+    """The provider's start check (``Provider.check``: a free lookup, no tokens) before the run
+    evaluates or spends anything: raises ``ProviderOutage`` when the service refuses the key or
+    the model; returns a warning when it cannot be reached (the run goes on under
+    ``--ks-llm-outage-s``) or answers oddly, "" when all is well or the run is offline."""
+    from pytest_kscientist.evolve.llm.llm_errors import ProviderError, ProviderOutage
+    from pytest_kscientist.evolve.llm.provider import CHECK_REFUSED
+
+    if settings.provider == "offline":
+        return ""
+    try:
+        return _provider(settings, _redactor(settings)).check()
+    except ProviderError as exc:
+        if exc.status in CHECK_REFUSED:
+            raise ProviderOutage("start check", (
+                f"{exc.reason}; the provider refuses the key or the model (HTTP {exc.status}): "
+                "check the API key, --ks-model and --ks-llm-base-url; nothing was evaluated or "
+                "spent"), exc.status) from None
+        return (f"{exc.reason}; generation 0 is evaluated all the same, and the run stops once "
+                f"no LLM call has succeeded for --ks-llm-outage-s {settings.retry.outage_s:g} s")
+
+
+def _redactor(settings: LLMSettings) -> Redactor:
+    from pytest_kscientist.evolve.llm.transcript import Redactor
+
+    return Redactor(settings.secrets + ((settings.api_key,) if settings.api_key else ()))
+
+
 def _provider(settings: LLMSettings, redact: Redactor) -> Provider:
     if settings.provider == "gemini":
         from pytest_kscientist.evolve.llm.gemini import GeminiProvider
@@ -114,10 +142,10 @@ def build_roles(settings: LLMSettings, task: TaskBrief, log_dir: Path) -> LLMRol
     from pytest_kscientist.evolve.llm.ledger import CostLedger
     from pytest_kscientist.evolve.llm.scientist import LLMDesigner, LLMSelector, LLMWriter
     from pytest_kscientist.evolve.llm.session import Session
-    from pytest_kscientist.evolve.llm.transcript import CallLog, Redactor
+    from pytest_kscientist.evolve.llm.transcript import CallLog
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    redact = Redactor(settings.secrets + ((settings.api_key,) if settings.api_key else ()))
+    redact = _redactor(settings)
     provider = _provider(settings, redact)
     ledger = CostLedger(
         settings.prices,

@@ -25,6 +25,7 @@ from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+CHECK_TIMEOUT_S = 30.0  # the start check's lookup: a small answer, no generation
 _SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
@@ -53,6 +54,26 @@ class GeminiProvider:
         options = types.HttpOptions(base_url=base_url, timeout=int(retry.timeout_s * 1000))
         # vertexai=False: GOOGLE_GENAI_USE_VERTEXAI in the environment must not reroute calls.
         self._client = genai.Client(api_key=api_key, vertexai=False, http_options=options)
+
+    def check(self) -> str:
+        """A lookup of the model (``models.get``: free, no tokens), so that a bad key or model
+        name stops the run before it evaluates anything rather than after generation 0."""
+        from google.genai import errors
+
+        timeout_ms = int(min(self._retry.timeout_s, CHECK_TIMEOUT_S) * 1000)
+        lookup = self._types.GetModelConfig(http_options=self._types.HttpOptions(
+            timeout=timeout_ms))
+        try:
+            self._client.models.get(model=self.model, config=lookup)
+        except errors.APIError as exc:
+            raise ProviderError("start", self._redact(
+                f"Gemini answered HTTP {exc.code} to a lookup of model '{self.model}': {exc}"),
+                exc.code) from None
+        except Exception as exc:  # noqa: BLE001 - isolation boundary: transport errors of httpx
+            raise ProviderError("start", self._redact(
+                f"Gemini could not be reached ({type(exc).__name__}: {exc or 'no detail'})")
+            ) from None
+        return ""
 
     def generate(self, request: LLMRequest) -> LLMReply:
         """One ``generate_content`` call, retried on transient failures."""

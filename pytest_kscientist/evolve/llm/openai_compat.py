@@ -26,6 +26,7 @@ from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+CHECK_TIMEOUT_S = 30.0  # the start check's ``GET models``
 
 
 class OpenAICompatProvider:
@@ -53,6 +54,36 @@ class OpenAICompatProvider:
         self._client = self._httpx.Client(
             base_url=base_url.rstrip("/") + "/", headers=headers, timeout=retry.timeout_s
         )
+
+    def check(self) -> str:
+        """``GET {base_url}/models`` (free): the server answers and takes the key. A server
+        without the route (404) is not refused for it; one that lists models without
+        ``--ks-model`` gets a warning, not a stop (llama.cpp serves whatever it loaded under any
+        name)."""
+        httpx = self._httpx
+        timeout = min(self._retry.timeout_s, CHECK_TIMEOUT_S)
+        try:
+            response = self._client.get("models", timeout=timeout)
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise ProviderError("start", self._redact(
+                f"the chat server at {self._client.base_url} could not be reached "
+                f"({type(exc).__name__}: {exc or 'no detail'})")) from None
+        if response.status_code == 404:
+            return ""
+        if response.status_code >= 400:
+            raise ProviderError("start", self._redact(
+                f"the chat server answered HTTP {response.status_code} to GET models: "
+                f"{response.text[:300]}"), response.status_code)
+        try:
+            listed = [str(m["id"]) for m in response.json()["data"]]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            return self._redact(f"the chat server's model list is not the OpenAI shape ({exc!r})")
+        if listed and self.model not in listed:
+            shown = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
+            return (f"the chat server lists the models {shown}, not '{self.model}' "
+                    "(--ks-model); a server that refuses unknown names will stop the run at "
+                    "its first call")
+        return ""
 
     def generate(self, request: LLMRequest) -> LLMReply:
         """One chat completion, retried on transient failures."""

@@ -53,6 +53,17 @@ class Provider(Protocol):
 
     def generate(self, request: LLMRequest) -> LLMReply: ...
 
+    def check(self) -> str:
+        """One free request before the run spends anything (no tokens): raise
+        ``ProviderError`` when the service cannot be reached or refuses the key or the model;
+        return a warning to show ("" when none)."""
+        ...
+
+
+# A refusal of the start check: a bad key (Gemini answers 400 API_KEY_INVALID), no permission,
+# or a model the service does not have. Every generation call would fail alike.
+CHECK_REFUSED = frozenset({400, 401, 403, 404})
+
 
 def truncated(finish_reason: str) -> bool:
     """Whether the reply stopped at the output token cap (Gemini and OpenAI spellings)."""
