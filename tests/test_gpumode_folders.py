@@ -265,6 +265,9 @@ def test_an_output_of_another_dtype_that_its_own_check_accepts_is_warned_of(
         "*KsUnlikeOutput: wide size16-s1: output is (16,) torch.float32 where the reference's "
         "is (16,) torch.float16; the problem's own check accepts it, as GPU MODE's would*"])
     assert "KsUnlikeOutput: same" not in text
+    # Shown at the candidate's entry point, not at the folder's task.yml:1.
+    result.stdout.fnmatch_lines(["*wide.py:1: KsUnlikeOutput*"])
+    assert "task.yml:1" not in text
 
 
 def test_a_seedless_case_seeds_numpy_as_gpu_modes_set_seed(tmp_path: Path) -> None:

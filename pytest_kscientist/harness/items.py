@@ -6,6 +6,7 @@ shared rounds of rounds.py).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -92,7 +93,11 @@ class CaseItem(CandidateItem):
                 result.attribution = self._attribute(evaluator, worker)
                 if result.note and not cand.noted:
                     cand.noted = True  # once a candidate: its other cases say the same
-                    self.warn(KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"))
+                    # At the candidate's entry point, not the item's file (a GPU MODE
+                    # folder's task.yml:1 said nothing about which kernel).
+                    warnings.warn_explicit(
+                        KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"), None,
+                        str(cand.source), _def_line(cand.source, cand.entry))
             else:
                 result = self._bench(worker)
         except CandidateFailure as exc:
@@ -380,3 +385,13 @@ def _beyond(reason: str, detail: str) -> str:
         if tail and detail.startswith(tail):
             return detail[len(tail):].lstrip("; \n")
     return detail
+
+
+def _def_line(source: Path, name: str) -> int:
+    """The line of ``def name`` in ``source`` (1 when it cannot be found)."""
+    try:
+        lines = source.read_text(errors="replace").splitlines()
+    except OSError:
+        return 1
+    mark = f"def {name}("
+    return next((i for i, line in enumerate(lines, 1) if line.lstrip().startswith(mark)), 1)
