@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -188,7 +189,12 @@ def raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
     value = config.getoption(option.dest, default=None)
     if value not in (None, [], False) or option.ini is None:
         return value, option.flag
-    value = config.getini(option.ini)
+    try:
+        value = config.getini(option.ini)
+    except ValueError as exc:  # a "bool" ini that is no truth value: pytest raises
+        raise pytest.UsageError(
+            f"{option.ini} (ini): {exc}; expected true or false (also 1/0, yes/no, on/off)"
+        ) from None
     unset = value in (None, "", [], False) or value == option.ini_default
     return value, option.flag if unset else f"{option.ini} (ini)"
 
@@ -309,6 +315,14 @@ def resolve(config: pytest.Config) -> Settings:
         # Found at the start, not after a long evaluation whose results it would lose.
         raise pytest.UsageError(f"--ks-json {json_path}: is a folder, expected the path of the "
                                 f"JSON file to write; e.g. --ks-json {json_path / 'results.json'}")
+    if json_path is not None:
+        # The first existing folder above it must be a writable folder (the rest is made).
+        above = next(p for p in json_path.absolute().parents if p.exists())
+        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+            what = "is a file, not a folder" if not above.is_dir() else "is not writable"
+            raise pytest.UsageError(
+                f"--ks-json {json_path}: cannot be written, {above} {what}; give a path in a "
+                "folder you can write, e.g. --ks-json results.json")
     raw_drawn, drawn_name = _named(config, "ks_drawn")
     drawn = None
     if raw_drawn not in (None, ""):

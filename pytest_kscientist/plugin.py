@@ -80,7 +80,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 # xdist's --dist modes that may split one task file's items over several workers.
-_SPLITTING = ("load", "loadscope", "worksteal")
+_SPLITTING = ("load", "loadscope", "loadgroup", "worksteal")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -94,14 +94,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     dist = config.getoption("dist")
     if dist not in _SPLITTING:
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadGroupScheduling, LoadScopeScheduling
 
-    class TaskFileScheduling(LoadScopeScheduling):
+    # loadgroup keeps its own grouping (xdist_group marks) for the other tests.
+    base = LoadGroupScheduling if dist == "loadgroup" else LoadScopeScheduling
+
+    class TaskFileScheduling(base):  # type: ignore[valid-type,misc]
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]
             if _claims_path(str(config.rootpath / file)):
                 return file
-            return super()._split_scope(nodeid) if dist == "loadscope" else nodeid
+            grouped = dist in ("loadscope", "loadgroup")
+            return super()._split_scope(nodeid) if grouped else nodeid
 
     return TaskFileScheduling(config, log)
 

@@ -32,6 +32,7 @@ from helpers import AXPY
          "--ks-solutions DIR)"),
         (["--ks-json", "a"], "--ks-json a: is a folder, expected the path of the JSON file to "
          "write; e.g. --ks-json a/results.json"),
+        (["--ks-json", "notes.txt/r.json"], "--ks-json notes.txt/r.json: cannot be written, "),
         (["--ks-bench-budget", "soon"], "--ks-bench-budget expects a positive number of seconds, "
          "got 'soon'"),
         (["--ks-device", "tpu"], "--ks-device expects auto, cpu, cuda or cuda:N, got 'tpu'"),
@@ -70,6 +71,9 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
     ("ks_kernelbench_tol = -1", "ks_kernelbench_tol (ini) expects a tolerance"),
     ("ks_max_regression = lots", "ks_max_regression (ini) expects a non-negative percentage"),
     ("ks_compare = nowhere.json", "nowhere.json: no such file"),
+    ("ks_lenient_task = maybe", "ks_lenient_task (ini): invalid truth value 'maybe'; expected "
+     "true or false"),
+    ("ks_attribution = maybe", "ks_attribution (ini): invalid truth value 'maybe'"),
 ])
 def test_ini_twin_is_validated_and_named_as_the_ini_key(
         pytester: pytest.Pytester, ini: str, message: str) -> None:
