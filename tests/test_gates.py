@@ -158,14 +158,15 @@ def test_min_speedup_verdicts() -> None:
     broken = _cand("k", _bench("a", 1.0, cub=None))
     assert gates.min_speedup("k", broken, "cub", 1.0, {}, {}).message == (
         "k: no speedup over cub on a: it broke")
+    # Failed, not skipped: `--lf` after a failed gate ran the gate alone and exited 0.
     assert gates.min_speedup("k", None, "cub", 1.0, {}, {}) == gates.Verdict(
-        "skipped", "no benchmark of 'k' ran in this session; select its bench items too (e.g. "
-        "-k 'k and (bench or gate)')")
+        "failed", "not judged: no benchmark of 'k' ran in this session; select its bench items "
+        "too (e.g. -k 'k and (bench or gate)'), or deselect the gate")
     ref = _cand("reference", _bench("a", 4.0), _bench("b", 1.0))
     v = gates.min_speedup("k", good, "reference", 2.0, {"reference": ref}, {})
     assert v.outcome == "passed" and "over reference is 2.000x" in v.message
     v = gates.min_speedup("k", good, "reference", 2.0, {}, {})
-    assert v.outcome == "skipped" and "the reference was not timed" in v.message
+    assert v.outcome == "failed" and "the reference was not timed" in v.message
 
 
 def _saved(task: str, *cands: CandidateResult) -> RunResults:
@@ -383,3 +384,24 @@ def test_saved_copies_of_one_stem_in_two_tasks_stay_apart(tmp_path: Path) -> Non
                                   "--ks-max-regression", "5%"], cwd=tmp_path)
     assert "axpy_a/task.toml::k::gate[max-regression] FAILED" in output, output
     assert "axpy_b/task.toml::k::gate[max-regression] PASSED" in output, output
+
+
+def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: Path) -> None:
+    """`--lf` after a failed gate selects the gate alone: it skipped and the run exited 0, so a
+    CI retry turned green without judging anything. Now the gate fails, saying why."""
+    import subprocess
+    import sys
+
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "k.py").write_text(
+        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
+        "    return out\n")
+    args = [sys.executable, "-m", "pytest", "axpy", "--kernel", "k.py", "--ks-bench-budget",
+            "0.1", "--ks-min-speedup", "reference=100", "-q"]
+    first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 1 and "gate" in first.stdout, first.stdout
+    again = subprocess.run([*args, "--lf", "-rA"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 1, again.stdout
+    assert "deselected" in again.stdout, again.stdout  # the gate alone ran
+    assert "not judged: no benchmark of 'k' ran in this session" in again.stdout, again.stdout

@@ -63,8 +63,11 @@ def _timed(cand: CandidateResult | None, who: str) -> tuple[list[CaseResult], Ve
     """The benchmarks of ``cand`` in this run, or the verdict when they cannot be judged."""
     bench = [c for c in cand.cases if c.kind == "bench"] if cand else []
     if not bench:
-        return [], Verdict("skipped", f"no benchmark of '{who}' ran in this session; select its "
-                                      f"bench items too (e.g. -k '{who} and (bench or gate)')")
+        # Failed, not skipped: a gate asked for must not pass a run it could not judge (a
+        # rerun with --lf or --sw selected the failed gate alone, and exited 0).
+        return [], Verdict("failed", f"not judged: no benchmark of '{who}' ran in this "
+                                     f"session; select its bench items too (e.g. -k '{who} and "
+                                     "(bench or gate)'), or deselect the gate")
     failed = [c for c in bench if c.outcome != "passed" or c.stats is None]
     if failed:
         return [], Verdict("failed", f"{len(failed)} of {len(bench)} benchmark(s) of '{who}' "
@@ -86,8 +89,9 @@ def min_speedup(who: str, cand: CandidateResult | None, name: str, factor: float
         pairs = [(ref[c.case_id], c) for c in bench if c.case_id in ref]
         missing = [c.case_id for c in bench if c.case_id not in ref]
         if missing or any(r.outcome != "passed" or r.stats is None for r, _ in pairs):
-            return Verdict("skipped", f"the reference was not timed on every benchmark of "
-                                      f"'{who}' in this session; select its bench items too")
+            return Verdict("failed", f"not judged: the reference was not timed on every "
+                                     f"benchmark of '{who}' in this session; select its bench "
+                                     "items too, or deselect the gate")
         ratios = {c.case_id: r.stats.median_us / c.stats.median_us  # type: ignore[union-attr]
                   for r, c in pairs}
     else:
