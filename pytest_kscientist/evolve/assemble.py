@@ -153,37 +153,29 @@ def _projection(config: pytest.Config, made: Any, members: Sequence[Member]) -> 
     return str(project(*_generations_left(config, members)))
 
 
-def early_projection(config: pytest.Config, log_dir: Path, members: Sequence[Member]) -> str:
-    """The projection before anything is spent or run, when the built-in LLM scientist will
-    play the roles; "" when offline, when nothing is left to make, or when the ledger in
-    ``log_dir`` cannot be read (the roles' start shows it then). Counts no run in the ledger."""
+def llm_start(config: pytest.Config, log_dir: Path,
+              members: Sequence[Member]) -> list[tuple[str, str]]:
+    """(stage, line) pairs before anything is spent or run, when the built-in LLM scientist
+    has generations to make: the projected cost (none when the ledger in ``log_dir`` cannot
+    be read: the roles' start shows it then; no run is counted in the ledger), and the
+    provider's start check (``factory.check_provider``: a warning line, or ``ProviderOutage``
+    when the provider refuses the key or the model)."""
     try:
         from pytest_kscientist.evolve.llm import llm_options
         from pytest_kscientist.evolve.llm.cost import project
+        from pytest_kscientist.evolve.llm.factory import check_provider
         from pytest_kscientist.evolve.llm.ledger import peek_ledger
         from pytest_kscientist.evolve.llm.transcript import LEDGER_FILE
     except ImportError:
-        return ""
+        return []
     settings = llm_options.settings(config)
     generations, candidates = _generations_left(config, members)
     if settings.provider == "offline" or generations <= 0:
-        return ""
+        return []
     view = peek_ledger(settings.prices, settings.budget_usd, log_dir / LEDGER_FILE)
-    return "" if view is None else project(view, generations, candidates)
-
-
-def start_check(config: pytest.Config, members: Sequence[Member]) -> str:
-    """The LLM provider's start check (``factory.check_provider``) when the built-in LLM
-    scientist has generations to make; a warning line or ""."""
-    try:
-        from pytest_kscientist.evolve.llm import llm_options
-        from pytest_kscientist.evolve.llm.factory import check_provider
-    except ImportError:
-        return ""
-    settings = llm_options.settings(config)
-    if settings.provider == "offline" or _generations_left(config, members)[0] <= 0:
-        return ""
-    return check_provider(settings)
+    lines = [] if view is None else [("cost", project(view, generations, candidates))]
+    warning = check_provider(settings)
+    return lines + ([("llm", warning)] if warning else [])
 
 
 def _own_roles(config: pytest.Config) -> bool:
@@ -274,11 +266,9 @@ class RolesFactory:
         only after generation 0, minutes to hours into a run."""
         if _own_roles(self._config):
             return []
-        line = early_projection(self._config, self._log_dir, members)
-        self._projected = bool(line)
-        shown = [("cost", line)] if line else []
-        warning = start_check(self._config, members)
-        return shown + ([("llm", warning)] if warning else [])
+        lines = llm_start(self._config, self._log_dir, members)
+        self._projected = any(stage == "cost" for stage, _ in lines)
+        return lines
 
     def __call__(self, members: Sequence[Member]) -> tuple[Roles, TaskBrief]:
         config = self._config

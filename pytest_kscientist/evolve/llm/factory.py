@@ -89,7 +89,7 @@ def check_provider(settings: LLMSettings) -> str:
     from pytest_kscientist.evolve.llm.llm_errors import ProviderError, ProviderOutage
     from pytest_kscientist.evolve.llm.provider import CHECK_REFUSED
 
-    if settings.provider == "offline":
+    if settings.provider == "offline":  # no provider to reach (else _provider makes a replay)
         return ""
     try:
         return _provider(settings, _redactor(settings)).check()

@@ -17,6 +17,7 @@ from typing import Any
 from pytest_kscientist.evolve.llm.ledger import Usage
 from pytest_kscientist.evolve.llm.llm_errors import MalformedReply, ProviderError
 from pytest_kscientist.evolve.llm.provider import (
+    CHECK_TIMEOUT_S,
     LLMReply,
     LLMRequest,
     retry_after_s,
@@ -26,7 +27,6 @@ from pytest_kscientist.evolve.llm.settings import RetryPolicy
 from pytest_kscientist.evolve.llm.transcript import Redactor
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-CHECK_TIMEOUT_S = 30.0  # the start check's ``GET models``
 
 
 class OpenAICompatProvider:

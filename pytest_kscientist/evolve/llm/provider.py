@@ -63,6 +63,7 @@ class Provider(Protocol):
 # A refusal of the start check: a bad key (Gemini answers 400 API_KEY_INVALID), no permission,
 # or a model the service does not have. Every generation call would fail alike.
 CHECK_REFUSED = frozenset({400, 401, 403, 404})
+CHECK_TIMEOUT_S = 30.0  # the start check's lookup: a small answer, no generation
 
 
 def truncated(finish_reason: str) -> bool:
