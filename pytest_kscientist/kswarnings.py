@@ -22,3 +22,8 @@ class KsTaskHole(KsWarning):
 class KsUnlikeOutput(KsWarning):
     """A candidate's output passed its problem's own check (GPU MODE) with another dtype or
     shape than the reference's."""
+
+
+class KsGateDeselected(KsWarning):
+    """A performance gate was deselected (``-k``/``-m``) while its candidate's benchmarks ran:
+    the gate the command line asked for was not judged."""

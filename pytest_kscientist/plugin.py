@@ -188,6 +188,7 @@ class KsHooks:
         self.ks = ks
         self.evolve_code: int | None = None  # the exit code of an --evolve run
         self.evolve_spec: Path | None = None  # the task file --evolve runs on, found once
+        self.deselected_gates: list[pytest.Item] = []  # by -k/-m, before our modifyitems
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -224,10 +225,16 @@ class KsHooks:
             raise pytest.UsageError(f"--evolve {session.config.args[0]}: {exc}") from None
         return True
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        from pytest_kscientist.harness.items import GateItem
+
+        self.deselected_gates += [item for item in items if isinstance(item, GateItem)]
+
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        from pytest_kscientist.harness.items import plan_rounds, tag_timed
+        from pytest_kscientist.harness.items import plan_rounds, tag_timed, warn_deselected_gates
 
+        warn_deselected_gates(self.deselected_gates, items)
         items[:] = plan_rounds(items, self.ks.lineup)
         self.ks.auto_workers()
         tag_timed(items)

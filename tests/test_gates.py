@@ -405,3 +405,26 @@ def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: 
     assert again.returncode == 1, again.stdout
     assert "deselected" in again.stdout, again.stdout  # the gate alone ran
     assert "not judged: no benchmark of 'k' ran in this session" in again.stdout, again.stdout
+
+
+def test_the_readmes_bench_selection_keeps_the_gates_and_a_narrower_one_warns(
+        tmp_path: Path) -> None:
+    """`-k bench --ks-min-speedup ...` (the README's forms together) deselected every gate: the
+    CI step exited 0 having judged nothing. A gate now matches `-k bench`; one that a narrower
+    expression leaves out while its candidate's benchmarks run is named in a warning."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "k.py").write_text(
+        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
+        "    return out\n")
+    select = ["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none",
+              "--ks-min-speedup", "reference=100"]
+    code, output, _ = run_pytest([*select, "-k", "bench"], cwd=tmp_path)
+    assert code == 1, output  # the gate ran and failed: k is not 100x the reference
+    assert "FAILED axpy/task.toml::k::gate[min-speedup-reference]" in output, output
+    code, output, _ = run_pytest([*select, "-k", "bench and 4096"], cwd=tmp_path)
+    assert code == 0, output
+    assert "KsGateDeselected" in output, output
+    assert ("axpy/task.toml::k::gate[min-speedup-reference] was deselected while k's benchmarks run"
+            in output), output
+    code, output, _ = run_pytest([*select, "-k", "check"], cwd=tmp_path)
+    assert code == 0 and "KsGateDeselected" not in output, output  # nothing of it to judge

@@ -6,8 +6,10 @@
   benchmarks it shares with PATH (a ``--ks-json`` file of an earlier run) may be at most
   PERCENT slower than it was there.
 
-A gate passes, fails with a one-line reason, or is skipped when it cannot be judged in this
-run (its benchmarks deselected, a baseline this device cannot run, no earlier result).
+A gate passes, fails with a one-line reason (also when none of its candidate's benchmarks ran
+in this session: "not judged"), or is skipped when this machine cannot judge it (a baseline this
+device cannot run, no earlier result). ``-k bench`` keeps gates (their keyword); one deselected
+while its candidate's benchmarks run is named in a ``KsGateDeselected`` warning.
 """
 
 from __future__ import annotations

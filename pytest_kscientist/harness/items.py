@@ -21,7 +21,7 @@ from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
-from pytest_kscientist.kswarnings import KsUnlikeOutput
+from pytest_kscientist.kswarnings import KsGateDeselected, KsUnlikeOutput
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.collect import CandidateNode
@@ -232,6 +232,21 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
     return ordered
 
 
+def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:
+    """Warn, at the gate, for each gate deselected (``-k``/``-m``) while a benchmark of its
+    candidate is selected: the run would otherwise pass without the judgement its command line
+    asked for."""
+    benched = {id(item.parent) for item in items
+               if isinstance(item, CaseItem) and item.kind == "bench"}
+    for gate in gates:
+        if id(gate.parent) not in benched:
+            continue
+        gate.warn(KsGateDeselected(
+            f"{gate.nodeid} was deselected while {gate.candidate.name}'s benchmarks run, so "
+            "this gate is not judged in this run; select it too (-k 'bench or gate', or a -k "
+            "expression that its name matches)"))
+
+
 def tag_timed(items: list[Any]) -> None:
     """Give every item of a task a ``ks_item`` property (its task, kind: check, bench,
     compile, gate, validate, and the task's folder), so each phase's report adds its duration
@@ -341,6 +356,8 @@ class GateItem(CandidateItem):
     def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
+        # A gate judges benchmarks: `-k bench` (the README's form) keeps it beside them.
+        self.extra_keyword_matches.add("bench")
 
     def runtest(self) -> None:
         cand = self.candidate
