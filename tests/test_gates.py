@@ -428,3 +428,27 @@ def test_the_readmes_bench_selection_keeps_the_gates_and_a_narrower_one_warns(
             in output), output
     code, output, _ = run_pytest([*select, "-k", "check"], cwd=tmp_path)
     assert code == 0 and "KsGateDeselected" not in output, output  # nothing of it to judge
+
+
+def test_pytest_benchmarks_only_and_skip_flags_select_the_benchmarks_and_their_gates(
+        tmp_path: Path) -> None:
+    """`--benchmark-only` skipped every item (ours take no `benchmark` fixture), so a run meant
+    to time kernels timed nothing and exited 0; `--benchmark-skip` ran the gates alone."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "k.py").write_text(
+        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
+        "    return out\n")
+    select = ["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none",
+              "--ks-min-speedup", "reference=0.01"]
+    code, output, data = run_pytest([*select, "--benchmark-only"], cwd=tmp_path)
+    assert code == 0, output
+    ran = {line.split(" ", 1)[1] for line in output.splitlines() if line.startswith("PASSED ")}
+    assert ran == {"axpy/task.toml::reference::bench[n4096-s3]",
+                   "axpy/task.toml::k::bench[n4096-s3]",
+                   "axpy/task.toml::k::gate[min-speedup-reference]"}, output
+    assert "Skipping non-benchmark (--benchmark-only active)" in output  # the checks
+    code, output, data = run_pytest([*select, "--benchmark-skip"], cwd=tmp_path)
+    assert code == 0, output
+    assert not [line for line in output.splitlines()
+                if line.startswith("PASSED ") and ("bench[" in line or "gate[" in line)], output
+    assert "PASSED axpy/task.toml::k::check[n33-s2]" in output, output
