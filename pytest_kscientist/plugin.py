@@ -239,6 +239,13 @@ class KsHooks:
         self.ks.auto_workers()
         tag_timed(items)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        from pytest_kscientist.harness.items import show_printed
+
+        if call.when == "call":
+            show_printed(item, call)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation
 

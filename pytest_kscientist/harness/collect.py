@@ -436,6 +436,11 @@ class CandidateNode(pytest.Collector):
 
         return Member(self.name, self.round_worker, tolerate=self.tolerate, on_failure=failed)
 
+    def printed(self) -> str:
+        """What its workers (its own and its timing twins) printed since the last look."""
+        workers = [w for w in (self.worker, *self.turns.twins.values()) if w is not None]
+        return "".join(w.new_output() for w in workers)
+
     def drop_worker(self) -> None:
         if self.worker is not None:
             self.worker.close()

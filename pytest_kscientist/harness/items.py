@@ -6,6 +6,7 @@ shared rounds of rounds.py).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -239,6 +240,24 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
         if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
             lineup.plan(key, node)
     return ordered
+
+
+def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """A candidate item's report gets what the candidate printed since its previous item, as a
+    captured-output section (shown under a failure, with -rP, in JUnit's system-out); with -s it
+    goes to the terminal. Not after its worker died: the failure quotes the log's tail."""
+    if not isinstance(item, CandidateItem):
+        return
+    text = item.candidate.printed()
+    if not text or (call.excinfo is not None and isinstance(call.excinfo.value, WorkerDied)):
+        return
+    if item.config.getoption("capture") == "no":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    # "Captured stdout call", the section pytest's own capture makes: --show-capture and JUnit's
+    # system-out (junit_logging) read it by that name. The worker's stderr is in it too.
+    item.add_report_section("call", "stdout", text)
 
 
 def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:

@@ -2,7 +2,8 @@
 
 Each candidate runs in a fresh ``python -m pytest_kscientist.worker.runner`` process in its own
 session (process group), pinned to one device, in a temporary working directory, with secrets
-removed from its environment, its stdout/stderr going to a log file that is never parsed.
+removed from its environment, its stdout/stderr going to a log file that is never parsed
+(shown in its items' reports: ``Worker.new_output``).
 Results come back over a dedicated pipe as HMAC-authenticated frames (``protocol/channel.py``).
 
 Where ``unshare`` can create user namespaces, the worker also runs sandboxed: no network, its own
@@ -58,6 +59,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # deadline -> the reply; at most MAX_INTERIM of them per answer are passed on.
 Interim = Callable[[dict[str, Any], float], dict[str, Any]]
 MAX_INTERIM = 16
+
+
+# Characters of a worker's new output shown in one item's report (its head and tail beyond).
+OUTPUT_SHOWN = 8000
 
 
 class WorkerDied(CandidateFailure):
@@ -397,6 +402,7 @@ class Worker:
         self.seq_in = 0
         self._pid: int | None = None
         self.process = process
+        self._shown = 0  # bytes of its log handed to an item's report (new_output)
         worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         hello = {
             "key": self.key.hex(),
@@ -517,6 +523,28 @@ class Worker:
             return len(os.sched_getaffinity(pid or self.proc.pid))
         except OSError:
             return os.cpu_count() or 1
+
+    def new_output(self, limit: int = OUTPUT_SHOWN) -> str:
+        """What the worker wrote (the candidate's prints, stdout and stderr) since the last call;
+        over ``limit`` characters, its head and tail with the count left out between."""
+        try:
+            with open(self.process.log_path, "rb") as log:
+                size = os.fstat(log.fileno()).st_size
+                new = size - self._shown
+                if new <= 0:
+                    return ""
+                log.seek(self._shown)
+                if new <= limit:
+                    data = log.read(new)
+                else:
+                    head = log.read(limit // 2)
+                    log.seek(size - limit // 2)
+                    data = (head + f"\n... {new - limit} bytes left out ...\n".encode()
+                            + log.read(limit // 2))
+        except OSError:
+            return ""
+        self._shown = size
+        return data.decode(errors="replace")
 
     def log_tail(self, limit: int = 4000) -> str:
         try:

@@ -1,0 +1,63 @@
+"""What a candidate prints reaches its items' reports, as pytest shows a test's own prints.
+
+Its worker's stdout and stderr went to a log read only when the worker died, so a kernel
+developer's `print` in `custom_kernel` was never seen, not even under the failure it was added
+to explain.
+"""
+
+from __future__ import annotations
+
+import shutil
+from xml.etree import ElementTree
+from pathlib import Path
+
+from helpers import AXPY, run_pytest
+
+WRONG_AND_CHATTY = '''
+import sys
+print("importing the kernel")
+
+def custom_kernel(data):
+    x, y, out = data
+    print(f"n={x.numel()} first={float(x[0]):.3f}")
+    print("to stderr", file=sys.stderr)
+    out.copy_(2 * x + y + (1 if x.numel() == 33 else 0))
+    return out
+'''
+
+FLOOD = '''
+def custom_kernel(data):
+    x, y, out = data
+    print("x" * 5000)
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+def test_a_candidates_prints_are_shown_under_its_failure_and_with_rP(tmp_path: Path) -> None:
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "chatty.py").write_text(WRONG_AND_CHATTY)
+    code, output, _ = run_pytest(["axpy", "--kernel", "chatty.py", "--ks-bench-budget", "0.1",
+                                  "--ks-baselines", "none", "--junitxml", "junit.xml",
+                                  "-o", "junit_logging=system-out"], cwd=tmp_path)
+    assert code == 1, output
+    failure = output.split("___ chatty::check[n33-s2] ___", 1)[1].split("\n___", 1)[0]
+    assert "Captured stdout call" in failure, output
+    assert "n=33 first=" in failure and "to stderr" in failure, failure
+    assert "n=1000" not in failure  # each item shows what was printed during it
+    passed = output.split("___ chatty::check[n1000-s1] ___", 1)[1].split("\n___", 1)[0]
+    assert "importing the kernel" in passed and "n=1000 first=" in passed, output
+    junit = ElementTree.parse(tmp_path / "junit.xml").getroot()
+    check = next(case for case in junit.iter("testcase") if case.get("name") == "check[n33-s2]")
+    assert "n=33 first=" in (check.findtext("system-out") or ""), ElementTree.tostring(check)
+
+
+def test_a_flood_of_prints_is_cut_to_its_head_and_tail(tmp_path: Path) -> None:
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "flood.py").write_text(FLOOD)
+    code, output, _ = run_pytest(["axpy", "--kernel", "flood.py", "--ks-bench-budget", "0.1",
+                                  "--ks-baselines", "none"], cwd=tmp_path)
+    assert code == 0, output
+    bench = output.split("___ flood::bench[n4096-s3] ___", 1)[1].split("\n___", 1)[0]
+    assert "bytes left out ..." in bench, bench
+    assert len(bench) < 12_000, len(bench)  # uncut: 5000 characters a call, 20 calls or more
