@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -249,15 +250,16 @@ class KsHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation
 
-        for name, prop in report.user_properties:
+        ours = [(name, json.loads(prop)) for name, prop in report.user_properties
+                if name.startswith("ks_") and isinstance(prop, str)]  # results.report_property
+        for name, prop in ours:
             if name == "ks_item":  # every phase: where the session's time went
                 self.ks.task_paths.setdefault(prop["task"], prop["task_path"])
                 per_task = self.ks.item_seconds.setdefault(prop["task"], {})
                 per_task[prop["kind"]] = per_task.get(prop["kind"], 0.0) + report.duration
         if report.when != "call":
             return
-        for name, prop in report.user_properties:
-            value: Any = prop
+        for name, value in ours:
             if name == "ks_case":
                 self.ks.record(value["task"], value["candidate"], value["path"],
                                value["sha256"], CaseResult.model_validate(value["result"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from helpers import AXPY, CANDIDATES, REPO, run_pytest
@@ -71,7 +72,16 @@ def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> N
         "*benchmark (median us)*reference*good*floor_us*",
         "*seed salt * (secret, drawn for this run); reproduce with --ks-salt *",
     ])
-    assert 'tests="5"' in (pytester.path / "junit.xml").read_text()
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'tests="5"' in junit
+    # Each item's record is a JSON property value (it was a Python repr: {'task': 'axpy', ...}).
+    props = [(p.get("name"), p.get("value"))
+             for p in ElementTree.fromstring(junit).iter("property")]
+    cases = [json.loads(v) for n, v in props if n == "ks_case"]
+    assert len(cases) == 4 and {c["candidate"] for c in cases} == {"good", "reference"}, props
+    bench = next(c["result"] for c in cases if c["result"]["kind"] == "bench")
+    assert bench["stats"]["median_us"] > 0 and bench["case_id"] == "n4096-s3"
+    assert all(json.loads(v)["task"] == "axpy" for n, v in props if n == "ks_item")
 
 
 def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:

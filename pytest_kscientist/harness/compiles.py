@@ -44,7 +44,7 @@ from pytest_kscientist.harness.mounts import (
     sandbox_prefix,
     warn_cache_writable,
 )
-from pytest_kscientist.harness.results import CompileResult
+from pytest_kscientist.harness.results import CompileResult, report_property
 
 MAX_ERRORS = 3
 CACHE_FORMAT = "1"  # bump when CompileResult or what a compile reads changes
@@ -280,10 +280,10 @@ class CompileItem(pytest.Item):
     def runtest(self) -> None:
         cand: Any = self.parent
         result = self.result or self.compile()
-        self.user_properties.append(("ks_compile", {
+        self.user_properties.append(("ks_compile", report_property({
             "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
-            "sha256": cand.sha256, "role": cand.role, "result": result.model_dump(),
-        }))
+            "sha256": cand.sha256, "role": cand.role, "result": result.model_dump(mode="json"),
+        })))
         if result.outcome == "skipped":
             raise pytest.skip.Exception(result.reason, _use_item_location=True)
         if result.outcome == "failed":

@@ -17,7 +17,7 @@ from pytest_kscientist.errors import CandidateFailure, GateFailure
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
-from pytest_kscientist.harness.results import CaseResult
+from pytest_kscientist.harness.results import CaseResult, report_property
 from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
@@ -47,10 +47,10 @@ class CandidateItem(pytest.Item):
     def _publish(self, **fields: Any) -> None:
         """A case's result on the report (``ks_case``), for the session and xdist."""
         cand = self.candidate
-        self.user_properties.append(("ks_case", {
+        self.user_properties.append(("ks_case", report_property({
             "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "role": cand.role, "result": fields,
-        }))
+        })))
 
     def failure_head(self) -> str:
         return f"{self.candidate.name} {self.name}: "
@@ -128,7 +128,7 @@ class CaseItem(CandidateItem):
                           attribution=self.attribution)
             raise
         result = yardstick_only(cand.name, result)
-        self._publish(**result.model_dump())
+        self._publish(**result.model_dump(mode="json"))
         if result.kind == "bench":
             self._to_pytest_benchmark(result)
         if result.outcome == "xfailed":
@@ -286,8 +286,8 @@ def tag_timed(items: list[Any]) -> None:
         task = getattr(item.parent, "task", None)
         if task is not None:  # every kscientist item is named <kind>[...] or <kind>
             kind = item.name.split("[", 1)[0]
-            item.user_properties.append(("ks_item", {"task": task.name, "kind": kind,
-                                                     "task_path": str(task.root)}))
+            item.user_properties.append(("ks_item", report_property({
+                "task": task.name, "kind": kind, "task_path": str(task.root)})))
 
 
 class DrawnItem(CandidateItem):
@@ -403,11 +403,11 @@ class GateItem(CandidateItem):
             verdict = gates.max_regression(cand.name, mine, task.name, ks.profile,
                                            settings.max_regression, settings.compare_path,
                                            settings.compare_runs, results.get(REFERENCE_NAME))
-        self.user_properties.append(("ks_gate", {
+        self.user_properties.append(("ks_gate", report_property({
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],
             "outcome": verdict.outcome, "message": verdict.message,
-        }))
+        })))
         if verdict.outcome == "skipped":
             # Reported at the task file, like the skip marks of the baseline items, rather than
             # at this line of the plugin (the same flag pytest's own skip marks use).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
@@ -275,3 +276,10 @@ class RunResults(BaseModel):
     # setup, call and teardown together: where a session's time went (a check that waits for
     # its candidate's build counts the wait; the rest of a session is start-up and collection).
     item_seconds: dict[str, float] = Field(default_factory=dict)
+
+
+def report_property(value: dict[str, Any]) -> str:
+    """A report's ``user_properties`` value as JSON: JUnit XML (``--junitxml``) writes each as
+    ``str(value)``, which made a dict a Python repr that CI tools cannot read; read back with
+    ``json.loads``."""
+    return json.dumps(value, default=str)

@@ -37,7 +37,7 @@ from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import Case, Task
 from pytest_kscientist.harness.evaluate import Evaluator, derive_seed, seed_for
-from pytest_kscientist.harness.results import TaskValidation
+from pytest_kscientist.harness.results import TaskValidation, report_property
 from pytest_kscientist.harness.session import KS_SESSION
 from pytest_kscientist.kswarnings import KsTaskHole
 
@@ -251,11 +251,11 @@ class ValidateItem(pytest.Item):
             outcome, message = "skipped", f"task '{task.name}': {verdict.notes[0]}"
         else:
             outcome, message = "passed", f"passed on case {verdict.case_id}{cached}"
-        self.user_properties.append(("ks_task_validation", {
+        self.user_properties.append(("ks_task_validation", report_property({
             "task": task.name, "result": TaskValidation(
                 outcome=outcome, case_id=verdict.case_id, holes=verdict.holes,
                 notes=verdict.notes, error=verdict.error, cached=verdict.cached,
-            ).model_dump()}))
+            ).model_dump(mode="json")})))
         if outcome == "failed":
             raise TaskSpecError(message)
         if outcome == "warned":
