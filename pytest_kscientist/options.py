@@ -261,6 +261,12 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
                 f"{flag} {raw}: expected a .py file exposing custom_kernel(data), got "
                 f"'{path.suffix or 'no suffix'}'"
             )
+        if "[" in path.stem or "]" in path.stem:
+            raise pytest.UsageError(
+                f"{flag} {raw}: the file's stem '{path.stem}' names its test items "
+                f"(task.toml::{path.stem}::check[...]), and pytest reads a node id's first '[' "
+                "as the start of its last part's parameters, so those ids could not be passed "
+                "back to pytest; rename the file without '[' and ']'")
         if path.resolve() not in paths:  # one file given twice runs once, as pytest's paths
             paths.append(path.resolve())
     return tuple(paths)

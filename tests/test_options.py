@@ -27,6 +27,10 @@ from helpers import AXPY
         (["--ks-bench-budget", "nan"], "--ks-bench-budget expects a positive number of seconds, "
          "got 'nan'"),
         (["--ks-beside", "nope.py"], "--ks-beside nope.py: no such file"),
+        (["--kernel", "a/k[1].py"], "--kernel a/k[1].py: the file's stem 'k[1]' names its test "
+         "items (task.toml::k[1]::check[...]), and pytest reads a node id's first '[' as the "
+         "start of its last part's parameters, so those ids could not be passed back to "
+         "pytest; rename the file without '[' and ']'"),
         (["--kernel", "a"], "--kernel a: is a folder; expected a Python file exposing "
          "custom_kernel(data) (for a folder of solutions matched to tasks by name: "
          "--ks-solutions DIR)"),
@@ -52,7 +56,8 @@ from helpers import AXPY
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str], message: str):
     for sub in ("a", "b"):
         (pytester.path / sub).mkdir()
-        (pytester.path / sub / "k.py").write_text("def custom_kernel(data):\n    return data\n")
+        for name in ("k.py", "k[1].py"):
+            (pytester.path / sub / name).write_text("def custom_kernel(data):\n    return data\n")
     (pytester.path / "notes.txt").write_text("")
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
