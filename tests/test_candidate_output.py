@@ -8,8 +8,8 @@ to explain.
 from __future__ import annotations
 
 import shutil
-from xml.etree import ElementTree
 from pathlib import Path
+from xml.etree import ElementTree
 
 from helpers import AXPY, run_pytest
 

@@ -84,6 +84,21 @@ def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> N
     assert all(json.loads(v)["task"] == "axpy" for n, v in props if n == "ks_item")
 
 
+def test_tb_line_prints_each_failure_once_at_the_candidates_kernel(
+        pytester: pytest.Pytester) -> None:
+    """`--tb=line` printed a failure's whole text and then its first 50 characters again."""
+    wrong = CANDIDATES / "wrong.py"
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "--kernel", str(wrong), "--tb=line",
+        "-k", "wrong and check")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    lines = [line for line in out.splitlines() if "wrong check n33-s2" in line]
+    assert lines == [f"{wrong}:1: wrong check n33-s2: wrong result: 33 of 33 elements outside "
+                     "|out-ref| <= 1e-06 + 1e-06*|ref|"], out
+    assert "first: (0,)" not in out  # the detail lines stay out of the line style
+
+
 def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
         str(AXPY), "-p", "no:cacheprovider", "-x", "--kernel", str(CANDIDATES / "wrong.py"),

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from pytest_kscientist.errors import KsError
+from pytest_kscientist.harness.failures import failure_repr
 from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.mounts import (
     KsSandboxUnavailable,
@@ -293,8 +294,11 @@ class CompileItem(pytest.Item):
         exc = excinfo.value
         if isinstance(exc, CompileFailure):
             reason, detail = exc.args
-            text = f"{self.parent.name} does not compile for {self.arch}:\n{reason}"
-            return text + (f"\n\ncompiler output:\n{detail.rstrip()}" if detail else "")
+            head = f"{self.parent.name} does not compile for {self.arch}:"
+            text = f"{head}\n{reason}"
+            text += f"\n\ncompiler output:\n{detail.rstrip()}" if detail else ""
+            first = reason.strip().splitlines()[0] if reason.strip() else ""
+            return failure_repr(self, text, self.parent.source, line=f"{head} {first}")
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:

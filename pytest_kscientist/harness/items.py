@@ -17,6 +17,7 @@ from pytest_kscientist.errors import CandidateFailure, GateFailure
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
+from pytest_kscientist.harness.failures import failure_repr
 from pytest_kscientist.harness.results import CaseResult, report_property
 from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
@@ -62,7 +63,8 @@ class CandidateItem(pytest.Item):
             detail = _beyond(exc.reason, exc.detail.rstrip())
             if detail:
                 text += "\n\n" + detail
-            return text
+            source = self.candidate.source
+            return failure_repr(self, text, source, _def_line(source, self.candidate.entry))
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
@@ -417,7 +419,7 @@ class GateItem(CandidateItem):
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, GateFailure):
-            return str(excinfo.value)
+            return failure_repr(self, str(excinfo.value), self.path)
         return super().repr_failure(excinfo)
 
 

@@ -37,6 +37,7 @@ from pytest_kscientist.errors import TaskSpecError
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import Case, Task
 from pytest_kscientist.harness.evaluate import Evaluator, derive_seed, seed_for
+from pytest_kscientist.harness.failures import failure_repr
 from pytest_kscientist.harness.results import TaskValidation, report_property
 from pytest_kscientist.harness.session import KS_SESSION
 from pytest_kscientist.kswarnings import KsTaskHole
@@ -281,7 +282,7 @@ class ValidateItem(pytest.Item):
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
         if isinstance(excinfo.value, TaskSpecError):
-            return str(excinfo.value)
+            return failure_repr(self, str(excinfo.value), self.path)
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Any, int, str]:

@@ -1,0 +1,29 @@
+"""How an item of the plugin shows its failure: its text, or one line under ``--tb=line``.
+
+pytest's line style prints a report's whole ``longrepr`` and then its crash line (a string
+longrepr's first 50 characters), so a text failure came out twice, the second cut mid-word.
+Under ``--tb=line`` the failure is a traceback-free exception repr whose crash line is the
+failure's first line, at the file and line it concerns: printed once, and carried by xdist.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def failure_repr(item: pytest.Item, text: str, path: Path | str, lineno: int = 1,
+                 line: str | None = None) -> Any:
+    """``text`` as ``item``'s failure; under ``--tb=line``, ``path:lineno: LINE`` (default: the
+    text's first line)."""
+    if item.config.getoption("tbstyle", "auto") != "line":
+        return text
+    try:
+        from _pytest._code.code import ReprExceptionInfo, ReprFileLocation, ReprTraceback
+    except ImportError:  # pragma: no cover - a pytest that moved them: the text as before
+        return text
+    head = line or (text.strip().splitlines()[0] if text.strip() else "failed")
+    return ReprExceptionInfo(reprtraceback=ReprTraceback([], None, "line"),
+                             reprcrash=ReprFileLocation(str(path), lineno, head))
