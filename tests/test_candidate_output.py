@@ -43,7 +43,7 @@ def test_a_candidates_prints_are_shown_under_its_failure_and_with_rP(tmp_path: P
     assert code == 1, output
     failure = output.split("___ chatty::check[n33-s2] ___", 1)[1].split("\n___", 1)[0]
     assert "Captured stdout call" in failure, output
-    assert "n=33 first=" in failure and "to stderr" in failure, failure
+    assert "\n| n=33 first=" in failure and "\n| to stderr" in failure, failure
     assert "n=1000" not in failure  # each item shows what was printed during it
     passed = output.split("___ chatty::check[n1000-s1] ___", 1)[1].split("\n___", 1)[0]
     assert "importing the kernel" in passed and "n=1000 first=" in passed, output

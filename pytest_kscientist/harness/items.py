@@ -244,6 +244,9 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
     return ordered
 
 
+PRINTED_MARGIN = "| "
+
+
 def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     """A candidate item's report gets what the candidate printed since its previous item, as a
     captured-output section (shown under a failure, with -rP, in JUnit's system-out); with -s it
@@ -253,6 +256,9 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     text = item.candidate.printed()
     if not text or (call.excinfo is not None and isinstance(call.excinfo.value, WorkerDied)):
         return
+    # Each line behind a margin: untrusted code must not print lines that read as pytest's own
+    # (the corpus's fake_records prints "PASSED ...::fake_records::check").
+    text = "".join(PRINTED_MARGIN + line for line in text.splitlines(keepends=True))
     if item.config.getoption("capture") == "no":
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -282,4 +282,9 @@ def report_property(value: dict[str, Any]) -> str:
     """A report's ``user_properties`` value as JSON: JUnit XML (``--junitxml``) writes each as
     ``str(value)``, which made a dict a Python repr that CI tools cannot read; read back with
     ``json.loads``."""
-    return json.dumps(value, default=str)
+    return json.dumps(value, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    """A value json cannot write as it is: a model as its JSON form, anything else as text."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)
