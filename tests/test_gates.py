@@ -386,16 +386,21 @@ def test_saved_copies_of_one_stem_in_two_tasks_stay_apart(tmp_path: Path) -> Non
     assert "axpy_b/task.toml::k::gate[max-regression] PASSED" in output, output
 
 
+def _axpy_and_k(folder: Path) -> None:
+    """The axpy task and an honest kernel `k.py` in ``folder``."""
+    shutil.copytree(AXPY, folder / "axpy")
+    (folder / "k.py").write_text(
+        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
+        "    return out\n")
+
+
 def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: Path) -> None:
     """`--lf` after a failed gate selects the gate alone: it skipped and the run exited 0, so a
     CI retry turned green without judging anything. Now the gate fails, saying why."""
     import subprocess
     import sys
 
-    shutil.copytree(AXPY, tmp_path / "axpy")
-    (tmp_path / "k.py").write_text(
-        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
-        "    return out\n")
+    _axpy_and_k(tmp_path)
     args = [sys.executable, "-m", "pytest", "axpy", "--kernel", "k.py", "--ks-bench-budget",
             "0.1", "--ks-min-speedup", "reference=100", "-q"]
     first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -412,10 +417,7 @@ def test_the_readmes_bench_selection_keeps_the_gates_and_a_narrower_one_warns(
     """`-k bench --ks-min-speedup ...` (the README's forms together) deselected every gate: the
     CI step exited 0 having judged nothing. A gate now matches `-k bench`; one that a narrower
     expression leaves out while its candidate's benchmarks run is named in a warning."""
-    shutil.copytree(AXPY, tmp_path / "axpy")
-    (tmp_path / "k.py").write_text(
-        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
-        "    return out\n")
+    _axpy_and_k(tmp_path)
     select = ["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none",
               "--ks-min-speedup", "reference=100"]
     code, output, _ = run_pytest([*select, "-k", "bench"], cwd=tmp_path)
@@ -434,10 +436,7 @@ def test_pytest_benchmarks_only_and_skip_flags_select_the_benchmarks_and_their_g
         tmp_path: Path) -> None:
     """`--benchmark-only` skipped every item (ours take no `benchmark` fixture), so a run meant
     to time kernels timed nothing and exited 0; `--benchmark-skip` ran the gates alone."""
-    shutil.copytree(AXPY, tmp_path / "axpy")
-    (tmp_path / "k.py").write_text(
-        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y)\n"
-        "    return out\n")
+    _axpy_and_k(tmp_path)
     select = ["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none",
               "--ks-min-speedup", "reference=0.01"]
     code, output, data = run_pytest([*select, "--benchmark-only"], cwd=tmp_path)
