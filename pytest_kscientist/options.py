@@ -242,6 +242,16 @@ def _positive(flag: str, raw: str, kind: type = float) -> float:
     return value
 
 
+def unusable_stem(path: Path) -> str:
+    """Why ``path``'s stem cannot name a candidate's items ("" when it can)."""
+    if "[" not in path.stem and "]" not in path.stem:
+        return ""
+    return (f"the file's stem '{path.stem}' names its test items "
+            f"(task.toml::{path.stem}::check[...]), and pytest reads a node id's first '[' as "
+            "the start of its last part's parameters, so those ids could not be passed back to "
+            "pytest; rename the file without '[' and ']'")
+
+
 def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
     """Existing .py files, resolved; a usage error naming ``flag`` otherwise."""
     paths = []
@@ -261,12 +271,9 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
                 f"{flag} {raw}: expected a .py file exposing custom_kernel(data), got "
                 f"'{path.suffix or 'no suffix'}'"
             )
-        if "[" in path.stem or "]" in path.stem:
-            raise pytest.UsageError(
-                f"{flag} {raw}: the file's stem '{path.stem}' names its test items "
-                f"(task.toml::{path.stem}::check[...]), and pytest reads a node id's first '[' "
-                "as the start of its last part's parameters, so those ids could not be passed "
-                "back to pytest; rename the file without '[' and ']'")
+        unusable = unusable_stem(path)
+        if unusable:
+            raise pytest.UsageError(f"{flag} {raw}: {unusable}")
         if path.resolve() not in paths:  # one file given twice runs once, as pytest's paths
             paths.append(path.resolve())
     return tuple(paths)

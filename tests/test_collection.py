@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -98,6 +99,20 @@ def test_tb_line_prints_each_failure_once_at_the_candidates_kernel(
     assert lines == [f"{wrong}:1: wrong check n33-s2: wrong result: 33 of 33 elements outside "
                      "|out-ref| <= 1e-06 + 1e-06*|ref|"], out
     assert "first: (0,)" not in out  # the detail lines stay out of the line style
+
+
+def test_a_seed_whose_stem_holds_a_bracket_is_a_collection_error(
+        pytester: pytest.Pytester) -> None:
+    """pytest cannot take back a node id like `task.toml::k[1]::check[...]` (its first '[' opens
+    the last part's parameters): a seed named so is refused with the rename, not collected."""
+    task = pytester.path / "axpy"
+    shutil.copytree(AXPY, task)
+    shutil.copy(task / "seeds" / "good.py", task / "seeds" / "k[1].py")
+    result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        f"task 'axpy': candidate {task}/seeds/k[[]1[]].py: the file's stem 'k[[]1[]]' names its "
+        "test items *; rename the file without '[[]' and '[]]'"])
 
 
 def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:

@@ -40,7 +40,7 @@ from pytest_kscientist.harness.spawn import Worker
 from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip.compile_gate import compile_items
-from pytest_kscientist.options import option_name
+from pytest_kscientist.options import option_name, unusable_stem
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.starts import Starting
@@ -171,6 +171,10 @@ class TaskFile(pytest.File):
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
+        for path in candidates:  # --kernel files were checked at the start (options.resolve)
+            if unusable_stem(path):
+                raise self.CollectError(f"task '{task.name}': candidate {path}: "
+                                        f"{unusable_stem(path)}")
         beside += self._saved_beside(ks, task, candidates)
         ks.beside.update((task.name, name) for name in beside)
         skip = self._baselines(ks, task, [p.stem for p in candidates], beside)
