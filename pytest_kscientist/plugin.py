@@ -233,9 +233,15 @@ class KsHooks:
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        from pytest_kscientist.harness.items import plan_rounds, tag_timed, warn_deselected_gates
+        from pytest_kscientist.harness.items import (
+            keep_gates_judged,
+            plan_rounds,
+            tag_timed,
+            warn_deselected_gates,
+        )
 
         warn_deselected_gates(self.deselected_gates, items)
+        keep_gates_judged(items)
         items[:] = plan_rounds(items, self.ks.lineup)
         self.ks.auto_workers()
         tag_timed(items)

@@ -435,7 +435,8 @@ def test_the_readmes_bench_selection_keeps_the_gates_and_a_narrower_one_warns(
 def test_pytest_benchmarks_only_and_skip_flags_select_the_benchmarks_and_their_gates(
         tmp_path: Path) -> None:
     """`--benchmark-only` skipped every item (ours take no `benchmark` fixture), so a run meant
-    to time kernels timed nothing and exited 0; `--benchmark-skip` ran the gates alone."""
+    to time kernels timed nothing and exited 0. `--benchmark-skip` skips the benchmarks; a gate
+    asked for beside it is not judged, and fails saying so (it must not pass unjudged)."""
     _axpy_and_k(tmp_path)
     select = ["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none",
               "--ks-min-speedup", "reference=0.01"]
@@ -447,7 +448,26 @@ def test_pytest_benchmarks_only_and_skip_flags_select_the_benchmarks_and_their_g
                    "axpy/task.toml::k::gate[min-speedup-reference]"}, output
     assert "Skipping non-benchmark (--benchmark-only active)" in output  # the checks
     code, output, data = run_pytest([*select, "--benchmark-skip"], cwd=tmp_path)
-    assert code == 0, output
+    assert code == 1, output
     assert not [line for line in output.splitlines()
                 if line.startswith("PASSED ") and ("bench[" in line or "gate[" in line)], output
     assert "PASSED axpy/task.toml::k::check[n33-s2]" in output, output
+    assert "FAILED axpy/task.toml::k::gate[min-speedup-reference]" in output, output
+    assert "not judged: no benchmark of 'k' ran in this session" in output, output
+
+
+def test_a_gate_on_a_kernel_this_device_cannot_run_skips_with_its_reason(
+        tmp_path: Path) -> None:
+    """A KS_REQUIRES kernel's benchmarks skip here; its gate said "not judged: ... select its
+    bench items too" and failed, though they were selected. It skips as they do."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "gpu_k.py").write_text(
+        'KS_REQUIRES = "sm_90"\ndef custom_kernel(data):\n    x, y, out = data\n'
+        "    out.copy_(2 * x + y)\n    return out\n")
+    code, output, _ = run_pytest(["axpy", "--kernel", "gpu_k.py", "--ks-baselines", "none",
+                                  "--ks-device", "cpu", "--ks-min-speedup", "reference=1"],
+                                 cwd=tmp_path)
+    assert code == 0, output
+    assert "not judged" not in output, output
+    # its two checks, its benchmark and its gate skip; the validation and the reference pass
+    assert "2 passed, 4 skipped" in output, output

@@ -371,6 +371,10 @@ class CandidateNode(pytest.Collector):
             if settings.max_regression is not None:
                 items.append(GateItem.from_parent(self, name="gate[max-regression]",
                                                   check=("max_regression", "", 0.0)))
+            if self.skip_reason:  # as its benchmarks: this device cannot judge it (KS_REQUIRES)
+                for item in items:
+                    if isinstance(item, GateItem):
+                        item.add_marker(pytest.mark.skip(reason=self.skip_reason))
         return items
 
     @property

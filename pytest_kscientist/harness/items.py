@@ -268,6 +268,21 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     item.add_report_section("call", "stdout", text)
 
 
+BENCHMARK_ONLY_SKIP = "Skipping non-benchmark (--benchmark-only active)."
+
+
+def keep_gates_judged(items: list[Any]) -> None:
+    """Take pytest-benchmark's ``--benchmark-only`` skip off the gates: they judge the
+    benchmarks that flag keeps. (Named as benchmarks, they would be skipped by its
+    ``--benchmark-skip`` instead, and a gate asked for must not pass unjudged: there they run,
+    and fail as not judged.)"""
+    for item in items:
+        if isinstance(item, GateItem):
+            item.own_markers[:] = [
+                mark for mark in item.own_markers
+                if not (mark.name == "skip" and mark.kwargs.get("reason") == BENCHMARK_ONLY_SKIP)]
+
+
 def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:
     """Warn, at the gate, for each gate deselected (``-k``/``-m``) while a benchmark of its
     candidate is selected: the run would otherwise pass without the judgement its command line
@@ -392,9 +407,10 @@ class GateItem(CandidateItem):
     def __init__(self, *, check: tuple[str, str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.check = check
-        # A gate judges benchmarks: `-k bench` (the README's form) keeps it beside them.
+        # A gate judges benchmarks: `-k bench` (the README's form) keeps it beside them, and so
+        # does pytest-benchmark's --benchmark-only (keep_gates_judged); its --benchmark-skip
+        # leaves the gate to fail as not judged.
         self.extra_keyword_matches.add("bench")
-        _as_benchmark(self)
 
     def runtest(self) -> None:
         cand = self.candidate
