@@ -323,6 +323,17 @@ def resolve(config: pytest.Config) -> Settings:
                     f"--evolve cannot be combined with {flag}: evolution picks its own "
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
+        # Given on the command line only: a project's ini gates stay for its plain runs.
+        gates = (("--ks-min-speedup", bool(opt.ks_min_speedup)),
+                 ("--ks-max-regression", opt.ks_max_regression is not None),
+                 ("--ks-compare", opt.ks_compare is not None))
+        for flag, given in gates:
+            if given:
+                raise pytest.UsageError(
+                    f"--evolve cannot be combined with {flag}: its generations are judged by "
+                    f"their timings beside their parents, not by gates; drop {flag} and gate "
+                    "the kernel it finds in a plain run (pytest TASK --kernel BEST.py "
+                    f"{flag} ...)")
     json_path = Path(opt.ks_json) if opt.ks_json else None
     if json_path is not None and json_path.is_dir():
         # Found at the start, not after a long evaluation whose results it would lose.

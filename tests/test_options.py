@@ -48,6 +48,11 @@ from helpers import AXPY
                          torch.cuda.is_available(), reason="a CUDA device is visible here")),
         (["--evolve", "2", "--kernel", "a/k.py"], "--evolve cannot be combined with --kernel"),
         (["--evolve", "2", "--ks-json", "r.json"], "--evolve cannot be combined with --ks-json"),
+        (["--evolve", "2", "--ks-min-speedup", "reference=100"], "--evolve cannot be combined "
+         "with --ks-min-speedup: its generations are judged by their timings beside their "
+         "parents, not by gates; drop --ks-min-speedup"),
+        (["--evolve", "2", "--ks-compare", "r.json"], "--evolve cannot be combined with "
+         "--ks-compare"),
         (["--ks-skip-reference", "--ks-min-speedup", "reference=2"],
          "--ks-min-speedup reference=...: the gate needs the reference timed, but "
          "--ks-skip-reference leaves it out; drop one of the two"),
