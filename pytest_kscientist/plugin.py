@@ -287,9 +287,14 @@ class KsHooks:
             # (evolve/loop.py, run_evolution).
             session.exitstatus = self.evolve_code
         ks = self.ks
-        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+        if not interrupted:
             ks.wait_for_starts()  # a worker started after close_workers would outlive it
-        ks.close_workers()
+        try:
+            ks.close_workers(hurry=interrupted)
+        except KeyboardInterrupt:  # Ctrl-C while closing: the rest at once, without a traceback
+            ks.close_workers(hurry=True)
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
         if hasattr(session.config, "workerinput"):
             return  # a pytest-xdist worker: its reports reach the controller, which writes
         ks.finalize()

@@ -8,6 +8,10 @@ to explain.
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -61,3 +65,59 @@ def test_a_flood_of_prints_is_cut_to_its_head_and_tail(tmp_path: Path) -> None:
     bench = output.split("___ flood::bench[n4096-s3] ___", 1)[1].split("\n___", 1)[0]
     assert "bytes left out ..." in bench, bench
     assert len(bench) < 12_000, len(bench)  # uncut: 5000 characters a call, 20 calls or more
+
+
+HANGS = '''
+import time
+
+def custom_kernel(data):
+    print("started", flush=True)
+    time.sleep(1000)
+'''
+
+
+def _in_sleep(root: int) -> bool:
+    """Whether a process below ``root`` is in a sleep of the kernel's (``time.sleep``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, seen = [root], []
+    while todo:
+        pid = todo.pop()
+        seen.append(pid)
+        todo += children.get(pid, [])
+    for pid in seen[1:]:
+        try:
+            if "nanosleep" in Path(f"/proc/{pid}/wchan").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) -> None:
+    """Ctrl-C while a kernel was busy waited 10 s for its worker to read a request to exit it
+    could not read (a second Ctrl-C in that wait ended in a traceback). Now the workers of an
+    interrupted session are killed at once."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "hangs.py").write_text(HANGS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
+         "--ks-baselines", "none", "-p", "no:cacheprovider", "-k", "hangs"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not _in_sleep(proc.pid):
+        time.sleep(0.2)
+    assert proc.poll() is None and _in_sleep(proc.pid), "the kernel never started its sleep"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert took < 8, (took, out)  # it waited 10 s per busy worker

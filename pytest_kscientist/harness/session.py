@@ -229,8 +229,15 @@ class KsSession:
         while self.starting:
             self.starting.pop().wait()
 
-    def close_workers(self) -> None:
-        """End the candidates' and baselines' workers and any runner started ahead of need."""
+    def close_workers(self, hurry: bool = False) -> None:
+        """End the candidates' and baselines' workers and any runner started ahead of need.
+        ``hurry`` (an interrupted session): kill them at once, for a worker busy in its kernel
+        never reads the request to exit, and each was given 10 s to."""
+        if hurry:
+            for holder in (*self.holders, *self.partners.values()):
+                for worker in (holder.worker, *holder.turns.twins.values()):
+                    if worker is not None:
+                        worker.kill()
         for node in self.holders:
             node.drop_worker()
         self.holders.clear()

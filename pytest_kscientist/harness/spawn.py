@@ -221,6 +221,8 @@ class StartedRunner:
 
     def kill(self) -> int:
         """Kill its whole process group and close its pipes; return its exit code."""
+        if self.req_w == -1 and self.proc.returncode is not None:
+            return self.proc.returncode  # killed before: its group id may be another's by now
         # The whole group, even after the leader exited: a candidate may leave children behind.
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
