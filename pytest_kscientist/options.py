@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,18 @@ def _positive(flag: str, raw: str, kind: type = float) -> float:
     return value
 
 
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be made in ``folder`` (tried: root passes the access check for /proc
+    and read-only mounts, where the results' write then failed after the whole run)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ks-json-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
 def unusable_stem(path: Path) -> str:
     """Why ``path``'s stem cannot name a candidate's items ("" when it can)."""
     if "[" not in path.stem and "]" not in path.stem:
@@ -339,10 +352,11 @@ def resolve(config: pytest.Config) -> Settings:
         # Found at the start, not after a long evaluation whose results it would lose.
         raise pytest.UsageError(f"--ks-json {json_path}: is a folder, expected the path of the "
                                 f"JSON file to write; e.g. --ks-json {json_path / 'results.json'}")
-    if json_path is not None:
-        # The first existing folder above it must be a writable folder (the rest is made).
+    if json_path is not None and not (json_path.is_symlink() or json_path.exists()):
+        # The first existing folder above it must be a writable folder (the rest is made); an
+        # existing file, link, pipe or device is written through at the end.
         above = next(p for p in json_path.absolute().parents if p.exists())
-        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+        if not above.is_dir() or not _can_create_in(above):
             what = "is a file, not a folder" if not above.is_dir() else "is not writable"
             raise pytest.UsageError(
                 f"--ks-json {json_path}: cannot be written, {above} {what}; give a path in a "

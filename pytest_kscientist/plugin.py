@@ -303,9 +303,9 @@ class KsHooks:
                 session.config.hook.pytest_kscientist_candidate_result(
                     config=session.config, result=result
                 )
-        if ks.settings.json_path is not None:
-            # Always, an empty list when no task ran: a CI step must not read the file an
-            # earlier run left there as this run's results.
+        if ks.settings.json_path is not None and not session.config.option.collectonly:
+            # Always (an empty list when no task ran: a CI step must not read the file an
+            # earlier run left there as this run's results), but not when only collecting.
             ks.write_json(ks.settings.json_path)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:

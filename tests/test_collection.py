@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -199,3 +201,32 @@ def test_a_broken_task_of_ours_is_still_reported(pytester: pytest.Pytester) -> N
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*mytask/task.toml: invalid task spec (1 error(s)):",
                                  "*field 'profiles': Field required"])
+
+
+def test_ks_json_writes_through_links_and_pipes_and_collect_only_leaves_it(
+        tmp_path: Path) -> None:
+    """The results were written to a temp file renamed over the path: a symlink became a file,
+    a pipe (`--ks-json >(jq ...)`) a file nobody read (a reader hung), a device node a file
+    (/dev/full). And `--co` replaced an earlier run's results with `[]`."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    args = ["axpy", "--ks-baselines", "none", "--ks-bench-budget", "0.1"]
+    (tmp_path / "link.json").symlink_to(tmp_path / "target.json")
+    code, output, _ = run_pytest([*args, "--ks-json", "link.json"], cwd=tmp_path)
+    assert code == 0, output
+    assert (tmp_path / "link.json").is_symlink()
+    assert json.loads((tmp_path / "target.json").read_text())["task"] == "axpy"
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    code, output, _ = run_pytest([*args, "--ks-json", str(fifo)], cwd=tmp_path)
+    reader.join(timeout=30)
+    assert code == 0 and fifo.is_fifo(), output
+    assert got and json.loads(got[0])["task"] == "axpy", got
+
+    saved = (tmp_path / "target.json").read_text()
+    code, output, _ = run_pytest([*args, "--co", "--ks-json", "target.json"], cwd=tmp_path)
+    assert code == 0, output
+    assert (tmp_path / "target.json").read_text() == saved

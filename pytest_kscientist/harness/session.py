@@ -327,8 +327,15 @@ class KsSession:
             for name in self.task_names()
         ]
         body = runs[0] if len(runs) == 1 else runs
+        text = json.dumps(body, indent=2)
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            # A link, a pipe (`--ks-json >(jq ...)`), a device: written through, not replaced
+            # by a file of ours (the atomic rename replaced /dev/full with a regular file).
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(body, indent=2))
+        atomic_write(path, text)
 
 
 def _kept_source(path: Path) -> str | None:
