@@ -27,3 +27,8 @@ class KsUnlikeOutput(KsWarning):
 class KsGateDeselected(KsWarning):
     """A performance gate was deselected (``-k``/``-m``) while its candidate's benchmarks ran:
     the gate the command line asked for was not judged."""
+
+
+class KsGateUndecided(KsWarning):
+    """A regression gate passed although its measured change is past the limit, because the
+    change's interval still holds no change: too few calls to decide."""

@@ -237,6 +237,7 @@ def test_the_regression_gate_fails_only_beyond_the_noise(tmp_path: Path) -> None
     v = gates.max_regression("k", noisy, "t", "cpu", 0.05, path, then)
     assert v.outcome == "passed", v.message
     assert "8.0% slower" in v.message and "within the noise measured" in v.message
+    assert v.undecided  # the gate item warns with it (KsGateUndecided): a pass on the noise
     tight = _cand("k", _timed("a", 1.08, 0.01, reference=(10.0 / 1.08, 0.01)))
     v = gates.max_regression("k", tight, "t", "cpu", 0.05, path, then)
     assert v.outcome == "failed", v.message
@@ -471,3 +472,22 @@ def test_a_gate_on_a_kernel_this_device_cannot_run_skips_with_its_reason(
     assert "not judged" not in output, output
     # its two checks, its benchmark and its gate skip; the validation and the reference pass
     assert "2 passed, 4 skipped" in output, output
+
+
+def test_a_gate_against_a_saved_run_whose_kernel_failed_says_so(tmp_path: Path) -> None:
+    """The saved run's kernel failed its checks, so none of its benchmarks passed: the gate
+    said "no benchmark in common (profile cpu now, cpu then); compare runs of one profile"."""
+    _axpy_and_k(tmp_path)
+    (tmp_path / "cand.py").write_text(
+        "def custom_kernel(data):\n    x, y, out = data\n    out.copy_(2 * x + y + 1e-3)\n"
+        "    return out\n")
+    select = ["axpy", "--kernel", "cand.py", "--ks-bench-budget", "0.1", "--ks-baselines", "none"]
+    code, output, _ = run_pytest([*select, "--ks-json", "bad.json"], cwd=tmp_path)
+    assert code == 1, output
+    shutil.copy(tmp_path / "k.py", tmp_path / "cand.py")
+    code, output, _ = run_pytest([*select, "--ks-compare", "bad.json", "--ks-max-regression",
+                                  "5%"], cwd=tmp_path)
+    assert code == 1, output
+    assert "cand: no benchmark of it passed in bad.json (first: n4096-s3: not timed:" in output, \
+        output
+    assert "compare runs of one profile" not in output, output

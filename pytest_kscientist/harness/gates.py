@@ -33,6 +33,7 @@ REFERENCE = "reference"
 class Verdict:
     outcome: Literal["passed", "failed", "skipped"]
     message: str
+    undecided: bool = False  # passed on the noise: the change is past the limit, its interval not
 
 
 def read_saved(path: Path, name: str = "--ks-compare") -> list[RunResults]:
@@ -267,6 +268,12 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
     if then_cand is None:
         return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
     found = saved_change(cand, task, saved, reference)
+    then_failed = [c for c in then_cand.cases if c.kind == "bench" and c.outcome != "passed"]
+    if found is None and then_failed and not _passed_bench(then_cand):
+        first = then_failed[0]
+        return Verdict("failed", f"{who}: no benchmark of it passed in {path} (first: "
+                                 f"{first.case_id}: {first.reason}); nothing to compare with; "
+                                 "save a run in which it passes")
     if found is None:
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
@@ -286,5 +293,5 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
     if found.change > limit:
         return Verdict("passed", f"{text}; beyond {flag} but within the noise measured (the "
                                  "interval holds no change); time more calls (--ks-bench-budget) "
-                                 "to decide")
+                                 "to decide", undecided=True)
     return Verdict("passed", f"{text}; allowed {flag}")

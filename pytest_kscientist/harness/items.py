@@ -23,7 +23,7 @@ from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
-from pytest_kscientist.kswarnings import KsGateDeselected, KsUnlikeOutput
+from pytest_kscientist.kswarnings import KsGateDeselected, KsGateUndecided, KsUnlikeOutput
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.collect import CandidateNode
@@ -432,6 +432,8 @@ class GateItem(CandidateItem):
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],
             "outcome": verdict.outcome, "message": verdict.message,
         })))
+        if verdict.undecided:  # a pass the terminal must show: its line said so only in JSON
+            self.warn(KsGateUndecided(verdict.message))
         if verdict.outcome == "skipped":
             # Reported at the task file, like the skip marks of the baseline items, rather than
             # at this line of the plugin (the same flag pytest's own skip marks use).
