@@ -70,6 +70,14 @@ def test_drawn_item_is_collected_and_ks_drawn_overrides_its_count(
     result.stderr.fnmatch_lines(["*--ks-drawn expects a number of cases (0 or more), got 'two'"])
 
 
+def test_ks_drawn_on_a_task_without_a_space_warns(pytester: pytest.Pytester) -> None:
+    """It was ignored without a word: no check[drawn] item, exit 0."""
+    result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "--ks-drawn", "50")
+    assert "check[drawn]" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*KsWarning: --ks-drawn 50: task 'axpy' declares no "
+                                 "[[]profiles.cpu.space[]], so no case is drawn for it; *"])
+
+
 @pytest.mark.parametrize(("space", "message"), [
     ("[profiles.cpu.space]\nm = { min = 1, max = 9 }\n",
      "has spans for ['m'], expected one for each case key but the seed: ['n']"),

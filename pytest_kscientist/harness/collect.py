@@ -40,6 +40,7 @@ from pytest_kscientist.harness.spawn import Worker
 from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
 from pytest_kscientist.hip.compile_gate import compile_items
+from pytest_kscientist.kswarnings import KsWarning
 from pytest_kscientist.options import option_name, unusable_stem
 
 if TYPE_CHECKING:
@@ -138,6 +139,11 @@ class TaskFile(pytest.File):
             raise self.CollectError(str(exc)) from None
         if unmet:
             pytest.skip(unmet, allow_module_level=True)
+        if ks.settings.drawn and profile.space is None:
+            self.warn(KsWarning(
+                f"{option_name(self.config, 'ks_drawn')} {ks.settings.drawn}: task "
+                f"'{task.name}' declares no [profiles.{ks.profile}.space], so no case is drawn "
+                "for it; declare one (docs/formats.md, \"Drawn cases\") or drop the option"))
         beside = [p.stem for p in ks.settings.beside]
         for path in ks.settings.beside:
             if path.stem in {b.name for b in task.spec.baselines}:
