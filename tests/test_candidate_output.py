@@ -121,3 +121,14 @@ def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) ->
     assert proc.returncode == 2, out
     assert "Traceback" not in out, out
     assert took < 8, (took, out)  # it waited 10 s per busy worker
+
+
+def test_a_sub_second_timeout_is_named_as_given(tmp_path: Path) -> None:
+    """`--ks-timeout 0.5` was reported as "no answer ... within 0 s"."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "slowk.py").write_text(
+        "import time\ndef custom_kernel(data):\n    time.sleep(30)\n")
+    code, output, _ = run_pytest(["axpy", "--kernel", "slowk.py", "--ks-timeout", "0.5",
+                                  "--ks-baselines", "none", "-k", "slowk and n33"], cwd=tmp_path)
+    assert code == 1, output
+    assert "no answer to 'check' within 0.5 s (hang?); worker killed" in output, output

@@ -463,7 +463,7 @@ class Worker:
         except TimeoutError:
             self.kill()
             raise WorkerDied(
-                f"no answer to '{op}' within {timeout:.0f} s (hang?); worker killed; "
+                f"no answer to '{op}' within {timeout:g} s (hang?); worker killed; "
                 "raise --ks-timeout if the kernel is legitimately slow",
                 self.log_tail(),
                 hung=True,
