@@ -144,6 +144,10 @@ class Turns:
         except CandidateFailure:
             pass  # nothing was kept: the round starts it
 
+    def live(self, own: Worker | None) -> list[Worker]:
+        """The kernel's workers now: ``own`` (turn 0's, kept by its owner) and its twins."""
+        return [w for w in (own, *self.twins.values()) if w is not None]
+
     def close(self) -> None:
         for twin in self.twins.values():
             twin.close()

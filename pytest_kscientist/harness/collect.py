@@ -177,10 +177,9 @@ class TaskFile(pytest.File):
                 f"task '{task.name}': no candidates: {task.seeds_dir} holds no seed kernels and "
                 "no --kernel was given; add a seed or pass --kernel PATH"
             )
-        for path in candidates:  # --kernel files were checked at the start (options.resolve)
-            if unusable_stem(path):
-                raise self.CollectError(f"task '{task.name}': candidate {path}: "
-                                        f"{unusable_stem(path)}")
+        for path in candidates:  # seeds, --ks-solutions (--kernel files failed at the start)
+            if why := unusable_stem(path):
+                raise self.CollectError(f"task '{task.name}': candidate {path}: {why}")
         beside += self._saved_beside(ks, task, candidates)
         ks.beside.update((task.name, name) for name in beside)
         skip = self._baselines(ks, task, [p.stem for p in candidates], beside)
@@ -452,8 +451,7 @@ class CandidateNode(pytest.Collector):
 
     def printed(self) -> str:
         """What its workers (its own and its timing twins) printed since the last look."""
-        workers = [w for w in (self.worker, *self.turns.twins.values()) if w is not None]
-        return "".join(w.new_output() for w in workers)
+        return "".join(w.new_output() for w in self.turns.live(self.worker))
 
     def drop_worker(self) -> None:
         if self.worker is not None:

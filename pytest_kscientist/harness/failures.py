@@ -8,16 +8,17 @@ failure's first line, at the file and line it concerns: printed once, and carrie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 
-def failure_repr(item: pytest.Item, text: str, path: Path | str, lineno: int = 1,
-                 line: str | None = None) -> Any:
+def failure_repr(item: pytest.Item, text: str, path: Path | str,
+                 lineno: int | Callable[[], int] = 1, line: str | None = None) -> Any:
     """``text`` as ``item``'s failure; under ``--tb=line``, ``path:lineno: LINE`` (default: the
-    text's first line)."""
+    text's first line; ``lineno`` may be a function, called only then)."""
     if item.config.getoption("tbstyle", "auto") != "line":
         return text
     try:
@@ -25,5 +26,6 @@ def failure_repr(item: pytest.Item, text: str, path: Path | str, lineno: int = 1
     except ImportError:  # pragma: no cover - a pytest that moved them: the text as before
         return text
     head = line or (text.strip().splitlines()[0] if text.strip() else "failed")
+    at = lineno() if callable(lineno) else lineno
     return ReprExceptionInfo(reprtraceback=ReprTraceback([], None, "line"),
-                             reprcrash=ReprFileLocation(str(path), lineno, head))
+                             reprcrash=ReprFileLocation(str(path), at, head))

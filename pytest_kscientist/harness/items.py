@@ -63,19 +63,13 @@ class CandidateItem(pytest.Item):
             detail = _beyond(exc.reason, exc.detail.rstrip())
             if detail:
                 text += "\n\n" + detail
-            source = self.candidate.source
-            return failure_repr(self, text, source, _def_line(source, self.candidate.entry))
+            cand = self.candidate
+            return failure_repr(self, text, cand.source,
+                                lambda: _def_line(cand.source, cand.entry))
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"{self.candidate.name}::{self.name}"
-
-
-def _as_benchmark(item: pytest.Item) -> None:
-    """Count ``item`` as a benchmark for pytest-benchmark's ``--benchmark-only`` (kept) and
-    ``--benchmark-skip`` (skipped), which look for its fixture among an item's fixture names;
-    the item takes no fixture (its timings reach pytest-benchmark through benchmark_bridge)."""
-    item.fixturenames = ("benchmark",)  # type: ignore[attr-defined]
 
 
 class CaseItem(CandidateItem):
@@ -87,7 +81,10 @@ class CaseItem(CandidateItem):
         self.case = case
         self.attribution: attribution.Attribution | None = None  # its profiled call, if made
         if kind == "bench":
-            _as_benchmark(self)
+            # A benchmark to pytest-benchmark's --benchmark-only (kept) and --benchmark-skip
+            # (skipped), which look for its fixture among an item's names; none is set up (the
+            # timings reach pytest-benchmark through benchmark_bridge).
+            self.fixturenames = ("benchmark",)
 
     def runtest(self) -> None:
         cand = self.candidate
@@ -268,9 +265,6 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     item.add_report_section("call", "stdout", text)
 
 
-BENCHMARK_ONLY_SKIP = "Skipping non-benchmark (--benchmark-only active)."
-
-
 def keep_gates_judged(items: list[Any]) -> None:
     """Take pytest-benchmark's ``--benchmark-only`` skip off the gates: they judge the
     benchmarks that flag keeps. (Named as benchmarks, they would be skipped by its
@@ -280,7 +274,7 @@ def keep_gates_judged(items: list[Any]) -> None:
         if isinstance(item, GateItem):
             item.own_markers[:] = [
                 mark for mark in item.own_markers
-                if not (mark.name == "skip" and mark.kwargs.get("reason") == BENCHMARK_ONLY_SKIP)]
+                if mark.name != "skip" or "--benchmark-only" not in mark.kwargs.get("reason", "")]
 
 
 def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:

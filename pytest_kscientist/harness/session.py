@@ -235,9 +235,8 @@ class KsSession:
         never reads the request to exit, and each was given 10 s to."""
         if hurry:
             for holder in (*self.holders, *self.partners.values()):
-                for worker in (holder.worker, *holder.turns.twins.values()):
-                    if worker is not None:
-                        worker.kill()
+                for worker in holder.turns.live(holder.worker):
+                    worker.kill()
         for node in self.holders:
             node.drop_worker()
         self.holders.clear()
