@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
@@ -34,6 +35,8 @@ class Settings:
     skip_reference: bool = False  # --ks-skip-reference: the reference is not timed
     # --ks-beside: kernels timed interleaved beside every candidate, like baselines.
     beside: tuple[Path, ...] = ()
+    # --ks-same-as: candidate stem -> (the kernel whose code it runs, the case ids where it does).
+    same_as: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
     # --ks-solutions: a folder of candidates matched to each task by its name.
     solutions: Path | None = None
     # --ks-drawn: Hypothesis-drawn cases per candidate (None: the profile's space.examples).
@@ -148,6 +151,11 @@ CORE_OPTIONS = (
     Option("--ks-beside", "a kernel file timed interleaved beside every candidate, as an extra "
            "baseline named by its file stem (speedups vs_<stem>, with intervals); repeatable. "
            "--evolve times each generation's parents this way", "PATH", action="append"),
+    Option("--ks-same-as", "a JSON file of the form "
+           "{\"STEM\": {\"as\": \"OTHER\", \"cases\": [CASE_ID, ...]}}: on those "
+           "benchmarks candidate STEM runs kernel OTHER's code (its knob point there), "
+           "so it is not timed again and its result there is OTHER's in this session, marked "
+           "timed_as; --evolve's child sessions pass it for knob moves and grafts", "PATH"),
     Option("--ks-skip-reference", "do not time the task's reference (no reference node, no "
            "speedup_vs_ref); --evolve's child sessions pass it", action="store_true"),
     Option("--ks-min-speedup", "gate: fail a candidate whose geomean speedup over baseline NAME "
@@ -336,6 +344,11 @@ def resolve(config: pytest.Config) -> Settings:
                     f"--evolve cannot be combined with {flag}: evolution picks its own "
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
+        if opt.ks_same_as:
+            raise pytest.UsageError(
+                "--evolve cannot be combined with --ks-same-as: each generation's child session "
+                "is given its own, for the children that run their parents' code on some "
+                "benchmarks; drop --ks-same-as")
         # Given on the command line only: a project's ini gates stay for its plain runs.
         gates = (("--ks-min-speedup", bool(opt.ks_min_speedup)),
                  ("--ks-max-regression", opt.ks_max_regression is not None),
@@ -396,7 +409,48 @@ def resolve(config: pytest.Config) -> Settings:
         lenient_task=bool(_value(config, "ks_lenient_task")),
         attribution=bool(_value(config, "ks_attribution")),
         min_own_share=_share(config), bench_workers=_bench_workers(config),
+        same_as=_same_as(opt.ks_same_as),
     )
+
+
+def _same_as(raw: str | None) -> dict[str, tuple[str, frozenset[str]]]:
+    """--ks-same-as's file read: stem -> (other stem, case ids); a usage error naming what is
+    wrong with it."""
+    if not raw:
+        return {}
+    shape = ('{"c0006": {"as": "c0001", "cases": ["m1024-n512-k7168-s6563"]}}: a candidate '
+             'stem, the kernel whose code it runs, and the case ids of the benchmarks where it '
+             'does')
+    try:
+        data = json.loads(Path(raw).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise pytest.UsageError(f"--ks-same-as {raw}: cannot be read ({exc.strerror or exc}); "
+                                "give the path of a JSON file") from None
+    except ValueError as exc:
+        raise pytest.UsageError(f"--ks-same-as {raw}: not JSON ({exc}); expected {shape}"
+                                ) from None
+    if not isinstance(data, dict):
+        raise pytest.UsageError(f"--ks-same-as {raw}: expected a JSON object, found "
+                                f"{type(data).__name__}; e.g. {shape}")
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for stem, entry in data.items():
+        other = entry.get("as") if isinstance(entry, dict) else None
+        cases = entry.get("cases") if isinstance(entry, dict) else None
+        if (not isinstance(other, str) or not other or not isinstance(cases, list)
+                or not all(isinstance(c, str) and c for c in cases)):
+            raise pytest.UsageError(f"--ks-same-as {raw}: the entry of '{stem}' is "
+                                    f"{json.dumps(entry)[:120]}; expected {shape}")
+        if other == stem:
+            raise pytest.UsageError(f"--ks-same-as {raw}: '{stem}' is named as running its own "
+                                    "code; name another kernel or drop the entry")
+        out[stem] = (other, frozenset(cases))
+    for stem, (other, _) in out.items():
+        if other in out:
+            raise pytest.UsageError(
+                f"--ks-same-as {raw}: '{stem}' runs '{other}''s code, which is itself named "
+                f"as running '{out[other][0]}''s; name the kernel that is timed "
+                f"('{out[other][0]}') for both")
+    return out
 
 
 def _bench_workers(config: pytest.Config) -> int | None:

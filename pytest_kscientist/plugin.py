@@ -234,6 +234,7 @@ class KsHooks:
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         from pytest_kscientist.harness.items import (
+            check_same_as,
             keep_gates_judged,
             plan_rounds,
             tag_timed,
@@ -243,6 +244,8 @@ class KsHooks:
         warn_deselected_gates(self.deselected_gates, items)
         keep_gates_judged(items)
         items[:] = plan_rounds(items, self.ks.lineup)
+        check_same_as(self.ks.lineup, self.ks.settings.same_as,
+                      {p.stem for p in self.ks.settings.beside})
         self.ks.auto_workers()
         tag_timed(items)
 

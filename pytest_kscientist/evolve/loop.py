@@ -23,7 +23,7 @@ from pytest_kscientist.evolve import findings as findings_doc
 from pytest_kscientist.evolve import orphans, progress
 from pytest_kscientist.evolve.assemble import Roles, is_budget_exhausted, is_outage
 from pytest_kscientist.evolve.offline.scientist import NothingToMove
-from pytest_kscientist.evolve.population import Event, Member, Population
+from pytest_kscientist.evolve.population import EvaluationRecord, Event, Member, Population
 from pytest_kscientist.evolve.roles import ExperimentPlan, Selection, TaskBrief
 from pytest_kscientist.evolve.sessions import (
     EVALUATOR_KEY,
@@ -447,7 +447,7 @@ class Evolution(WriteStage):
         for m in pending:
             record = to_record(m.id, results.get(m.id), run, run_id)
             self.pop.record(record)
-            verdicts.append(f"{m.id} {record.status}")
+            verdicts.append(f"{m.id} {record.status}{_timed_as(record)}")
         self.pop.log("evaluated", self.generation, candidates=[m.id for m in pending],
                      profile=run.profile, salt=run.salt, **note)
         return verdicts
@@ -599,12 +599,16 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
     population = Population(settings.population_root / task.name, task.name)
     seeds = seeds_for(task, population.root)
     evaluator = config.stash.get(EVALUATOR_KEY, None)
+    # Every profile's: the child session picks its profile on its own device.
+    benchmarks = list({task.case_id(case): case for profile in task.spec.profiles.values()
+                       for case in profile.benchmarks}.items())
     if evaluator is None and settings.devices:
         evaluator = ParallelSessions.for_config(
-            config, task_dir, population.root / "sessions", settings.devices
+            config, task_dir, population.root / "sessions", settings.devices, benchmarks
         )
     elif evaluator is None:
-        evaluator = ChildSession.for_config(config, task_dir, population.root / "sessions")
+        evaluator = ChildSession.for_config(config, task_dir, population.root / "sessions",
+                                            benchmarks)
     roles = make_roles_factory(config, task, population.root)
     evolution = Evolution(
         task=task.name,
@@ -620,6 +624,17 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
         task_dir=task_dir,
     )
     return evolution.run()
+
+
+def _timed_as(record: EvaluationRecord) -> str:
+    """`` (6 of 18 benchmarks as c0001's)``: those it was not timed on, running its parent's
+    code there (``sessions.same_as_entries``); "" when it was timed on all."""
+    bench = [c for c in (record.result.cases if record.result else []) if c.kind == "bench"]
+    by = sorted({c.timed_as for c in bench if c.timed_as})
+    if not by:
+        return ""
+    n = sum(1 for c in bench if c.timed_as)
+    return f" ({n} of {len(bench)} benchmarks as {', '.join(by)}'s)"
 
 
 def _where(item_seconds: dict[str, float]) -> str:

@@ -12,16 +12,17 @@ run at once with one salt. Tests inject another ``GenerationEvaluator`` through
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 from pydantic import ValidationError
@@ -126,13 +127,16 @@ class ChildSession:
 
     def __init__(
         self, task_dir: Path, log_dir: Path, args: list[str], cwd: Path | None = None,
-        tag: str = "",
+        tag: str = "", benchmarks: Sequence[tuple[str, Mapping[str, Any]]] = (),
     ) -> None:
         self.task_dir = task_dir
         self.log_dir = log_dir
         self.args = args
         self.cwd = cwd
         self.tag = tag  # in the log's name, to tell parallel sessions apart
+        # (case id, case) of every benchmark of the task's profiles: where a knob move runs
+        # its parent's code (same_as_entries)
+        self.benchmarks = tuple(benchmarks)
         self.proc: subprocess.Popen[bytes] | None = None
         self.on_start: Callable[[SessionStarted], None] | None = None
 
@@ -144,7 +148,8 @@ class ChildSession:
         return "a child pytest session"
 
     @classmethod
-    def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path) -> ChildSession:
+    def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path,
+                   benchmarks: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> ChildSession:
         """A child session that sees the same ini file, rootdir, plugins and harness flags."""
         args = ["-q", "-p", "no:cacheprovider", "-p", CHILD_EXIT, "--rootdir",
                 str(config.rootpath)]
@@ -168,7 +173,8 @@ class ChildSession:
             # Interleaved baselines triple a generation's bench time on a GPU (each side gets
             # the budget) and the loop ranks on geomean: time them only when asked for.
             args += ["--ks-baselines", "none"]
-        return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir)
+        return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir,
+                   benchmarks=benchmarks)
 
     def evaluate(self, kernels: list[Path], timeout_s: float | None,
                  beside: tuple[Path, ...] = (), extra: tuple[str, ...] = ()) -> RunResults:
@@ -183,6 +189,11 @@ class ChildSession:
             cmd += ["--kernel", str(kernel)]
         for kernel in beside:
             cmd += ["--ks-beside", str(kernel)]
+        same = same_as_entries(kernels, beside, self.benchmarks)
+        if same:
+            same_path = json_path.with_suffix(".same.json")
+            same_path.write_text(json.dumps(same, indent=1), encoding="utf-8")
+            cmd += ["--ks-same-as", str(same_path)]
         cmd += ["--ks-json", str(json_path)]
         lifeline = Lifeline()
         with open(log_path, "w", encoding="utf-8") as log:
@@ -244,11 +255,13 @@ class ParallelSessions:
 
     @classmethod
     def for_config(cls, config: pytest.Config, task_dir: Path, log_dir: Path,
-                   devices: tuple[str, ...]) -> ParallelSessions:
+                   devices: tuple[str, ...],
+                   benchmarks: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> ParallelSessions:
         base = ChildSession.for_config(config, task_dir, log_dir)
         sessions = [
             ChildSession(task_dir, log_dir, [*base.args, "--ks-device", device], cwd=base.cwd,
-                         tag=f"{device}-{i}" if device == "cpu" else device)
+                         tag=f"{device}-{i}" if device == "cpu" else device,
+                         benchmarks=benchmarks)
             for i, device in enumerate(devices)
         ]
         return cls(sessions, salt_given=config.getoption("ks_salt", default=None) is not None)
@@ -305,6 +318,30 @@ class ParallelSessions:
         slowest = max(runs, key=lambda r: sum(r.item_seconds.values()))
         return runs[0].model_copy(update={"candidates": merged,
                                           "item_seconds": slowest.item_seconds})
+
+
+def same_as_entries(kernels: Sequence[Path], beside: Sequence[Path],
+                    benchmarks: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """``--ks-same-as``'s entries: for each kernel that runs the code of a kernel timed beside
+    it (its parent, for a knob move or a graft: ``links.same_code``) on some benchmarks, the
+    one it shares the most with and those benchmarks' case ids. Timing a child there again
+    measures its parent's code twice (a generation of three knob moves: about half its bench
+    items' time, notes/timing.md)."""
+    if not benchmarks or not beside:
+        return {}
+    from pytest_kscientist.evolve.offline.links import same_code
+
+    sources = {p: p.read_text(encoding="utf-8", errors="replace") for p in (*kernels, *beside)}
+    shapes = [case for _, case in benchmarks]
+    out: dict[str, Any] = {}
+    for kernel in kernels:
+        best: list[str] = []
+        for other in beside:
+            same = same_code(sources[kernel], sources[other], shapes) or []
+            ids = [case_id for (case_id, _), kept in zip(benchmarks, same, strict=False) if kept]
+            if len(ids) > len(best) and other.stem != kernel.stem:
+                best, out[kernel.stem] = ids, {"as": other.stem, "cases": ids}
+    return out
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -186,8 +186,11 @@ class CaseItem(CandidateItem):
             if len(nodes) == 1 and not partners:
                 return evaluator.bench(worker, self.case, ks.device_name, budget,
                                        tolerate=cand.tolerate)
+            case_id = cand.task.case_id(self.case)
+            same = {stem: other for stem, (other, cases) in ks.settings.same_as.items()
+                    if case_id in cases}
             done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
-                                  self.case, ks.device_name, budget)
+                                  self.case, ks.device_name, budget, same=same)
             outcome = done.pop(cand.name)
             ks.lineup.done[key] = done
         if outcome.failure is not None:
@@ -197,7 +200,7 @@ class CaseItem(CandidateItem):
 
     def _to_pytest_benchmark(self, result: CaseResult) -> None:
         bs = benchmark_bridge.benchmark_session(self.config)
-        if bs is None:
+        if bs is None or result.timed_as:  # another kernel's calls: not this item's to report
             return
         cand = self.candidate
         extra = {"ks_task": cand.task.name, "ks_candidate": cand.name, "ks_role": cand.role,
@@ -239,6 +242,38 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
         if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
             lineup.plan(key, node)
     return ordered
+
+
+def check_same_as(lineup: Lineup, same_as: dict[str, tuple[str, frozenset[str]]],
+                  beside: set[str]) -> None:
+    """A usage error for a --ks-same-as entry of a candidate timed here that names a kernel not
+    timed beside it (another candidate, or one of ``beside``: --ks-beside's stems), or a case
+    id none of its task's profiles benchmarks."""
+    if not same_as:
+        return
+    timed: dict[str, set[str]] = {}  # candidate -> the kernels timed in its task's rounds
+    tasks: dict[str, Any] = {}
+    for nodes in lineup.planned.values():
+        for node in nodes:
+            timed.setdefault(node.name, set()).update(n.name for n in nodes)
+            tasks[node.name] = node.task
+    for stem, (other, cases) in same_as.items():
+        if stem not in timed:
+            continue  # not timed in this session (deselected, another xdist worker's task)
+        if other not in timed[stem] | beside:
+            raise pytest.UsageError(
+                f"--ks-same-as: '{stem}' is named as running the code of '{other}', which is not "
+                f"timed beside it in this session; add --ks-beside {other}.py (or --kernel) or "
+                "drop the entry")
+        task = tasks[stem]
+        known = {task.case_id(c) for p in task.spec.profiles.values() for c in p.benchmarks}
+        unknown = sorted(cases - known)
+        if unknown:
+            some = ", ".join(sorted(known)[:3])
+            raise pytest.UsageError(
+                f"--ks-same-as: '{stem}' names case id(s) {', '.join(unknown[:3])} that no "
+                f"profile of task '{task.name}' benchmarks (its ids read like {some}); use the "
+                "ids of --ks-json's bench cases")
 
 
 PRINTED_MARGIN = "| "

@@ -119,7 +119,8 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 floors[case.case_id] = case.floor_us
             timed = case.stats is not None and case.outcome in ("passed", "xfailed")
             cells[(case.case_id, c.name)] = (
-                _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
+                f"={case.timed_as}" if timed and case.timed_as
+                else _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
                 if timed and case.stats else "FAIL"
             )
     if not cases:
@@ -166,7 +167,22 @@ def run_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> lis
                 if timing.reason and (name, timing.reason) not in seen:
                     seen.add((name, timing.reason))
                     lines.append(f"no speedup of {c.name} over {name}: {timing.reason}")
-    return lines + yardstick_notes(cands)
+    return lines + same_as_notes(cands) + yardstick_notes(cands)
+
+
+def same_as_notes(cands: list[CandidateResult]) -> list[str]:
+    """One line per candidate with benchmarks it was not timed on (--ks-same-as)."""
+    lines = []
+    for c in cands:
+        bench = [case for case in c.cases if case.kind == "bench"]
+        by = sorted({case.timed_as for case in bench if case.timed_as})
+        if by:
+            n = sum(1 for case in bench if case.timed_as)
+            names = ", ".join(by)
+            lines.append(f"{c.name}: {n} of {len(bench)} benchmarks not timed (={names} in the "
+                         f"table): it runs {names}'s code there (--ks-same-as); its times there "
+                         f"are {names}'s, from the same rounds")
+    return lines
 
 
 def yardstick_notes(cands: list[CandidateResult]) -> list[str]:

@@ -25,7 +25,9 @@ from pytest_kscientist.harness.attribution import Attribution
 # order: whether the rounds agreed); ``speedup`` is their median, no longer their geomean.
 # 10: inline_builds on a candidate (its load_inline calls the pytest process answered: built
 # into the shared folder of their sources, reused from it, failed or declined).
-RESULTS_SCHEMA_VERSION = 10
+# 11: timed_as on a benchmark (--ks-same-as: the candidate runs that kernel's code there and
+# was not timed again; its stats and speedups are that kernel's from the same rounds).
+RESULTS_SCHEMA_VERSION = 11
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -102,6 +104,10 @@ class CaseResult(BaseModel):
     # A remark on a passed check: a GPU MODE output whose dtype or shape differs from the
     # reference's, which the problem's own check accepted (as GPU MODE's eval would).
     note: str = ""
+    # A benchmark not timed for this candidate (--ks-same-as): it runs the code of the kernel
+    # named here at that kernel's knob point, so its stats, baselines and fellows are that
+    # kernel's from the same rounds, and its speedup over that kernel is exactly 1.
+    timed_as: str = ""
 
 
 class GateResult(BaseModel):

@@ -19,7 +19,7 @@ were timed in, with its interval; ``score`` pools them into pairwise geomeans.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,13 +74,19 @@ class Lineup:
 
 
 def bench_together(evaluator: Evaluator, members: list[Member], partners: list[Partner],
-                   case: Case, device_name: str, budget_s: float) -> dict[str, Outcome]:
+                   case: Case, device_name: str, budget_s: float,
+                   same: Mapping[str, str] | None = None) -> dict[str, Outcome]:
     """Time every member and partner in rounds (``round_order``); each member's pooled result, its
     speedups over the partners (``baselines``) and over the other members (``fellows``).
 
     A member's failure is its own verdict and ends its part in the rounds; a partner's costs
-    only the speedups over it, with the reason kept.
+    only the speedups over it, with the reason kept. ``same``: member -> the member or kernel
+    timed beside (a partner of the candidates' kind) whose code it runs on this case
+    (``--ks-same-as``): it is not timed, its rounds are that one's (``timed_as``), and its
+    speedup over any kernel running that code is exactly 1; where that one failed in the rounds
+    it takes its own rounds after them.
     """
+    same = _usable(same or {}, members, partners)
     spec = evaluator.task.spec.bench
     rounds = spec.rounds
     share = budget_s / rounds
@@ -92,19 +98,23 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
     out: dict[str, Outcome] = {}
     failed: dict[str, str] = {}
-    order: list[Member | Partner] = [*members, *partners]
+    order: list[Member | Partner] = [*(m for m in members if m.name not in same), *partners]
+
+    def time_member(who: Member, r: int) -> None:
+        try:
+            mine[who.name].append(evaluator.bench(
+                who.live(r), case, device_name, share, tolerate=who.tolerate,
+                precise_after=after))
+        except CandidateFailure as exc:
+            who.on_failure(exc)
+            out[who.name] = Outcome(failure=exc)
+
     for r in range(rounds):
         for who in (order[i] for i in round_order(len(order), r)):
             if who.name in failed or who.name in out:
                 continue
             if isinstance(who, Member):
-                try:
-                    mine[who.name].append(evaluator.bench(
-                        who.live(r), case, device_name, share, tolerate=who.tolerate,
-                        precise_after=after))
-                except CandidateFailure as exc:
-                    who.on_failure(exc)
-                    out[who.name] = Outcome(failure=exc)
+                time_member(who, r)
                 continue
             try:
                 # A baseline is trusted code: one verified output per round is enough to
@@ -117,9 +127,20 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
             except CandidateFailure as exc:
                 who.failed(case_id, exc)
                 failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
+    # Those whose code failed in the rounds take their own turns after them.
+    lost = [m for m in members if m.name in same and (same[m.name] in out
+                                                      or same[m.name] in failed)]
+    for r in range(rounds):
+        for who in lost:
+            if who.name not in out:
+                time_member(who, r)
+    same = {k: v for k, v in same.items() if all(k != m.name for m in lost)}
+    for name, target in same.items():
+        mine[name] = mine[target] if target in mine else theirs[target]
     timed = [m for m in members if m.name not in out]
     for m in timed:
-        result = pool(mine[m.name])
+        # its own maps: a member not timed shares its rounds (and their first result) with another
+        result = pool(mine[m.name]).model_copy(update={"baselines": {}, "fellows": {}})
         for p in partners:
             result.baselines[p.name] = (
                 BaselineTiming(reason=failed[p.name]) if p.name in failed
@@ -132,7 +153,36 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 else BaselineTiming(reason=f"'{other.name}' failed on {case_id}: "
                                            f"{_reason(out[other.name])}"))
         out[m.name] = Outcome(result=result)
+    _one_code(same, out)
     return out
+
+
+def _usable(same: Mapping[str, str], members: list[Member],
+            partners: list[Partner]) -> dict[str, str]:
+    """The entries of ``same`` this case can honour: a member's, naming another member or a
+    kernel timed beside as the candidates' kind, that is not itself standing in."""
+    names = {m.name for m in members}
+    kernels = names | {p.name for p in partners if p.full_sample}
+    return {k: v for k, v in same.items()
+            if k in names and v in kernels and v != k and v not in same}
+
+
+def _one_code(same: Mapping[str, str], out: dict[str, Outcome]) -> None:
+    """Mark the members not timed (``timed_as``) and make every speedup between two kernels
+    that run one code here exactly 1."""
+    code = {name: same.get(name, name) for name in out}
+    for name, outcome in out.items():
+        result = outcome.result
+        if result is None:
+            continue
+        if name in same:
+            result.timed_as = same[name]
+        for timings in (result.fellows, result.baselines):
+            for other, timing in timings.items():
+                if code.get(other, other) == code[name] and timing.speedup is not None:
+                    timings[other] = timing.model_copy(update={
+                        "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0,
+                        "round_speedups": [1.0] * len(timing.round_speedups)})
 
 
 def round_order(n: int, r: int) -> list[int]:

@@ -22,11 +22,14 @@ H200, 16 of 276 per-benchmark intervals of benchmarks a class move left unchange
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_kscientist.evolve.offline.compose import dispatch, first_rule
 from pytest_kscientist.evolve.offline.scientist import tuned
 from pytest_kscientist.evolve.population import Member
+from pytest_kscientist.evolve.roles import CandidateSummary
 from pytest_kscientist.harness.stats import geomean
 
 
@@ -100,13 +103,36 @@ Bounds = tuple[float, float, float]  # ratio, low, high of one benchmark
 
 def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | None:
     """The (ratio, low, high) timed beside ``parent`` on the benchmarks where ``child`` runs
-    another knob point than ``parent`` does (the point its shape rules pick, as
-    ``tunables_for`` does) or another kernel (a graft's rule holds: ``graft.py``), and on those
-    where it runs the same; None unless both read as the same kernel with other knob values,
-    or the child is a graft onto the parent's code, and every benchmark has its ratio."""
+    another knob point than ``parent`` does or another kernel (``same_code``), and on those
+    where it runs the same; None unless ``same_code`` can tell and every benchmark has its
+    ratio."""
     ev = child.evaluation
-    mine, theirs = tuned(child.summary()), tuned(parent.summary())
-    if ev is None or ev.result is None or mine is None or theirs is None:
+    if ev is None or ev.result is None:
+        return None
+    benches = [c for c in ev.result.cases if c.kind == "bench"]
+    same = same_code(child.source, parent.source, [c.case for c in benches])
+    if same is None or not benches:
+        return None
+    moved: list[Bounds] = []
+    kept: list[Bounds] = []
+    for case, kept_here in zip(benches, same, strict=True):
+        timed = case.baselines.get(parent.id)
+        bounds = (timed.speedup, timed.speedup_low, timed.speedup_high) if timed else (None,)
+        if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in bounds):
+            return None
+        (kept if kept_here else moved).append(bounds)  # type: ignore[arg-type]
+    return moved, kept
+
+
+def same_code(child: str, parent: str, shapes: Sequence[Mapping[str, Any]]) -> list[bool] | None:
+    """For each shape, whether the ``child`` source runs the ``parent`` source's code at its
+    knob point there: both read as one kernel with other knob values (the same
+    ``knobs.skeleton_sha``: the offline scientist's moves) and the child's shape rules pick the
+    parent's point (as ``tunables_for`` does), or the child is a graft onto the parent
+    (``graft.py``) and none of its rules holds. None when neither reads so, or a rule bounds a
+    key a shape lacks."""
+    mine, theirs = tuned(_summary(child)), tuned(_summary(parent))
+    if mine is None or theirs is None:
         return None
     if mine.family == theirs.family:  # a knob move; of a graft, its rules run the donor in both
         grafts, shared = [], mine.grafts
@@ -116,20 +142,18 @@ def split(child: Member, parent: Member) -> tuple[list[Bounds], list[Bounds]] | 
         return None
     if set(mine.values) != set(theirs.values):
         return None
-    benches = [c for c in ev.result.cases if c.kind == "bench"]
-    moved: list[Bounds] = []
-    kept: list[Bounds] = []
-    for case in benches:
-        timed = case.baselines.get(parent.id)
-        bounds = (timed.speedup, timed.speedup_low, timed.speedup_high) if timed else (None,)
-        if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in bounds):
-            return None
+    out = []
+    for shape in shapes:
         try:
-            differs = first_rule(grafts, case.case) is not None or (
-                first_rule(shared, case.case) is None
-                and dispatch(mine.values, mine.rules or [], case.case)
-                != dispatch(theirs.values, theirs.rules or [], case.case))
-        except (KeyError, TypeError, ValueError):  # a rule bounds a key the case lacks
+            differs = first_rule(grafts, shape) is not None or (
+                first_rule(shared, shape) is None
+                and dispatch(mine.values, mine.rules or [], shape)
+                != dispatch(theirs.values, theirs.rules or [], shape))
+        except (KeyError, TypeError, ValueError):  # a rule bounds a key the shape lacks
             return None
-        (moved if differs else kept).append(bounds)  # type: ignore[arg-type]
-    return (moved, kept) if benches else None
+        out.append(not differs)
+    return out
+
+
+def _summary(source: str) -> CandidateSummary:
+    return CandidateSummary(id="", generation=0, source=source, status="pending")
