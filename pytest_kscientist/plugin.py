@@ -190,6 +190,7 @@ class KsHooks:
         self.evolve_code: int | None = None  # the exit code of an --evolve run
         self.evolve_spec: Path | None = None  # the task file --evolve runs on, found once
         self.deselected_gates: list[pytest.Item] = []  # by -k/-m, before our modifyitems
+        self.deselected_names: set[str] = set()  # the candidates of the items deselected
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -227,9 +228,11 @@ class KsHooks:
         return True
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        from pytest_kscientist.harness.items import GateItem
+        from pytest_kscientist.harness.items import CandidateItem, GateItem
 
         self.deselected_gates += [item for item in items if isinstance(item, GateItem)]
+        self.deselected_names |= {item.candidate.name for item in items
+                                  if isinstance(item, CandidateItem)}
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -244,8 +247,10 @@ class KsHooks:
         warn_deselected_gates(self.deselected_gates, items)
         keep_gates_judged(items)
         items[:] = plan_rounds(items, self.ks.lineup)
+        # A kernel given but not selected here is no typo: its stand-ins are timed themselves.
+        given = (*self.ks.settings.beside, *self.ks.settings.kernels)
         check_same_as(self.ks.lineup, self.ks.settings.same_as,
-                      {p.stem for p in self.ks.settings.beside})
+                      {p.stem for p in given} | self.deselected_names)
         self.ks.auto_workers()
         tag_timed(items)
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import AXPY, run_pytest
@@ -91,7 +92,9 @@ def test_a_session_times_a_benchmark_once_for_two_kernels_of_one_code(axpy_two: 
     assert cases[("b", "n8192-s4")]["timed_as"] == ""  # timed there: its own calls
     assert cases[("b", "n8192-s4")]["stats"] != cases[("a", "n8192-s4")]["stats"]
     assert cases[("c", "n4096-s3")]["fellows"]["b"] == cases[("c", "n4096-s3")]["fellows"]["a"]
-    assert "=a " in output and "b: 1 of 2 benchmarks not timed (=a in the table)" in output
+    median = f"{a_same['stats']['median_us']:.2f}"
+    assert any(median in line and "=a" in line for line in output.splitlines()), output
+    assert "b: 1 of 2 benchmarks not timed (marked =a in the table)" in output
 
 
 @pytest.mark.parametrize(("entries", "said"), [
@@ -207,3 +210,73 @@ def test_evolve_refuses_a_same_as_file_of_its_own(axpy_two: Path) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == int(pytest.ExitCode.USAGE_ERROR), output
     assert "--evolve cannot be combined with --ks-same-as" in output, output
+
+
+def _summary(cid: str, times: dict[str, float], timed_as: dict[str, str] | None = None,
+             geomean: float = 10.0) -> Any:
+    from pytest_kscientist.evolve.roles import CandidateSummary
+
+    return CandidateSummary(id=cid, generation=1, source="", status="passed",
+                            geomean_us=geomean, bench_median_us=times,
+                            timed_as=timed_as or {})
+
+
+def _member(cid: str, times: dict[str, float], timed_as: dict[str, str]) -> Any:
+    from pytest_kscientist.evolve.population import CandidateMeta, EvaluationRecord, Member
+    from pytest_kscientist.harness.results import CandidateResult, CaseResult
+
+    cases = [CaseResult(kind="bench", case={}, case_id=b, outcome="passed",
+                        timed_as=timed_as.get(b, "")) for b in times]
+    record = EvaluationRecord(id=cid, evaluated_at="", status="passed", geomean_us=10.0,
+                              bench_median_us=times,
+                              result=CandidateResult(name=cid, path="", sha256="", cases=cases))
+    meta = CandidateMeta(id=cid, task="t", generation=1, sha256="", origin="writer",
+                         created_at="")
+    return Member(meta=meta, source="", evaluation=record)
+
+
+def test_who_is_fastest_on_a_benchmark_counts_own_times_only() -> None:
+    """c0003 ran c0002's code on "b2" (timed as c0002, in a later session where that code read
+    faster): neither the findings nor the selector's reference credit it there, and the base
+    does not lose a benchmark to a copy of its own code."""
+    from pytest_kscientist.evolve.findings import _winners
+    from pytest_kscientist.evolve.llm.prompts import shape_table
+    from pytest_kscientist.evolve.offline.scientist import OfflineSelector
+
+    times = {"c0002": {"b1": 5.0, "b2": 8.0}, "c0003": {"b1": 4.0, "b2": 7.0},
+             "c0004": {"b1": 6.0, "b2": 9.0}}
+    borrowed = {"c0003": {"b2": "c0002"}}
+    members = [_member(c, t, borrowed.get(c, {})) for c, t in times.items()]
+    assert _winners(members) == ["- b1: c0003 (4.0 us)", "- b2: c0002 (8.0 us)"]
+    base = _summary("c0002", times["c0002"], geomean=6.0)
+    passed = [base, _summary("c0003", times["c0003"], borrowed["c0003"], geomean=5.0),
+              _summary("c0004", times["c0004"], geomean=7.0)]
+    ref, why = OfflineSelector._reference(base, passed, passed)
+    assert ref is not None and ref.id == "c0003" and why == "fastest on 1 of 2 benchmarks"
+    # the base itself borrowed on b2 from c0004's code: c0004's own time there is no win
+    base = _summary("c0002", {"b1": 3.0, "b2": 9.5}, {"b2": "c0004"}, geomean=6.0)
+    passed = [base, _summary("c0004", times["c0004"], geomean=7.0)]
+    assert OfflineSelector._reference(base, passed, passed)[1] != "fastest on 1 of 2 benchmarks"
+    table = shape_table([_summary("c0002", times["c0002"], geomean=6.0),
+                         _summary("c0003", times["c0003"], borrowed["c0003"], geomean=5.0)])
+    row = next(line for line in table.splitlines() if line.startswith("| b2 "))
+    assert "**8.0 us**" in row and "7.0 us (=c0002)" in row and "**7.0" not in row, table
+
+
+@pytest.mark.parametrize("select", [["axpy/task.toml::second"], ["axpy", "-k", "second"]])
+def test_a_stand_in_whose_kernel_is_not_selected_is_timed_itself(
+        axpy_two: Path, select: list[str]) -> None:
+    """By node id (the other kernel never collected) or by -k (deselected): no usage error,
+    and the stand-in is timed itself."""
+    for name in ("first", "second"):
+        shutil.copy(axpy_two / "a.py", axpy_two / f"{name}.py")
+    (axpy_two / "same.json").write_text(json.dumps(
+        {"second": {"as": "first", "cases": ["n4096-s3"]}}))
+    code, output, data = run_pytest(
+        [*select, "--ks-device", "cpu", "--kernel", "first.py", "--kernel", "second.py",
+         "--ks-same-as", "same.json"], cwd=axpy_two, timeout=300)
+    assert code == 0 and data is not None, output
+    assert "first::bench" not in output
+    second = next(c for c in data["candidates"] if c["name"] == "second")
+    bench = [case for case in second["cases"] if case["kind"] == "bench"]
+    assert len(bench) == 2 and all(case["timed_as"] == "" and case["stats"] for case in bench)

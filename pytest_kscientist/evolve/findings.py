@@ -262,7 +262,10 @@ def _winners(members: Sequence[Member]) -> list[str]:
     for m in members:
         if m.geomean_us is None or m.evaluation is None:
             continue
+        borrowed = m.evaluation.timed_as()  # another kernel's rounds: credit that one
         for bench, median in m.evaluation.bench_median_us.items():
+            if bench in borrowed:
+                continue
             if bench not in bests or median < bests[bench][0]:
                 bests[bench] = (median, m.id)
     return [f"- {b}: {mid} ({t:.1f} us)" for b, (t, mid) in sorted(bests.items())] or ["- none yet"]

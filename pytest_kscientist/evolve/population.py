@@ -98,6 +98,12 @@ class EvaluationRecord(BaseModel):
     machine: MachineInfo | None = None
     result: CandidateResult | None = None
 
+    def timed_as(self) -> dict[str, str]:
+        """Benchmark -> the kernel whose rounds its median is, where the candidate was not timed
+        itself (--ks-same-as: it runs that kernel's code there)."""
+        cases = self.result.cases if self.result is not None else []
+        return {c.case_id: c.timed_as for c in cases if c.kind == "bench" and c.timed_as}
+
 
 class Event(BaseModel):
     """One line of ``events.jsonl``."""
@@ -144,6 +150,7 @@ class Member:
             status=self.status,
             geomean_us=self.geomean_us,
             bench_median_us=dict(ev.bench_median_us) if ev else {},
+            timed_as=ev.timed_as() if ev else {},
             failure=ev.failure if ev else "",
             failure_detail=failure_detail(ev),
             plan_title=self.meta.plan.title if self.meta.plan else "",

@@ -41,6 +41,9 @@ class CandidateSummary(BaseModel):
     status: str  # "passed" | "failed" | "pending"
     geomean_us: float | None = None
     bench_median_us: dict[str, float] = Field(default_factory=dict)
+    # Benchmark -> the kernel whose rounds its median is (not timed itself: it runs that
+    # kernel's code there, --ks-same-as); who is fastest on a benchmark counts only own times.
+    timed_as: dict[str, str] = Field(default_factory=dict)
     failure: str = ""
     failure_detail: str = ""  # the traceback or mismatch detail, trimmed (failure_text.trim)
     plan_title: str = ""

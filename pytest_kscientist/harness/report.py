@@ -119,8 +119,8 @@ def bench_table(cands: list[CandidateResult]) -> list[str]:
                 floors[case.case_id] = case.floor_us
             timed = case.stats is not None and case.outcome in ("passed", "xfailed")
             cells[(case.case_id, c.name)] = (
-                f"={case.timed_as}" if timed and case.timed_as
-                else _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
+                _median(case.stats) + ("*" if case.outcome == "xfailed" else "")
+                + (f" ={case.timed_as}" if case.timed_as else "")
                 if timed and case.stats else "FAIL"
             )
     if not cases:
@@ -179,9 +179,9 @@ def same_as_notes(cands: list[CandidateResult]) -> list[str]:
         if by:
             n = sum(1 for case in bench if case.timed_as)
             names = ", ".join(by)
-            lines.append(f"{c.name}: {n} of {len(bench)} benchmarks not timed (={names} in the "
-                         f"table): it runs {names}'s code there (--ks-same-as); its times there "
-                         f"are {names}'s, from the same rounds")
+            lines.append(f"{c.name}: {n} of {len(bench)} benchmarks not timed (marked ={names} "
+                         f"in the table): it runs {names}'s code there (--ks-same-as); its times "
+                         f"there are {names}'s, from the same rounds")
     return lines
 
 

@@ -232,9 +232,12 @@ class OfflineSelector:
     ) -> tuple[CandidateSummary | None, str]:
         wins: Counter[str] = Counter()
         for bench in base.bench_median_us:
-            timed = [c for c in passed if bench in c.bench_median_us]
+            # own times only: a candidate not timed on a benchmark ran another's code there
+            timed = [c for c in passed if bench in c.bench_median_us and bench not in c.timed_as]
+            if not timed:
+                continue
             winner = min(timed, key=lambda c: c.bench_median_us[bench])
-            if winner.id != base.id:
+            if winner.id not in (base.id, base.timed_as.get(bench)):
                 wins[winner.id] += 1
         if wins:
             rank = {c.id: i for i, c in enumerate(passed)}
