@@ -33,5 +33,14 @@ class CandidateFailure(KsError):
         return CandidateFailure(prefix + self.reason, self.detail, self.wrong_result)
 
 
+class ReferenceFailed(KsError):
+    """The task's reference raised on a check's inputs: the task's fault, not the candidate's
+    (which is then not judged on them). ``where``: the reference file and line it raised at."""
+
+    def __init__(self, message: str, where: tuple[str, int]) -> None:
+        super().__init__(message)
+        self.where = where
+
+
 class GateFailure(KsError):
     """A performance gate (``--ks-min-speedup``, ``--ks-max-regression``) was not met."""

@@ -97,24 +97,29 @@ def _alike(o: Any, r: Any) -> Any:
 
 def _widened(t: Any) -> Any:
     """A chunk in the type it is judged in: complex128 for complex outputs (both parts count),
-    int64 for integers and booleans (exact: as float64, 2**60 and 2**60 + 1 are one value),
-    float64 for the rest."""
+    int64 for integers and booleans (exact: as float64, 2**60 and 2**60 + 1 are one value) but
+    uint64 (as it is: int64 would wrap its upper half), float64 for the rest."""
     import torch
 
     if t.is_complex():
         return t.to(torch.complex128)
     if t.is_floating_point():
         return t.double()
-    return t.long()
+    return t if t.dtype == torch.uint64 else t.long()
 
 
 def _distance(o: Any, r: Any) -> Any:
-    """|o - r| as float64 (exact for integers up to 2**53, where any mismatch already fails)."""
-    return (o - r).abs().double()
+    """|o - r| as float64. Integers: 0 where equal, else their float64 difference and at least
+    1 (int64 arithmetic wraps: 3 and 3 - 2**63 are 2**63 apart, which int64 reads as -2**63,
+    "close"; as float64, 2**60 and 2**60 + 1 are one value)."""
+    if o.is_floating_point() or o.is_complex():
+        return (o - r).abs().double()
+    return (o.double() - r.double()).abs().clamp_min(1.0).masked_fill(o == r, 0.0)
 
 
 def _magnitude(r: Any) -> Any:
-    return r.abs().double()
+    """|r| as float64 (of an integer, taken in float64: |-2**63| wraps in int64)."""
+    return r.double().abs() if not r.is_complex() else r.abs().double()
 
 
 def _shown(value: Any) -> str:

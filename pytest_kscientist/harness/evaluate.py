@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.errors import CandidateFailure, ReferenceFailed
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import REFERENCE_NEEDS, REPORT_MAX_SHARE, Case, Task
 from pytest_kscientist.harness import attribution, received
@@ -229,14 +229,21 @@ class Evaluator:
     def _compare(self, out: Any, expected: Any) -> Mismatch | None:
         """``judge`` for one tensor, or part by part for several (the first part that
         differs)."""
+        import torch
+
         atol, rtol = self.task.spec.check.atol, self.task.spec.check.rtol
+        parts = expected if isinstance(expected, (tuple, list)) else [expected]
+        if not all(isinstance(e, torch.Tensor) for e in parts):
+            raise ReferenceFailed(
+                f"the task's reference returned {_kind(expected)}, expected a tensor or a "
+                "tuple or list of tensors (what the candidates' outputs are judged against); "
+                "fix ref_kernel in the task's reference.py", (str(self.task.reference), 1))
         if not isinstance(expected, (tuple, list)):
             if isinstance(out, (tuple, list)):
-                return Mismatch(f"output is {len(out)} tensors, expected one")
+                return Mismatch(f"output is {_kind(out)}, expected a tensor")
             return judge(out, expected, atol, rtol)
         if not isinstance(out, (tuple, list)) or len(out) != len(expected):
-            count = len(out) if isinstance(out, (tuple, list)) else 1
-            return Mismatch(f"output is {count} tensor(s), expected {len(expected)}")
+            return Mismatch(f"output is {_kind(out)}, expected {_kind(expected)}")
         for i, (o, e) in enumerate(zip(out, expected, strict=True)):
             found = judge(o, e, atol, rtol)
             if found is not None:
@@ -312,16 +319,19 @@ class Evaluator:
         return attribution.judge(header, declared)
 
     def _second_inputs(self, case: Case, data: Any) -> tuple[dict[str, Any], Any, str]:
-        """The re-run's request, its inputs and their description: a few elements of ``data``
-        changed; for a problem judged by its own check, the case drawn again with another seed
-        (perturb.py: a changed element may leave the problem's input domain)."""
-        if self.own_check:
-            seed = self._seed(case, "recheck")
-            fresh = self.inputs(case, seed)
-            if perturb.same_layout(data, fresh):
-                perturb.refill(data, fresh)
-                return ({"case": case, "redraw": seed}, data,
-                        "every tensor drawn again by generate_input")
+        """The re-run's request, its inputs and their description: the case drawn again with
+        another seed, written into the same tensors, where that changes an input (a changed
+        element may leave the task's input domain: a symmetric positive definite matrix, sorted
+        boundaries; and integer inputs change too); else a few elements of ``data`` changed
+        (perturb.py). A problem judged by its own check takes the draw whenever it fits."""
+        seed = self._seed(case, "recheck")
+        fresh = self.inputs(case, seed)
+        output = None if self.own_check else self.task.spec.output_index
+        if perturb.same_layout(data, fresh) and (
+                self.own_check or perturb.changes_an_input(data, fresh, output)):
+            perturb.refill(data, fresh)
+            return ({"case": case, "redraw": seed}, data,
+                    "every tensor drawn again by generate_input")
         changes = perturb.choose(data, self.task.spec.output_index, _RNG)
         perturb.apply(data, changes)
         return {"changes": changes}, data, f"{len(changes)} elements changed"
@@ -337,9 +347,13 @@ class Evaluator:
         else against ``expected`` (the reference's output for ``data``, computed if None)."""
         if self.own_check:
             self._own_check(data, out)
-        else:
-            self._judge(self.reference_output(data) if expected is None else expected, out,
-                        misses)
+            return
+        if expected is None:
+            try:
+                expected = self.reference_output(data)
+            except Exception as exc:  # noqa: BLE001 - the task's code: any error is its own
+                raise _reference_failed(self.task, exc) from exc
+        self._judge(expected, out, misses)
 
     def _unlike(self, case: Case, data: Any, got: Any) -> str:
         """``_unlike_reference`` for a problem judged by its own check, where it has a
@@ -599,6 +613,31 @@ def precise(times: list[float], after: int = PRECISE_AFTER) -> bool:
     low, high = median_interval(times)
     middle = statistics.median(times)
     return middle > 0 and (high - low) / 2 <= PRECISION * middle
+
+
+def _kind(value: Any) -> str:
+    """What an output is, in words: ``a tensor``, ``a tuple of 2``, ``a float``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
+    """The reference's error on a check's inputs, named with the line of its file it came from."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve() == task.reference.resolve()]
+    where = (str(task.reference), frames[-1].lineno or 1) if frames else (str(task.reference), 1)
+    return ReferenceFailed(
+        f"the task's reference raised {type(exc).__name__}: {str(exc).strip()[:300]} (at "
+        f"{where[0]}:{where[1]}) on this check's inputs, so the candidate was not judged; "
+        "the reference must handle every input generate_input draws for the case (with any "
+        "seed): fix the task's reference.py or its generate_input", where)
 
 
 def _ask(worker: Worker, op: str, timeout: float | None = None,

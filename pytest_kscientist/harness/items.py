@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_kscientist.errors import CandidateFailure, GateFailure
+from pytest_kscientist.errors import CandidateFailure, GateFailure, ReferenceFailed
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
@@ -66,6 +66,8 @@ class CandidateItem(pytest.Item):
             cand = self.candidate
             return failure_repr(self, text, cand.source,
                                 lambda: _def_line(cand.source, cand.entry))
+        if isinstance(exc, ReferenceFailed):  # the task's fault: its message, no traceback
+            return failure_repr(self, self.failure_head() + str(exc), *exc.where)
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
@@ -125,6 +127,12 @@ class CaseItem(CandidateItem):
             self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
                           reason=exc.reason, detail=exc.detail[-4000:],
                           attribution=self.attribution)
+            raise
+        except ReferenceFailed as exc:  # the task's fault: the candidate was not judged
+            if self.kind == "check" and not cand.failed_check:
+                cand.failed_check = f"check {case_id} could not be judged"
+            self._publish(kind=self.kind, case=self.case, case_id=case_id, outcome="failed",
+                          reason=str(exc))
             raise
         result = yardstick_only(cand.name, result)
         self._publish(**result.model_dump(mode="json"))

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from pytest_kscientist.errors import TaskSpecError
+from pytest_kscientist.errors import ReferenceFailed, TaskSpecError
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import Case, Task
 from pytest_kscientist.harness.evaluate import Evaluator, derive_seed, seed_for
@@ -119,7 +119,11 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     # The same seed drawn again must give inputs whose reference output passes the check
     # against the first: else every candidate is judged on inputs the pytest process cannot
     # draw again (generate_input ignoring its seed: torch.randn without a generator).
-    differs = evaluator.failure(again, again_output, outputs[0]).split("\n", 1)[0][:200]
+    try:
+        differs = evaluator.failure(again, again_output, outputs[0]).split("\n", 1)[0][:200]
+    except ReferenceFailed as exc:  # its output is nothing a candidate can be judged against
+        verdict.error = str(exc)
+        return verdict
     if differs:
         one = "seed" if seeded else "global generator seed"
         verdict.error = (f"case {verdict.case_id} drawn twice with {one} {seeds[0]} gives "

@@ -1,15 +1,14 @@
-"""Sparse, visible changes to a case's inputs, for the re-run that exposes cached results.
+"""New inputs in the same tensors, for the re-run that exposes cached results.
 
-The pytest process picks one element of every floating-point input (never the output) and a new
-value for it: the opposite sign and a larger magnitude, within the dtype's range. The worker
-writes the same changes into the very tensors the kernel has just seen (same objects, addresses
-and version counters), so a kernel that caches results by address, ``id()``, ``_version``,
-shape or a few sampled elements returns its previous result and fails. Runs in both processes.
-
-A problem that judges with its own check (GPU MODE) re-runs on its case drawn again with another
-seed, written into the same tensors (``refill``): its inputs may have structure a changed
-element breaks (cholesky_py's matrices are symmetric positive definite; one changed element
-made its own reference fail "output diagonal must be strictly positive").
+The re-run writes the case drawn again with another seed into the very tensors the kernel has
+just seen (``refill``: same objects, addresses and version counters), so a kernel that caches
+results by address, ``id()``, ``_version``, shape or a few sampled elements returns its previous
+result and fails. A drawn case keeps the task's input domain (cholesky's symmetric positive
+definite matrices, sorted boundaries: one changed element made right kernels, and the
+reference itself, fail) and changes integer inputs too. Where the draw changes no input (a
+``generate_input`` that ignores its seed for them), sparse changes instead: one element of every
+floating-point input (never the output) gets the opposite sign and a larger magnitude, within
+the dtype's range (``choose``, ``apply``). Runs in both processes.
 """
 
 from __future__ import annotations
@@ -69,6 +68,15 @@ def same_layout(data: Any, fresh: Any) -> bool:
         elif type(a) in (int, float, bool, str, type(None)) and a != b:
             return False
     return True
+
+
+def changes_an_input(data: Any, fresh: Any, output_index: int | None) -> bool:
+    """Whether some input tensor of ``fresh`` (not the output's) differs from ``data``'s: a
+    draw with another seed that changes nothing exposes no cached result."""
+    import torch
+
+    return any(i != output_index and isinstance(a, torch.Tensor) and not torch.equal(a, b)
+               for i, (a, b) in enumerate(zip(leaves(data), leaves(fresh), strict=True)))
 
 
 def refill(data: Any, fresh: Any) -> None:

@@ -542,11 +542,11 @@ class Runner:
             if stride == 0 and size > 1:
                 return (f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); "
                         "write every element")
-        if self.inputs_may_be_outputs:
+        if self.inputs_may_be_outputs or out.numel() == 0:  # no element to share
             return None
         lo, hi = _extent(out)
         for i, t in _enumerate(leaves(given)):
-            if i == self.output_index or not _isinstance(t, self.Tensor):
+            if i == self.output_index or not _isinstance(t, self.Tensor) or t.numel() == 0:
                 continue
             t_lo, t_hi = _extent(t)
             if lo < t_hi and t_lo < hi:
