@@ -5,6 +5,7 @@ wrote, 2026-12-05)."""
 from __future__ import annotations
 
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,13 @@ benchmarks = [{{ n = 16, seed = 3 }}]
 
 def _task(root: Path, name: str, draw: str, ref: str, kernels: dict[str, str],
           tests: str = "[{ n = 16, seed = 1 }, { n = 8, seed = 2 }]",
-          atol: float = 1e-6, rtol: float = 1e-6) -> Path:
+          atol: float = 1e-6, rtol: float = 1e-6, output_index: int | None = None) -> Path:
     folder = root / name
     folder.mkdir()
-    (folder / "task.toml").write_text(SPEC.format(name=name, atol=atol, rtol=rtol, tests=tests))
+    spec = SPEC.format(name=name, atol=atol, rtol=rtol, tests=tests)
+    if output_index is not None:
+        spec = spec.replace("case_keys", f"output_index = {output_index}\ncase_keys")
+    (folder / "task.toml").write_text(spec)
     (folder / "reference.py").write_text(
         "import torch\n\n\ndef generate_input(n, seed, device='cpu'):\n"
         "    g = torch.Generator(device=device)\n    g.manual_seed(seed)\n"
@@ -148,3 +152,24 @@ def test_a_reference_returning_no_tensor_is_named(tmp_path: Path, ref: str) -> N
     assert code == 1 and "AttributeError" not in output, output
     assert "honest check n16-s1: the task's reference returned a " in output, output
     assert "task 'untensored': the task's reference returned a " in output, output
+
+
+def test_a_reference_that_reads_the_preallocated_output_fails_validation(tmp_path: Path) -> None:
+    """Each candidate gets the output tensor filled with NaN: a reference computing from it
+    (output_index naming an input) judges every candidate against numbers none can compute."""
+    task = _task(tmp_path, "reads_out", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {"honest": "data[0].mul_(2)\nreturn data[0]\n"},
+                 output_index=0)
+    code, output, _ = _checks(tmp_path, task, ["honest"], "validate")
+    assert code == 1, output
+    assert ("task 'reads_out': the reference reads generate_input's output tensor "
+            "(output_index = 0): with that tensor filled with NaN") in output, output
+
+
+def test_validations_constant_output_of_a_complex_reference_keeps_both_parts() -> None:
+    from pytest_kscientist.harness.task_validation import _filled
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the real part alone warned
+        filled = _filled(torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64), "mean")
+    assert filled.dtype == torch.complex64 and filled.tolist() == [2 + 0.5j, 2 + 0.5j]

@@ -131,6 +131,10 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
                          "generate_input (or the reference) does not follow the seed; draw "
                          "from a torch.Generator seeded with it")
         return verdict
+    reads = _reads_output(task, evaluator, case, seeds[0], outputs[0])
+    if reads:
+        verdict.error = reads
+        return verdict
     where = f"case {verdict.case_id}, {which} {seeds[0]} and {seeds[1]}"
     seed_hole = (f"the reference output does not change with the seed ({where})"
                  if forms.same(outputs[0], outputs[1]) else
@@ -156,6 +160,37 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
+
+
+def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,
+                  expected: Any) -> str:
+    """Why the reference depends on the preallocated output's contents ("" when it does not):
+    each candidate gets that tensor filled with NaN (an unwritten element shows), so a
+    reference that reads it (an in-place op on its own output) judges every candidate against
+    numbers no candidate can compute."""
+    index = task.spec.output_index
+    if index is None:
+        return ""
+    import torch
+
+    data = evaluator.inputs(case, seed)
+    found = forms.leaves(data)
+    if index >= len(found) or not isinstance(found[index], torch.Tensor) or not (
+            found[index].is_floating_point()):
+        return ""
+    found[index].fill_(float("nan"))
+    try:
+        again = evaluator.reference_output(data)
+    except Exception as exc:  # noqa: BLE001 - the task's own code
+        again, why = None, f"it raised {type(exc).__name__}"
+    if again is not None:
+        why = evaluator.failure(data, expected, again).split("\n", 1)[0][:200]
+    if not why:
+        return ""
+    return (f"the reference reads generate_input's output tensor (output_index = {index}): "
+            f"with that tensor filled with NaN, as each candidate gets it, {why}; compute the "
+            "reference from the inputs only, or leave output_index unset if the kernel returns "
+            "its own output")
 
 
 def _unaccepted(task: Task, evaluator: Evaluator, cases: tuple[Case, ...]) -> str:
@@ -208,6 +243,10 @@ def _filled(output: Any, how: str) -> Any:
             return t
         if how == "zeros" or t.numel() == 0:
             return torch.zeros_like(t)
+        if t.is_complex():  # both parts: the real part alone warned and judged another output
+            wide = t.detach().to(torch.complex128)
+            return torch.full(t.shape, wide.mean().item(), dtype=torch.complex128,
+                              device=t.device).to(t.dtype)
         value = t.detach().to(torch.float64).nanmean().item() if t.is_floating_point() else (
             t.detach().to(torch.float64).mean().item())
         return torch.full(t.shape, value, dtype=torch.float64, device=t.device).to(t.dtype)
