@@ -162,8 +162,9 @@ def test_a_reference_that_reads_the_preallocated_output_fails_validation(tmp_pat
                  output_index=0)
     code, output, _ = _checks(tmp_path, task, ["honest"], "validate")
     assert code == 1, output
-    assert ("task 'reads_out': the reference reads generate_input's output tensor "
-            "(output_index = 0): with that tensor filled with NaN") in output, output
+    assert ("task 'reads_out': the reference's output depends on what generate_input's "
+            "output tensor (output_index = 0) holds before the call: with that tensor filled "
+            "with NaN") in output, output
 
 
 def test_validations_constant_output_of_a_complex_reference_keeps_both_parts() -> None:
@@ -173,3 +174,22 @@ def test_validations_constant_output_of_a_complex_reference_keeps_both_parts() -
         warnings.simplefilter("error")  # the real part alone warned
         filled = _filled(torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64), "mean")
     assert filled.dtype == torch.complex64 and filled.tolist() == [2 + 0.5j, 2 + 0.5j]
+
+
+def test_a_reference_that_raises_on_a_benchmark_is_named_once_for_every_kernel(
+        tmp_path: Path) -> None:
+    """The benchmark's verified outputs meet the reference too: its error fails each member's
+    bench item as the task's fault, from one set of rounds, and is in --ks-json."""
+    task = _task(tmp_path, "picky_timing", "return (torch.randn(n, generator=g),)\n", """\
+        if data[0].numel() == 16:
+            raise ValueError("sixteen elements are not supported")
+        return data[0] * 2
+        """, {"one": "return data[0] * 2\n", "two": "return data[0] * 2\n"},
+        tests="[{ n = 8, seed = 1 }]")
+    code, output, outcomes = _checks(tmp_path, task, ["one", "two"], "bench")
+    assert code == 1, output
+    for name in ("one", "two"):
+        assert outcomes[name] == [("failed", outcomes[name][0][1])], outcomes
+        assert "the task's reference raised ValueError: sixteen elements" in \
+            outcomes[name][0][1], outcomes
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output

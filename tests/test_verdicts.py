@@ -33,8 +33,9 @@ EXPECTED = {
     "expanded": "returned an expanded tensor (stride 0",
     "skips": "Skipped: nothing to see here",
     # The re-run's hint follows what its output was (it said "cached" whatever it was).
-    "later_wrong": "elements changed: wrong result: 33 of 33 elements outside |out-ref| <= "
-                   "1e-06 + 1e-06*|ref| (the first inputs passed: wrong for some inputs only)",
+    "later_wrong": "drawn again by generate_input: wrong result: 33 of 33 elements outside "
+                   "|out-ref| <= 1e-06 + 1e-06*|ref| (the first inputs passed: wrong for some "
+                   "inputs only)",
     "kept": "(the same output as for the first inputs: a result cached across calls?)",
     "sibling": "good_helper(.py) beside the candidate is not importable in its worker; a "
                "candidate is one file",

@@ -105,7 +105,8 @@ def _widened(t: Any) -> Any:
         return t.to(torch.complex128)
     if t.is_floating_point():
         return t.double()
-    return t if t.dtype == torch.uint64 else t.long()
+    # uint64 on the CPU: CUDA lacks most of its kernels (comparisons, conversions)
+    return t.cpu() if t.dtype == torch.uint64 else t.long()
 
 
 def _distance(o: Any, r: Any) -> Any:

@@ -19,7 +19,7 @@ from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
 from pytest_kscientist.harness.failures import failure_repr
 from pytest_kscientist.harness.results import CaseResult, report_property
-from pytest_kscientist.harness.rounds import Lineup, bench_together, order_items
+from pytest_kscientist.harness.rounds import Lineup, Outcome, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
@@ -197,10 +197,15 @@ class CaseItem(CandidateItem):
             case_id = cand.task.case_id(self.case)
             same = {stem: other for stem, (other, cases) in ks.settings.same_as.items()
                     if case_id in cases}
-            done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
-                                  self.case, ks.device_name, budget, same=same)
+            try:
+                done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
+                                      self.case, ks.device_name, budget, same=same)
+            except ReferenceFailed as exc:  # every member's item says so, none times again
+                done = {n.name: Outcome(reference=exc) for n in nodes}
             outcome = done.pop(cand.name)
             ks.lineup.done[key] = done
+        if outcome.reference is not None:
+            raise outcome.reference
         if outcome.failure is not None:
             raise outcome.failure
         assert outcome.result is not None
@@ -253,35 +258,40 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
 
 
 def check_same_as(lineup: Lineup, same_as: dict[str, tuple[str, frozenset[str]]],
-                  beside: set[str]) -> None:
-    """A usage error for a --ks-same-as entry of a candidate timed here that names a kernel not
-    timed beside it (another candidate, or one of ``beside``: --ks-beside's stems), or a case
-    id none of its task's profiles benchmarks."""
+                  known: set[str]) -> None:
+    """A usage error for a --ks-same-as entry that names no kernel of the session, or whose
+    candidate is timed here beside no kernel of that name (``known``: --ks-beside's and
+    --kernel's stems and the candidates deselected, whose entries are no typos), or that names
+    a case id none of the candidate's tasks' profiles benchmarks."""
     if not same_as:
         return
-    timed: dict[str, set[str]] = {}  # candidate -> the kernels timed in its task's rounds
-    tasks: dict[str, Any] = {}
+    timed: dict[str, set[str]] = {}  # candidate -> the kernels timed in its tasks' rounds
+    ids: dict[str, set[str]] = {}  # candidate -> the benchmark ids of its tasks, every profile
     for nodes in lineup.planned.values():
         for node in nodes:
             timed.setdefault(node.name, set()).update(n.name for n in nodes)
-            tasks[node.name] = node.task
+            task = node.task
+            ids.setdefault(node.name, set()).update(
+                task.case_id(c) for p in task.spec.profiles.values() for c in p.benchmarks)
     for stem, (other, cases) in same_as.items():
         if stem not in timed:
-            continue  # not timed in this session (deselected, another xdist worker's task)
-        if other not in timed[stem] | beside:
+            if stem not in known:
+                raise pytest.UsageError(
+                    f"--ks-same-as: '{stem}' names no candidate of this session; use the file "
+                    "stem of a --kernel (or seed) the run collects")
+            continue  # given, but not selected here
+        if other not in timed[stem] | known:
             raise pytest.UsageError(
                 f"--ks-same-as: '{stem}' is named as running the code of '{other}', which is not "
                 f"timed beside it in this session; add --ks-beside {other}.py (or --kernel) or "
                 "drop the entry")
-        task = tasks[stem]
-        known = {task.case_id(c) for p in task.spec.profiles.values() for c in p.benchmarks}
-        unknown = sorted(cases - known)
+        unknown = sorted(cases - ids[stem])
         if unknown:
-            some = ", ".join(sorted(known)[:3])
+            some = ", ".join(sorted(ids[stem])[:3])
             raise pytest.UsageError(
                 f"--ks-same-as: '{stem}' names case id(s) {', '.join(unknown[:3])} that no "
-                f"profile of task '{task.name}' benchmarks (its ids read like {some}); use the "
-                "ids of --ks-json's bench cases")
+                f"profile of its task benchmarks (its ids read like {some}); use the ids of "
+                "--ks-json's bench cases")
 
 
 PRINTED_MARGIN = "| "
@@ -368,6 +378,8 @@ class DrawnItem(CandidateItem):
         def check(case: Case) -> None:
             try:
                 evaluator.check(cand.live_worker(), case)
+            except ReferenceFailed as exc:  # the task's fault: stop, nothing to shrink
+                raise _ReferenceRaised(case, exc) from None
             except CandidateFailure as exc:
                 if not exc.wrong_result:
                     cand.drop_worker()
@@ -397,6 +409,13 @@ class DrawnItem(CandidateItem):
         try:
             found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
                                   self.examples)
+        except _ReferenceRaised as raised:
+            if not cand.failed_check:
+                cand.failed_check = "a drawn check could not be judged"
+            where = drawn.describe(raised.case)
+            self._publish(case=raised.case, case_id=f"drawn {where}", outcome="failed",
+                          reason=f"at {where}: {raised.error}")
+            raise ReferenceFailed(f"at {where}: {raised.error}", raised.error.where) from None
         except _Everywhere as crash:
             reason = (f"{crash.failure.reason}, at the first drawn case "
                       f"({drawn.describe(crash.case)}) and at the task's own case "
@@ -425,6 +444,16 @@ class DrawnItem(CandidateItem):
 
     def failure_head(self) -> str:
         return f"{self.candidate.name} drawn check: "
+
+
+class _ReferenceRaised(BaseException):
+    """The task's reference raised on a drawn case: raised through Hypothesis (which shrinks
+    only on Exception) to stop the search at once."""
+
+    def __init__(self, case: Case, error: ReferenceFailed) -> None:
+        super().__init__(str(error))
+        self.case = case
+        self.error = error
 
 
 class _Everywhere(BaseException):

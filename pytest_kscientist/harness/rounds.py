@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.errors import CandidateFailure, ReferenceFailed
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness.baselines import Partner, paired, pool, yardstick_only
 from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
@@ -49,6 +49,8 @@ class Outcome:
 
     result: CaseResult | None = None
     failure: CandidateFailure | None = None
+    # The task's reference raised while the rounds verified an output: nobody was judged.
+    reference: ReferenceFailed | None = None
 
 
 @dataclass

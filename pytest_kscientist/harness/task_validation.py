@@ -166,8 +166,8 @@ def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,
                   expected: Any) -> str:
     """Why the reference depends on the preallocated output's contents ("" when it does not):
     each candidate gets that tensor filled with NaN (an unwritten element shows), so a
-    reference that reads it (an in-place op on its own output) judges every candidate against
-    numbers no candidate can compute."""
+    reference that reads it (an in-place op on its own output) or leaves some of it as drawn
+    judges every candidate against numbers no candidate can compute."""
     index = task.spec.output_index
     if index is None:
         return ""
@@ -187,10 +187,11 @@ def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,
         why = evaluator.failure(data, expected, again).split("\n", 1)[0][:200]
     if not why:
         return ""
-    return (f"the reference reads generate_input's output tensor (output_index = {index}): "
-            f"with that tensor filled with NaN, as each candidate gets it, {why}; compute the "
-            "reference from the inputs only, or leave output_index unset if the kernel returns "
-            "its own output")
+    return (f"the reference's output depends on what generate_input's output tensor "
+            f"(output_index = {index}) holds before the call: with that tensor filled with NaN, "
+            f"as each candidate gets it, {why}; compute the reference from the inputs alone "
+            "(writing every element), or leave output_index unset if the kernel returns its "
+            "own output")
 
 
 def _unaccepted(task: Task, evaluator: Evaluator, cases: tuple[Case, ...]) -> str:

@@ -5,10 +5,11 @@ just seen (``refill``: same objects, addresses and version counters), so a kerne
 results by address, ``id()``, ``_version``, shape or a few sampled elements returns its previous
 result and fails. A drawn case keeps the task's input domain (cholesky's symmetric positive
 definite matrices, sorted boundaries: one changed element made right kernels, and the
-reference itself, fail) and changes integer inputs too. Where the draw changes no input (a
-``generate_input`` that ignores its seed for them), sparse changes instead: one element of every
+reference itself, fail) and changes integer inputs too. Sparse changes instead (a task's
+``[check] rerun = "changed"``, and where the draw changes no input): one element of every
 floating-point input (never the output) gets the opposite sign and a larger magnitude, within
-the dtype's range (``choose``, ``apply``). Runs in both processes.
+the dtype's range (``choose``, ``apply``), which also stales a cache keyed by a few sampled
+elements. Runs in both processes.
 """
 
 from __future__ import annotations

@@ -90,21 +90,21 @@ def shape_table(population: list[CandidateSummary], limit: int = SHAPE_COLUMNS) 
     if not timed:
         return "(no benchmark times yet)"
     benches = list(dict.fromkeys(b for c in timed for b in c.bench_median_us))
-    # who is fastest counts own times only (not a benchmark it ran another's code on)
-    winners = [min(timed, key=lambda c, b=b: math.inf if b in c.timed_as
-                   else c.bench_median_us.get(b, math.inf)) for b in benches]
     by_id = {c.id: c for c in timed}
+    # the fastest on a benchmark, credited to the kernel whose code ran there (timed_as)
+    fastest = [min(timed, key=lambda c, b=b: c.bench_median_us.get(b, math.inf))
+               for b in benches]
+    winners = [by_id.get(c.timed_as.get(b, c.id), c) for c, b in zip(fastest, benches,
+                                                                     strict=True)]
     ids = dict.fromkeys(c.id for c in [*timed[: max(1, limit // 2)], *winners])
     columns = [by_id[i] for i in ids][:limit]
     lines = ["| benchmark | " + " | ".join(f"`{c.id}`" for c in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
     for b in benches:
         times = [c.bench_median_us.get(b) for c in columns]
-        own = [t for c, t in zip(columns, times, strict=True) if t is not None
-               and b not in c.timed_as]
-        best = min(own, default=None)
-        cells = [("-" if t is None else f"{_us(t)} (={c.timed_as[b]})" if b in c.timed_as
-                  else "**" + _us(t) + "**" if t == best else _us(t))
+        best = min((t for t in times if t is not None), default=None)
+        cells = [("-" if t is None else ("**" + _us(t) + "**" if t == best else _us(t))
+                  + (f" (={c.timed_as[b]}'s code)" if b in c.timed_as else ""))
                  for c, t in zip(columns, times, strict=True)]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

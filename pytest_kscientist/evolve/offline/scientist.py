@@ -237,7 +237,8 @@ class OfflineSelector:
             if not timed:
                 continue
             winner = min(timed, key=lambda c: c.bench_median_us[bench])
-            if winner.id not in (base.id, base.timed_as.get(bench)):
+            faster = winner.bench_median_us[bench] < base.bench_median_us[bench]
+            if faster and winner.id not in (base.id, base.timed_as.get(bench)):
                 wins[winner.id] += 1
         if wins:
             rank = {c.id: i for i, c in enumerate(passed)}
