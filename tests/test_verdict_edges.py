@@ -193,3 +193,22 @@ def test_a_reference_that_raises_on_a_benchmark_is_named_once_for_every_kernel(
         assert "the task's reference raised ValueError: sixteen elements" in \
             outcomes[name][0][1], outcomes
     assert "Traceback" not in output and "INTERNALERROR" not in output, output
+
+
+def test_a_reference_that_raises_on_a_drawn_case_stops_the_search(tmp_path: Path) -> None:
+    """Hypothesis shrank the task's error as if it were the candidate's, calling the kernel
+    again each time, and the item published nothing: now it stops at once and says so."""
+    task = _task(tmp_path, "picky_space", "return (torch.randn(n, generator=g),)\n", """\
+        if data[0].numel() > 100:
+            raise ValueError("over a hundred elements are not supported")
+        return data[0] * 2
+        """, {"honest": "return data[0] * 2\n"}, tests="[{ n = 16, seed = 1 }]")
+    spec = task / "task.toml"
+    spec.write_text(spec.read_text() + "\n[profiles.cpu.space]\nexamples = 10\n"
+                    "n = { min = 101, max = 4096 }\n")
+    code, output, outcomes = _checks(tmp_path, task, ["honest"], "drawn")
+    assert code == 1, output
+    [(outcome, reason)] = outcomes["honest"]
+    assert outcome == "failed" and reason.startswith("at n=") and (
+        "the task's reference raised ValueError: over a hundred" in reason), outcomes
+    assert "shrunk" not in reason and "Traceback" not in output, output
