@@ -212,3 +212,36 @@ def test_a_reference_that_raises_on_a_drawn_case_stops_the_search(tmp_path: Path
     assert outcome == "failed" and reason.startswith("at n=") and (
         "the task's reference raised ValueError: over a hundred" in reason), outcomes
     assert "shrunk" not in reason and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("atol = 1e-06", "atol = true", "check.atol"),
+    ("atol = 1e-06", 'atol = "1e-6"', "check.atol"),
+    ("warmup = 1", 'warmup = "3"', "bench.warmup")])
+def test_a_spec_value_of_the_wrong_type_is_refused(tmp_path: Path, old: str, new: str,
+                                                   field: str) -> None:
+    """`atol = true` was read as 1.0 (a kernel off by 0.9 passed), strings as numbers."""
+    from pytest_kscientist.errors import TaskSpecError
+    from pytest_kscientist.formats.task import load_task
+
+    task = _task(tmp_path, "typed", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {})
+    spec = task / "task.toml"
+    assert old in spec.read_text()
+    spec.write_text(spec.read_text().replace(old, new, 1))
+    with pytest.raises(TaskSpecError, match=rf"field '{field}'"):
+        load_task(task)
+
+
+@pytest.mark.parametrize("work", ["None", "{'flops': -1.0}", "{'flop': 2.0 * n}",
+                                  "{'flops': float('nan')}"])
+def test_a_work_function_that_cannot_give_a_floor_fails_validation(tmp_path: Path,
+                                                                   work: str) -> None:
+    task = _task(tmp_path, "floored", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
+    ref = task / "reference.py"
+    ref.write_text(ref.read_text() + f"\n\ndef work(n, seed):\n    return {work}\n")
+    code, output, _ = _checks(tmp_path, task, ["honest"], "validate or bench")
+    assert code == 1 and "Traceback" not in output, output
+    assert "task 'floored': the task's work(n=16, seed=1) returned" in output, output
+    assert "expected a dict of non-negative finite 'flops' and/or 'bytes'" in output, output

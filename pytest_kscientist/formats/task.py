@@ -35,7 +35,8 @@ Case = dict[str, StrictInt | StrictFloat | StrictBool | StrictStr]
 
 
 class CheckSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
+    model_config = ConfigDict(extra="forbid", strict=True)
     atol: float = Field(1e-3, ge=0)
     rtol: float = Field(2e-2, ge=0)
     # The re-run that exposes cached results (evaluate._second_inputs): "redraw" (the case
@@ -50,7 +51,8 @@ class CheckSpec(BaseModel):
 class FloorSpec(BaseModel):
     """Peak rates of a device family: no correct run can beat flops/peak or bytes/peak."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
+    model_config = ConfigDict(extra="forbid", strict=True)
     device: str
     peak_tflops: float = Field(gt=0)
     peak_tbps: float = Field(gt=0)
@@ -103,7 +105,8 @@ class Profile(BaseModel):
 class BenchSpec(BaseModel):
     """How long and how often each benchmark case is timed."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
+    model_config = ConfigDict(extra="forbid", strict=True)
     warmup: int = Field(2, ge=0)
     min_runs: int = Field(5, ge=1)
     max_runs: int = Field(200, ge=1)
@@ -117,7 +120,8 @@ class BenchSpec(BaseModel):
 class KernelSpec(BaseModel):
     """What the task asks of a candidate's own kernel (``[kernel]``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
+    model_config = ConfigDict(extra="forbid", strict=True)
     # The least share of a candidate's time in kernels its own file declares (GPU: device
     # time; CPU: call time outside torch ops), from one profiled call per candidate
     # (harness/attribution.py); unset: measured only with --ks-attribution, never refused.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import secrets
 import statistics
@@ -204,11 +205,37 @@ class Evaluator:
         floor = self.task.floor_for(device_name)
         if work is None or floor is None:
             return None
-        need = work(**case)
-        return 1e6 * max(
-            need.get("flops", 0.0) / (floor.peak_tflops * 1e12),
-            need.get("bytes", 0.0) / (floor.peak_tbps * 1e12),
-        )
+        need = self.work(case)
+        return 1e6 * max(need.get("flops", 0.0) / (floor.peak_tflops * 1e12),
+                         need.get("bytes", 0.0) / (floor.peak_tbps * 1e12))
+
+    def work(self, case: Case) -> dict[str, float]:
+        """The reference's ``work(**case)``, checked: a dict of non-negative finite ``flops``
+        and ``bytes`` (one of them at least); else ReferenceFailed, the task's fault (a None
+        was a traceback in every benchmark, a negative or NaN count a floor of nothing)."""
+        work = getattr(self.reference, "work", None)
+        if work is None:
+            return {}
+        shown = ", ".join(f"{k}={v!r}" for k, v in case.items())
+        where = (str(self.task.reference), 1)
+        try:
+            need = work(**case)
+        except Exception as exc:  # noqa: BLE001 - the task's code
+            at = _raised_at(self.task, exc)
+            raise ReferenceFailed(
+                f"the task's work({shown}) raised {type(exc).__name__}: "
+                f"{str(exc).strip()[:300]} (at {at[0]}:{at[1]}); fix work() in the task's "
+                "reference.py", at) from exc
+        fine = isinstance(need, dict) and need and set(need) <= {"flops", "bytes"} and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v >= 0 for v in need.values())
+        if not fine:
+            raise ReferenceFailed(
+                f"the task's work({shown}) returned {need!r:.200}, expected a dict of "
+                "non-negative finite 'flops' and/or 'bytes' (the physical floor is "
+                "max(flops / peak, bytes / peak)); fix work() in the task's reference.py",
+                where)
+        return {k: float(v) for k, v in need.items()}
 
     def _own_check(self, data: Any, out: Any) -> None:
         """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE)."""
@@ -654,13 +681,18 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
-    """The reference's error on a check's inputs, named with the line of its file it came from."""
+def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
+    """The task reference's file and the line of it where ``exc`` was raised (1: not in it)."""
     import traceback
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve() == task.reference.resolve()]
-    where = (str(task.reference), frames[-1].lineno or 1) if frames else (str(task.reference), 1)
+    return str(task.reference), (frames[-1].lineno or 1) if frames else 1
+
+
+def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
+    """The reference's error on a check's inputs, named with the line of its file it came from."""
+    where = _raised_at(task, exc)
     return ReferenceFailed(
         f"the task's reference raised {type(exc).__name__}: {str(exc).strip()[:300]} (at "
         f"{where[0]}:{where[1]}) on this check's inputs, so the candidate was not judged; "

@@ -131,6 +131,12 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
                          "generate_input (or the reference) does not follow the seed; draw "
                          "from a torch.Generator seeded with it")
         return verdict
+    try:
+        for each in (case, *others):
+            evaluator.work(each)
+    except ReferenceFailed as exc:
+        verdict.error = str(exc)
+        return verdict
     reads = _reads_output(task, evaluator, case, seeds[0], outputs[0])
     if reads:
         verdict.error = reads
