@@ -245,3 +245,28 @@ def test_a_work_function_that_cannot_give_a_floor_fails_validation(tmp_path: Pat
     assert code == 1 and "Traceback" not in output, output
     assert "task 'floored': the task's work(n=16, seed=1) returned" in output, output
     assert "expected a dict of non-negative finite 'flops' and/or 'bytes'" in output, output
+
+
+def test_a_case_listed_twice_is_refused(tmp_path: Path) -> None:
+    """Both ran under one node id (check[n16-s1] twice in --co)."""
+    from pytest_kscientist.errors import TaskSpecError
+    from pytest_kscientist.formats.task import load_task
+
+    task = _task(tmp_path, "twice", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {},
+                 tests="[{ n = 16, seed = 1 }, { n = 8, seed = 2 }, { n = 16, seed = 1 }]")
+    with pytest.raises(TaskSpecError, match=r"tests\[2\] repeats \[0\] \(case n16-s1\)"):
+        load_task(task)
+
+
+def test_writing_into_an_input_hints_at_output_index_when_the_task_sets_none(
+        tmp_path: Path) -> None:
+    task = _task(tmp_path, "no_index", """\
+        return (torch.randn(n, generator=g), torch.empty(n))
+        """, "return data[0] * 2\n",
+        {"into": "torch.mul(data[0], 2, out=data[1])\nreturn data[1]\n"})
+    code, output, outcomes = _checks(tmp_path, task, ["into"])
+    assert code == 1, output
+    assert ("modified input 1 in place; inputs must be left unchanged (if input 1 is a "
+            "preallocated output the kernel writes, the task's task.toml sets output_index = 1)"
+            ) in output, output

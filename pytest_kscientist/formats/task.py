@@ -234,12 +234,20 @@ class TaskSpec(BaseModel):
                     f"expected one for each case key but the seed: {drawn}"
                 )
             for kind in ("tests", "benchmarks"):
+                seen: dict[str, int] = {}
                 for i, case in enumerate(getattr(profile, kind)):
                     if sorted(case) != sorted(self.case_keys):
                         raise ValueError(
                             f"profiles.{pname}.{kind}[{i}] has keys {sorted(case)}, "
                             f"expected exactly case_keys {sorted(self.case_keys)}"
                         )
+                    # one node id a case: a second would run the case again under the same id
+                    cid = "-".join(f"{_short(k)}{case[k]}" for k in self.case_keys)
+                    if cid in seen:
+                        raise ValueError(
+                            f"profiles.{pname}.{kind}[{i}] repeats [{seen[cid]}] (case {cid}); "
+                            "list each case once")
+                    seen[cid] = i
         return self
 
 
