@@ -233,18 +233,24 @@ def test_a_spec_value_of_the_wrong_type_is_refused(tmp_path: Path, old: str, new
         load_task(task)
 
 
-@pytest.mark.parametrize("work", ["None", "{'flops': -1.0}", "{'flop': 2.0 * n}",
-                                  "{'flops': float('nan')}"])
-def test_a_work_function_that_cannot_give_a_floor_fails_validation(tmp_path: Path,
-                                                                   work: str) -> None:
-    task = _task(tmp_path, "floored", "return (torch.randn(n, generator=g),)\n",
-                 "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
-    ref = task / "reference.py"
-    ref.write_text(ref.read_text() + f"\n\ndef work(n, seed):\n    return {work}\n")
-    code, output, _ = _checks(tmp_path, task, ["honest"], "validate or bench")
+def test_a_work_function_that_cannot_give_a_floor_fails_validation(tmp_path: Path) -> None:
+    """None, a negative, a misspelled or a NaN count: a traceback in every benchmark or a floor
+    of nothing before. One session for the four tasks."""
+    works = ["None", "{'flops': -1.0}", "{'flop': 2.0 * n}", "{'flops': float('nan')}"]
+    tasks = []
+    for i, work in enumerate(works):
+        task = _task(tmp_path, f"floored{i}", "return (torch.randn(n, generator=g),)\n",
+                     "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
+        ref = task / "reference.py"
+        ref.write_text(ref.read_text() + f"\n\ndef work(n, seed):\n    return {work}\n")
+        tasks.append(str(task))
+    code, output, _ = run_pytest([*tasks, "--ks-device", "cpu", "-k", "validate", "--kernel",
+                                  str(tmp_path / "honest.py")], cwd=tmp_path, timeout=300)
     assert code == 1 and "Traceback" not in output, output
-    assert "task 'floored': the task's work(n=16, seed=1) returned" in output, output
-    assert "expected a dict of non-negative finite 'flops' and/or 'bytes'" in output, output
+    for i in range(len(works)):
+        assert (f"task 'floored{i}': the task's work(n=16, seed=1) returned" in output
+                and "expected a dict of non-negative finite 'flops' and/or 'bytes'" in output
+                ), output
 
 
 def test_a_case_listed_twice_is_refused(tmp_path: Path) -> None:
