@@ -276,3 +276,12 @@ def test_writing_into_an_input_hints_at_output_index_when_the_task_sets_none(
     assert ("modified input 1 in place; inputs must be left unchanged (if input 1 is a "
             "preallocated output the kernel writes, the task's task.toml sets output_index = 1)"
             ) in output, output
+
+
+def test_a_reference_that_changes_its_inputs_fails_validation(tmp_path: Path) -> None:
+    """It passed validation; only the reference node's own benchmarks said "modified input"."""
+    task = _task(tmp_path, "mutating", "return (torch.randn(n, generator=g),)\n",
+                 "data[0].mul_(2)\nreturn data[0].clone()\n", {"honest": "return data[0] * 2\n"})
+    code, output, _ = _checks(tmp_path, task, ["honest"], "validate")
+    assert code == 1, output
+    assert "task 'mutating': the reference changes input 0 of case n16-s1 in place" in output

@@ -264,7 +264,8 @@ class Evaluator:
             raise ReferenceFailed(
                 f"the task's reference returned {_kind(expected)}, expected a tensor or a "
                 "tuple or list of tensors (what the candidates' outputs are judged against); "
-                "fix ref_kernel in the task's reference.py", (str(self.task.reference), 1))
+                "fix ref_kernel in the task's reference.py",
+                (str(self.task.reference), _def_line(self.task.reference, "ref_kernel")))
         if not isinstance(expected, (tuple, list)):
             if isinstance(out, (tuple, list)):
                 return Mismatch(f"output is {_kind(out)}, expected a tensor")
@@ -679,6 +680,15 @@ def _kind(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
     return f"a {type(value).__name__}"
+
+
+def _def_line(path: Path, name: str) -> int:
+    """The line of ``def name`` in ``path`` (1 when it cannot be read or found)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return 1
+    return next((i for i, line in enumerate(lines, 1) if line.startswith(f"def {name}(")), 1)
 
 
 def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:

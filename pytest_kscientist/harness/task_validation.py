@@ -26,6 +26,7 @@ kept in pytest's cache under ``kscientist/task-validation/<hash>`` and reused, m
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -103,6 +104,7 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     seeds = (first, other if other != first else other + 1)
     try:
         data = [evaluator.inputs(case, s) for s in seeds]
+        drawn = copy.deepcopy(data[0]) if task.form == "native" else None
         outputs = [evaluator.reference_output(d) for d in data]
         again = evaluator.inputs(case, seeds[0])  # the first seed drawn a second time
         again_output = evaluator.reference_output(again)
@@ -113,6 +115,13 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     problem = forms.output_problem(data[0], task.spec.output_index)
     if problem:
         verdict.error = problem
+        return verdict
+    changed = _changed_input(drawn, data[0], task.spec.output_index)
+    if changed is not None:
+        verdict.error = (f"the reference changes input {changed} of case {verdict.case_id} in "
+                         "place: the reference node's benchmarks fail on it (each candidate "
+                         "must leave its inputs unchanged, the reference too); compute on a "
+                         "copy, or set output_index if that input is the output it writes")
         return verdict
     tolerance = _tolerance(task)
     which = "seeds" if seeded else "global generator seeds (the case has no seed key)"
@@ -166,6 +175,23 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
+
+
+def _changed_input(drawn: Any, used: Any, output_index: int | None) -> int | None:
+    """The index of the first input tensor of ``used`` (the reference ran on it) that differs
+    from ``drawn`` (the same draw, untouched); None when all are alike or ``drawn`` is None."""
+    import torch
+
+    if drawn is None:
+        return None
+    for i, (a, b) in enumerate(zip(forms.leaves(drawn), forms.leaves(used), strict=False)):
+        if i == output_index or not isinstance(a, torch.Tensor) or not isinstance(
+                b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            continue
+        same = a.eq(b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a.eq(b)
+        if not bool(same.all()):
+            return i
+    return None
 
 
 def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,
