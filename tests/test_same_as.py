@@ -134,17 +134,10 @@ TUNABLES_BY_SHAPE = [
 ]
 
 
-def tunables_for(**shape):
-    for rule in TUNABLES_BY_SHAPE:
-        if all((lo is None or lo <= shape[key]) and (hi is None or shape[key] < hi)
-               for key, (lo, hi) in rule["when"].items()):
-            return {**TUNABLES, **rule["knobs"]}
-    return TUNABLES
-
-
 def custom_kernel(data):
     x, y, out = data
-    chunk = tunables_for(n=x.numel())["CHUNK"] or x.numel()
+    knobs = TUNABLES_BY_SHAPE[0]["knobs"] if x.numel() < 6000 else TUNABLES  # its one rule
+    chunk = knobs["CHUNK"] or x.numel()
     for i in range(0, x.numel(), chunk):
         torch.add(y[i:i + chunk], x[i:i + chunk], alpha=2, out=out[i:i + chunk])
     return out

@@ -629,12 +629,12 @@ def run_evolution(config: pytest.Config, spec_path: Path) -> int:
 def _timed_as(record: EvaluationRecord) -> str:
     """`` (6 of 18 benchmarks as c0001's)``: those it was not timed on, running its parent's
     code there (``sessions.same_as_entries``); "" when it was timed on all."""
-    bench = [c for c in (record.result.cases if record.result else []) if c.kind == "bench"]
-    by = sorted({c.timed_as for c in bench if c.timed_as})
-    if not by:
+    borrowed = record.timed_as()
+    if not borrowed:
         return ""
-    n = sum(1 for c in bench if c.timed_as)
-    return f" ({n} of {len(bench)} benchmarks as {', '.join(by)}'s)"
+    total = sum(1 for c in record.result.cases if c.kind == "bench") if record.result else 0
+    return (f" ({len(borrowed)} of {total} benchmarks as "
+            f"{', '.join(sorted(set(borrowed.values())))}'s)")
 
 
 def _where(item_seconds: dict[str, float]) -> str:

@@ -101,8 +101,7 @@ class EvaluationRecord(BaseModel):
     def timed_as(self) -> dict[str, str]:
         """Benchmark -> the kernel whose rounds its median is, where the candidate was not timed
         itself (--ks-same-as: it runs that kernel's code there)."""
-        cases = self.result.cases if self.result is not None else []
-        return {c.case_id: c.timed_as for c in cases if c.kind == "bench" and c.timed_as}
+        return self.result.timed_as() if self.result is not None else {}
 
 
 class Event(BaseModel):

@@ -34,9 +34,13 @@ SPEC_NAME = "task.toml"
 Case = dict[str, StrictInt | StrictFloat | StrictBool | StrictStr]
 
 
+# The spec's own tables take TOML's types as they are (an int still reads as a float): loose,
+# `atol = true` read as 1.0 (a kernel off by 0.9 passed) and "1e-6" as a number.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
 class CheckSpec(BaseModel):
-    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
     atol: float = Field(1e-3, ge=0)
     rtol: float = Field(2e-2, ge=0)
     # The re-run that exposes cached results (evaluate._second_inputs): "redraw" (the case
@@ -51,8 +55,7 @@ class CheckSpec(BaseModel):
 class FloorSpec(BaseModel):
     """Peak rates of a device family: no correct run can beat flops/peak or bytes/peak."""
 
-    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
     device: str
     peak_tflops: float = Field(gt=0)
     peak_tbps: float = Field(gt=0)
@@ -105,8 +108,7 @@ class Profile(BaseModel):
 class BenchSpec(BaseModel):
     """How long and how often each benchmark case is timed."""
 
-    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
     warmup: int = Field(2, ge=0)
     min_runs: int = Field(5, ge=1)
     max_runs: int = Field(200, ge=1)
@@ -120,8 +122,7 @@ class BenchSpec(BaseModel):
 class KernelSpec(BaseModel):
     """What the task asks of a candidate's own kernel (``[kernel]``)."""
 
-    # strict: `atol = true` read as 1.0 and "1e-6" as a number, silently
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
     # The least share of a candidate's time in kernels its own file declares (GPU: device
     # time; CPU: call time outside torch ops), from one profiled call per candidate
     # (harness/attribution.py); unset: measured only with --ks-attribution, never refused.
@@ -242,7 +243,7 @@ class TaskSpec(BaseModel):
                             f"expected exactly case_keys {sorted(self.case_keys)}"
                         )
                     # one node id a case: a second would run the case again under the same id
-                    cid = "-".join(f"{_short(k)}{case[k]}" for k in self.case_keys)
+                    cid = case_id_of(self.case_keys, case)
                     if cid in seen:
                         raise ValueError(
                             f"profiles.{pname}.{kind}[{i}] repeats [{seen[cid]}] (case {cid}); "
@@ -308,7 +309,12 @@ class Task:
         return None
 
     def case_id(self, case: Case) -> str:
-        return "-".join(f"{_short(k)}{case[k]}" for k in self.spec.case_keys)
+        return case_id_of(self.spec.case_keys, case)
+
+
+def case_id_of(keys: list[str], case: Case) -> str:
+    """A case's id: its values in ``keys``' order, each behind its key's short name."""
+    return "-".join(f"{_short(k)}{case[k]}" for k in keys)
 
 
 def _short(key: str) -> str:

@@ -105,7 +105,8 @@ def _widened(t: Any) -> Any:
         return t.to(torch.complex128)
     if t.is_floating_point():
         return t.double()
-    # uint64 on the CPU: CUDA lacks most of its kernels (comparisons, conversions)
+    # uint64 on the CPU, where torch 2.13 compares and converts it (its CUDA kernels were
+    # not tried here: a reviewer's caution, not a measurement)
     return t.cpu() if t.dtype == torch.uint64 else t.long()
 
 

@@ -26,6 +26,7 @@ from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import REFERENCE_NEEDS, REPORT_MAX_SHARE, Case, Task
 from pytest_kscientist.harness import attribution, received
 from pytest_kscientist.harness.correctness import Mismatch, judge
+from pytest_kscientist.harness.failures import def_line
 from pytest_kscientist.harness.results import CaseResult
 from pytest_kscientist.harness.spawn import Worker, WorkerDied
 from pytest_kscientist.harness.stats import median_interval, summarize
@@ -201,31 +202,27 @@ class Evaluator:
         return self._expected_for(self.inputs(case, seed))
 
     def floor_us(self, case: Case, device_name: str) -> float | None:
-        work = getattr(self.reference, "work", None)
         floor = self.task.floor_for(device_name)
-        if work is None or floor is None:
+        need = self.work(case) if floor is not None else {}
+        if not need:
             return None
-        need = self.work(case)
         return 1e6 * max(need.get("flops", 0.0) / (floor.peak_tflops * 1e12),
                          need.get("bytes", 0.0) / (floor.peak_tbps * 1e12))
 
     def work(self, case: Case) -> dict[str, float]:
         """The reference's ``work(**case)``, checked: a dict of non-negative finite ``flops``
         and ``bytes`` (one of them at least); else ReferenceFailed, the task's fault (a None
-        was a traceback in every benchmark, a negative or NaN count a floor of nothing)."""
+        was a traceback in every benchmark, a negative or NaN count a floor of nothing). {}
+        when the reference has no ``work``."""
         work = getattr(self.reference, "work", None)
         if work is None:
             return {}
         shown = ", ".join(f"{k}={v!r}" for k, v in case.items())
-        where = (str(self.task.reference), 1)
         try:
             need = work(**case)
         except Exception as exc:  # noqa: BLE001 - the task's code
-            at = _raised_at(self.task, exc)
-            raise ReferenceFailed(
-                f"the task's work({shown}) raised {type(exc).__name__}: "
-                f"{str(exc).strip()[:300]} (at {at[0]}:{at[1]}); fix work() in the task's "
-                "reference.py", at) from exc
+            raise _task_raised(self.task, exc, f"the task's work({shown})",
+                               "; fix work() in the task's reference.py") from exc
         fine = isinstance(need, dict) and need and set(need) <= {"flops", "bytes"} and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             and v >= 0 for v in need.values())
@@ -234,7 +231,7 @@ class Evaluator:
                 f"the task's work({shown}) returned {need!r:.200}, expected a dict of "
                 "non-negative finite 'flops' and/or 'bytes' (the physical floor is "
                 "max(flops / peak, bytes / peak)); fix work() in the task's reference.py",
-                where)
+                (str(self.task.reference), def_line(self.task.reference, "work")))
         return {k: float(v) for k, v in need.items()}
 
     def _own_check(self, data: Any, out: Any) -> None:
@@ -265,7 +262,7 @@ class Evaluator:
                 f"the task's reference returned {_kind(expected)}, expected a tensor or a "
                 "tuple or list of tensors (what the candidates' outputs are judged against); "
                 "fix ref_kernel in the task's reference.py",
-                (str(self.task.reference), _def_line(self.task.reference, "ref_kernel")))
+                (str(self.task.reference), def_line(self.task.reference, "ref_kernel")))
         if not isinstance(expected, (tuple, list)):
             if isinstance(out, (tuple, list)):
                 return Mismatch(f"output is {_kind(out)}, expected a tensor")
@@ -372,14 +369,13 @@ class Evaluator:
                 return {"changes": changes}, data, f"{len(changes)} elements changed", again
         fresh = self.inputs(case, seed)
         if perturb.same_layout(data, fresh) and (
-                self.own_check or perturb.changes_an_input(data, fresh, output)):
+                self.own_check or perturb.changed_input(data, fresh, output) is not None):
             perturb.refill(data, fresh)
             return ({"case": case, "redraw": seed}, data,
                     "every tensor drawn again by generate_input", None)
-        if changes:  # no other draw to take: the changed inputs, judged as they are
-            return {"changes": changes}, data, f"{len(changes)} elements changed", None
-        changes = perturb.choose(data, output, _RNG)
-        perturb.apply(data, changes)
+        if not changes:  # no draw to take either (changed ones are judged as they are)
+            changes = perturb.choose(data, output, _RNG)
+            perturb.apply(data, changes)
         return {"changes": changes}, data, f"{len(changes)} elements changed", None
 
     def _output(self, worker: Worker, op: str, **fields: Any) -> Any:
@@ -682,15 +678,6 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _def_line(path: Path, name: str) -> int:
-    """The line of ``def name`` in ``path`` (1 when it cannot be read or found)."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return 1
-    return next((i for i, line in enumerate(lines, 1) if line.startswith(f"def {name}(")), 1)
-
-
 def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
     """The task reference's file and the line of it where ``exc`` was raised (1: not in it)."""
     import traceback
@@ -700,14 +687,21 @@ def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
     return str(task.reference), (frames[-1].lineno or 1) if frames else 1
 
 
-def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
-    """The reference's error on a check's inputs, named with the line of its file it came from."""
+def _task_raised(task: Task, exc: Exception, who: str, then: str) -> ReferenceFailed:
+    """``who`` (the task's code) raised ``exc``, named with the line of its file it came from,
+    then what follows and the fix (``then``)."""
     where = _raised_at(task, exc)
-    return ReferenceFailed(
-        f"the task's reference raised {type(exc).__name__}: {str(exc).strip()[:300]} (at "
-        f"{where[0]}:{where[1]}) on this check's inputs, so the candidate was not judged; "
-        "the reference must handle every input generate_input draws for the case (with any "
-        "seed): fix the task's reference.py or its generate_input", where)
+    return ReferenceFailed(f"{who} raised {type(exc).__name__}: {str(exc).strip()[:300]} (at "
+                           f"{where[0]}:{where[1]}){then}", where)
+
+
+def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
+    """The reference's error on a check's inputs: the candidate was not judged on them."""
+    return _task_raised(
+        task, exc, "the task's reference",
+        " on this check's inputs, so the candidate was not judged; the reference must handle "
+        "every input generate_input draws for the case (with any seed): fix the task's "
+        "reference.py or its generate_input")
 
 
 def _ask(worker: Worker, op: str, timeout: float | None = None,

@@ -29,3 +29,13 @@ def failure_repr(item: pytest.Item, text: str, path: Path | str,
     at = lineno() if callable(lineno) else lineno
     return ReprExceptionInfo(reprtraceback=ReprTraceback([], None, "line"),
                              reprcrash=ReprFileLocation(str(path), at, head))
+
+
+def def_line(source: Path, name: str) -> int:
+    """The line of ``def name`` in ``source`` (1 when it cannot be found)."""
+    try:
+        lines = source.read_text(errors="replace").splitlines()
+    except OSError:
+        return 1
+    mark = f"def {name}("
+    return next((i for i, line in enumerate(lines, 1) if line.lstrip().startswith(mark)), 1)

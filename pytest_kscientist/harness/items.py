@@ -17,7 +17,7 @@ from pytest_kscientist.errors import CandidateFailure, GateFailure, ReferenceFai
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
-from pytest_kscientist.harness.failures import failure_repr
+from pytest_kscientist.harness.failures import def_line, failure_repr
 from pytest_kscientist.harness.results import CaseResult, report_property
 from pytest_kscientist.harness.rounds import Lineup, Outcome, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
@@ -65,7 +65,7 @@ class CandidateItem(pytest.Item):
                 text += "\n\n" + detail
             cand = self.candidate
             return failure_repr(self, text, cand.source,
-                                lambda: _def_line(cand.source, cand.entry))
+                                lambda: def_line(cand.source, cand.entry))
         if isinstance(exc, ReferenceFailed):  # the task's fault: its message, no traceback
             return failure_repr(self, self.failure_head() + str(exc), *exc.where)
         return super().repr_failure(excinfo)
@@ -108,7 +108,7 @@ class CaseItem(CandidateItem):
                     # folder's task.yml:1 said nothing about which kernel).
                     warnings.warn_explicit(
                         KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"), None,
-                        str(cand.source), _def_line(cand.source, cand.entry))
+                        str(cand.source), def_line(cand.source, cand.entry))
             else:
                 result = self._bench(worker)
         except CandidateFailure as exc:
@@ -525,11 +525,3 @@ def _beyond(reason: str, detail: str) -> str:
     return detail
 
 
-def _def_line(source: Path, name: str) -> int:
-    """The line of ``def name`` in ``source`` (1 when it cannot be found)."""
-    try:
-        lines = source.read_text(errors="replace").splitlines()
-    except OSError:
-        return 1
-    mark = f"def {name}("
-    return next((i for i, line in enumerate(lines, 1) if line.lstrip().startswith(mark)), 1)

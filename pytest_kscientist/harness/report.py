@@ -174,14 +174,13 @@ def same_as_notes(cands: list[CandidateResult]) -> list[str]:
     """One line per candidate with benchmarks it was not timed on (--ks-same-as)."""
     lines = []
     for c in cands:
-        bench = [case for case in c.cases if case.kind == "bench"]
-        by = sorted({case.timed_as for case in bench if case.timed_as})
-        if by:
-            n = sum(1 for case in bench if case.timed_as)
-            names = ", ".join(by)
-            lines.append(f"{c.name}: {n} of {len(bench)} benchmarks not timed (marked ={names} "
-                         f"in the table): it runs {names}'s code there (--ks-same-as); its times "
-                         f"there are {names}'s, from the same rounds")
+        borrowed = c.timed_as()
+        if borrowed:
+            total = sum(1 for case in c.cases if case.kind == "bench")
+            names = ", ".join(sorted(set(borrowed.values())))
+            lines.append(f"{c.name}: {len(borrowed)} of {total} benchmarks not timed (marked "
+                         f"={names} in the table): it runs {names}'s code there "
+                         f"(--ks-same-as); its times there are {names}'s, from the same rounds")
     return lines
 
 

@@ -226,6 +226,11 @@ class CandidateResult(BaseModel):
     def xfailed(self) -> int:
         return sum(c.outcome == "xfailed" for c in self.cases)
 
+    def timed_as(self) -> dict[str, str]:
+        """Benchmark id -> the kernel whose rounds its result is, where this candidate was not
+        timed itself (--ks-same-as: it runs that kernel's code there)."""
+        return {c.case_id: c.timed_as for c in self.cases if c.kind == "bench" and c.timed_as}
+
 
 class MachineInfo(BaseModel):
     """Where the run happened."""

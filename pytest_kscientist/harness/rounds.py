@@ -136,7 +136,8 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
         for who in lost:
             if who.name not in out:
                 time_member(who, r)
-    same = {k: v for k, v in same.items() if all(k != m.name for m in lost)}
+    for who in lost:
+        del same[who.name]
     for name, target in same.items():
         mine[name] = mine[target] if target in mine else theirs[target]
     timed = [m for m in members if m.name not in out]

@@ -42,6 +42,7 @@ from pytest_kscientist.harness.failures import failure_repr
 from pytest_kscientist.harness.results import TaskValidation, report_property
 from pytest_kscientist.harness.session import KS_SESSION
 from pytest_kscientist.kswarnings import KsTaskHole
+from pytest_kscientist.protocol import perturb
 
 CACHE_PREFIX = "kscientist/task-validation/"
 # Bumped when what is checked changes, so older cached verdicts are not reused.
@@ -116,7 +117,8 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     if problem:
         verdict.error = problem
         return verdict
-    changed = _changed_input(drawn, data[0], task.spec.output_index)
+    changed = None if drawn is None else perturb.changed_input(drawn, data[0],
+                                                               task.spec.output_index)
     if changed is not None:
         verdict.error = (f"the reference changes input {changed} of case {verdict.case_id} in "
                          "place: the reference node's benchmarks fail on it (each candidate "
@@ -175,23 +177,6 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
-
-
-def _changed_input(drawn: Any, used: Any, output_index: int | None) -> int | None:
-    """The index of the first input tensor of ``used`` (the reference ran on it) that differs
-    from ``drawn`` (the same draw, untouched); None when all are alike or ``drawn`` is None."""
-    import torch
-
-    if drawn is None:
-        return None
-    for i, (a, b) in enumerate(zip(forms.leaves(drawn), forms.leaves(used), strict=False)):
-        if i == output_index or not isinstance(a, torch.Tensor) or not isinstance(
-                b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
-            continue
-        same = a.eq(b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a.eq(b)
-        if not bool(same.all()):
-            return i
-    return None
 
 
 def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,

@@ -565,26 +565,24 @@ class Runner:
             if i == self.output_index or not _isinstance(p, self.Tensor):
                 continue
             if p.shape != g.shape or p.dtype != g.dtype:
-                return _modified(i, self.output_index is not None)
+                return self._modified(i)
             if p.is_cuda:  # ``g`` is its clone: on the same device
                 on_device.append((i, _bits(p), _bits(g)))
             elif not self.equal(_bits(p), _bits(g)):
-                return _modified(i, self.output_index is not None)
+                return self._modified(i)
         if not on_device:
             return None
         changed = self.stack([self.any(self.ne(p, g)) for _, p, g in on_device])
         if not self.item(self.any(changed)):
             return None
         flags = changed.tolist()
-        return _modified(next(i for (i, _, _), flag in _zip(on_device, flags) if flag),
-                         self.output_index is not None)
+        return self._modified(next(i for (i, _, _), flag in _zip(on_device, flags) if flag))
 
-
-def _modified(index: int, output_set: bool = True) -> str:
-    hint = "" if output_set else (
-        f" (if input {index} is a preallocated output the kernel writes, the task's "
-        f"task.toml sets output_index = {index})")
-    return f"modified input {index} in place; inputs must be left unchanged{hint}"
+    def _modified(self, index: int) -> str:
+        hint = "" if self.output_index is not None else (
+            f" (if input {index} is a preallocated output the kernel writes, the task's "
+            f"task.toml sets output_index = {index})")
+        return f"modified input {index} in place; inputs must be left unchanged{hint}"
 
 
 class _Inside:
