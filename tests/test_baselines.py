@@ -81,7 +81,7 @@ class _FakeEvaluator:
 
     def bench(self, worker: Any, case: Any, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
-              precise_after: int = 20) -> CaseResult:
+              precise_after: int = 20, trusted: str = "") -> CaseResult:
         self.log.append(worker)
         self.samples.setdefault(worker, set()).add(samples)
         if worker == "broken":

@@ -285,3 +285,77 @@ def test_a_reference_that_changes_its_inputs_fails_validation(tmp_path: Path) ->
     code, output, _ = _checks(tmp_path, task, ["honest"], "validate")
     assert code == 1, output
     assert "task 'mutating': the reference changes input 0 of case n16-s1 in place" in output
+
+
+def test_a_kernel_that_cannot_take_the_data_is_named_at_its_load(tmp_path: Path) -> None:
+    """custom_kernel() and custom_kernel(data, scale) failed every item with Python's bare
+    "takes 0 positional arguments but 1 was given"."""
+    task = _task(tmp_path, "arity", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
+    (tmp_path / "noarg.py").write_text("def custom_kernel():\n    return None\n")
+    (tmp_path / "twoarg.py").write_text("def custom_kernel(data, scale):\n    return None\n")
+    (tmp_path / "loose.py").write_text(
+        "def custom_kernel(data, scale=2, *rest, **named):\n    return data[0] * scale\n")
+    code, output, outcomes = _checks(tmp_path, task, ["noarg", "twoarg", "loose", "honest"])
+    assert code == 1, output
+    assert "noarg check n16-s1: failed to load: custom_kernel() cannot be called as " \
+        "custom_kernel(data): too many positional arguments" in output, output
+    assert "twoarg check n16-s1: failed to load: custom_kernel(data, scale) cannot be called " \
+        "as custom_kernel(data): missing a required argument: 'scale'" in output, output
+    assert "define def custom_kernel(data)" in output, output
+    assert [o for o, _ in outcomes["loose"]] == ["passed", "passed"], outcomes
+    assert [o for o, _ in outcomes["honest"]] == ["passed", "passed"], outcomes
+
+
+def test_an_input_drawn_on_another_device_fails_validation(tmp_path: Path) -> None:
+    """generate_input ignoring its device argument: the candidates would be judged and timed
+    on inputs that live elsewhere (here a meta tensor, on a CPU run)."""
+    task = _task(tmp_path, "elsewhere", """\
+        return (torch.randn(n, generator=g), torch.empty(n, device="meta"))
+        """, "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
+    code, output, _ = _checks(tmp_path, task, ["honest"], "validate")
+    assert code == 1, output
+    assert "task 'elsewhere': generate_input put input 1 of case n16-s1 ((16,)) on meta, " \
+        "expected cpu, the device it was asked for: create every tensor with device=device" \
+        in output, output
+
+
+def test_a_misspelled_spec_key_gets_the_closest_known_one(tmp_path: Path) -> None:
+    from pytest_kscientist.errors import TaskSpecError
+    from pytest_kscientist.formats.task import load_task
+
+    task = _task(tmp_path, "typos", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {})
+    spec = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(
+        "outputindex = 0\n" + spec.replace("atol =", "atoll =").replace("budget_s", "budget")
+        .replace("benchmarks = [{ n = 16, seed = 3 }]\n\n[profiles.cpu]",
+                 "benchmarks = [{ n = 16, seed = 3 }]\nspce = 1\n\n[profiles.cpu]"))
+    with pytest.raises(TaskSpecError) as err:
+        load_task(task)
+    text = str(err.value)
+    assert "field 'check.atoll': Extra inputs are not permitted, found 1e-06; did you mean " \
+        "'atol'? (known here: atol, rtol, rerun)" in text, text
+    assert "field 'bench.budget': Extra inputs are not permitted, found 0.05; did you mean " \
+        "'budget_s'?" in text, text
+    assert "field 'outputindex': Extra inputs are not permitted, found 0; did you mean " \
+        "'output_index'?" in text, text
+    assert "field 'profiles.full.spce': Extra inputs are not permitted, found 1; did you mean " \
+        "'space'? (known here: tests, benchmarks, space)" in text, text
+
+
+def test_a_reference_faster_than_the_floor_blames_the_task(tmp_path: Path) -> None:
+    """The reference below the physical floor was told "the timing was tampered with"."""
+    task = _task(tmp_path, "low_peaks", "return (torch.randn(n, generator=g),)\n",
+                 "return data[0] * 2\n", {"honest": "return data[0] * 2\n"})
+    with open(task / "reference.py", "a") as f:
+        f.write("\n\ndef work(n, seed):\n    return {'flops': 1e12 * n}\n")
+    with open(task / "task.toml", "a") as f:
+        f.write('\n[[floor]]\ndevice = "*"\npeak_tflops = 1.0\npeak_tbps = 1.0\n')
+    code, output, outcomes = _checks(tmp_path, task, ["honest"], "bench")
+    assert code == 1, output
+    assert "reference bench n16-s3: the task's floor is wrong: the task's reference (the " \
+        "task's own code) ran faster than physics allows: fastest call" in output, output
+    assert "work() counts more flops or bytes than the case needs, or the [[floor]] peaks " \
+        "for " in output, output
+    assert [r for _, r in outcomes["honest"]][0].startswith("impossible time"), outcomes

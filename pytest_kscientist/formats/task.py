@@ -366,6 +366,8 @@ def load_task(root: Path) -> Task:
             # a check of the whole spec (or a table) has the whole of it as input: not shown
             found = ("" if err["type"] == "missing" or isinstance(err.get("input"), dict)
                      else f", found {shown if len(shown) <= 120 else shown[:117] + '...'}")
+            if err["type"] == "extra_forbidden":
+                found += _did_you_mean(err["loc"])
             lines.append(f"  field '{_format_loc(err['loc'])}': {err['msg']}{found}")
         raise TaskSpecError(
             f"{spec_path}: invalid task spec ({len(lines)} error(s)):\n" + "\n".join(lines)
@@ -385,6 +387,37 @@ def load_task(root: Path) -> Task:
                 f"not exist in {root}; add the file (exposing {entry}) or fix the path"
             )
     return task
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """For a key the spec does not know: the known keys of its table, the closest first."""
+    import difflib
+    import typing
+
+    model: Any = TaskSpec
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue  # a list's position
+        if isinstance(model, dict):  # a table of named tables: profiles.<name>
+            model = model["value"]
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return ""
+        args = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+        inner = args[-1] if args else field.annotation
+        if typing.get_origin(field.annotation) is dict:
+            model = {"value": inner}
+        elif isinstance(inner, type) and issubclass(inner, BaseModel):
+            model = inner
+        else:
+            return ""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return ""
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{hint} (known here: {', '.join(known)})"
 
 
 REFERENCE_NEEDS = ("generate_input", "ref_kernel")

@@ -447,7 +447,13 @@ class CandidateNode(pytest.Collector):
             if not exc.wrong_result:
                 self.drop_worker()
 
-        return Member(self.name, self.round_worker, tolerate=self.tolerate, on_failure=failed)
+        return Member(self.name, self.round_worker, tolerate=self.tolerate,
+                      trusted=self.trusted(), on_failure=failed)
+
+    def trusted(self) -> str:
+        """Who this node is when it runs the task's own code ("" for a candidate)."""
+        return {"reference": "the task's reference",
+                "baseline": f"baseline '{self.name}'"}.get(self.role, "")
 
     def printed(self) -> str:
         """What its workers (its own and its timing twins) printed since the last look."""

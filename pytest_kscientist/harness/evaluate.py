@@ -439,7 +439,7 @@ class Evaluator:
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
-              precise_after: int = PRECISE_AFTER) -> CaseResult:
+              precise_after: int = PRECISE_AFTER, trusted: str = "") -> CaseResult:
         """Warm-up, then one request per timed call; verify a secret sample of the calls' whole
         outputs; check the clocks.
 
@@ -447,6 +447,8 @@ class Evaluator:
         result that keeps its times (see ``check``). ``samples``: how many timed outputs to
         verify (default: the task's ``bench.verify_samples``). ``precise_after``: the fewest
         calls after which a precise enough median stops the timing (a round of several).
+        ``trusted``: who the task's own code timed here is ("the task's reference", a
+        baseline), for whom a time below the physical floor is the task's error, not tampering.
         """
         spec = self.task.spec.bench
         samples = spec.verify_samples if samples is None else samples
@@ -488,11 +490,17 @@ class Evaluator:
         stats = summarize(times, verified_runs=len(run.kept), clock=clock, counted_us=counted)
         floor = self.floor_us(case, device_name)
         if floor is not None and stats.min_us < floor:
+            fastest = (f"fastest call {stats.min_us:.3f} us is below the physical floor "
+                       f"{floor:.3f} us for {device_name}")
+            if trusted:
+                raise CandidateFailure(
+                    f"the task's floor is wrong: {trusted} (the task's own code) ran faster "
+                    f"than physics allows: {fastest}; work() counts more flops or bytes than "
+                    f"the case needs, or the [[floor]] peaks for {device_name} are too low: "
+                    "fix them in the task")
             raise CandidateFailure(
-                f"impossible time: fastest call {stats.min_us:.3f} us is below the physical "
-                f"floor {floor:.3f} us for {device_name}; the timing was tampered with or the "
-                "work was not done"
-            )
+                f"impossible time: {fastest}; the timing was tampered with or the work was "
+                "not done")
         if hidden is not None:
             raise CandidateFailure(
                 f"timing disagrees with what the pytest process measures from outside: {hidden} "

@@ -173,7 +173,8 @@ class CaseItem(CandidateItem):
         else:
             result = ks.evaluator(cand.task).bench(worker, self.case, ks.device_name,
                                                    ks.bench_budget(cand.task),
-                                                   tolerate=cand.tolerate)
+                                                   tolerate=cand.tolerate,
+                                                   trusted=cand.trusted())
         result.floor_fraction = floor_fraction(result)
         return result
 
@@ -193,7 +194,7 @@ class CaseItem(CandidateItem):
                         if any(n.role == "candidate" for n in nodes) else [])
             if len(nodes) == 1 and not partners:
                 return evaluator.bench(worker, self.case, ks.device_name, budget,
-                                       tolerate=cand.tolerate)
+                                       tolerate=cand.tolerate, trusted=cand.trusted())
             case_id = cand.task.case_id(self.case)
             same = {stem: other for stem, (other, cases) in ks.settings.same_as.items()
                     if case_id in cases}

@@ -39,6 +39,8 @@ class Member:
     name: str
     live: Callable[[int], Worker]
     tolerate: bool = False
+    # The task's own code (the reference): who it is, for evaluator.bench's floor message.
+    trusted: str = ""
     # Called when the member fails in the rounds (its worker may hold a sticky error).
     on_failure: Callable[[CandidateFailure], None] = lambda exc: None
 
@@ -106,7 +108,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
         try:
             mine[who.name].append(evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                precise_after=after))
+                precise_after=after, trusted=who.trusted))
         except CandidateFailure as exc:
             who.on_failure(exc)
             out[who.name] = Outcome(failure=exc)
@@ -125,7 +127,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 theirs[who.name].append(evaluator.bench(
                     who.live(r), case, device_name, share, tolerate=who.tolerate,
                     samples=None if who.full_sample else 1,
-                    precise_after=after))
+                    precise_after=after, trusted=f"baseline '{who.name}'"))
             except CandidateFailure as exc:
                 who.failed(case_id, exc)
                 failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"

@@ -113,7 +113,8 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         verdict.error = (f"the reference failed on case {verdict.case_id}: "
                          f"{type(exc).__name__}: {str(exc)[:200]}")
         return verdict
-    problem = forms.output_problem(data[0], task.spec.output_index)
+    problem = (forms.output_problem(data[0], task.spec.output_index)
+               or _off_device(data[0], device, verdict.case_id))
     if problem:
         verdict.error = problem
         return verdict
@@ -177,6 +178,20 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         if not evaluator.failure(data[1], outputs[1], out):
             verdict.holes.append(hole)
     return verdict
+
+
+def _off_device(data: Any, device: str, case_id: str) -> str:
+    """Which of the inputs ``generate_input`` drew lies on another device than the run's
+    ("" when none): a kernel handed it would be judged and timed there."""
+    import torch
+
+    want = torch.device(device).type
+    for i, leaf in enumerate(forms.leaves(data)):
+        if isinstance(leaf, torch.Tensor) and leaf.device.type != want:
+            return (f"generate_input put input {i} of case {case_id} ({tuple(leaf.shape)}) on "
+                    f"{leaf.device}, expected {device}, the device it was asked for: create "
+                    "every tensor with device=device")
+    return ""
 
 
 def _reads_output(task: Task, evaluator: Evaluator, case: Case, seed: int,

@@ -181,6 +181,24 @@ def _their_traceback(exc: BaseException) -> str:
     return "".join(found.format())
 
 
+def _takes_one_argument(kernel: Any, entry: str) -> str | None:
+    """Why ``kernel(data)`` cannot bind its one argument, or None (also where the callable has
+    no signature Python can read, such as an extension's function)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(kernel)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        return (f"{entry}{signature} cannot be called as {entry}(data): {exc}; the harness "
+                f"calls it with one argument, what generate_input returns: define "
+                f"def {entry}(data)")
+    return None
+
+
 def _fail(reason: str) -> tuple[dict[str, Any], bytes]:
     return {"ok": False, "reason": reason}, b""
 
@@ -342,6 +360,8 @@ class Runner:
             found = "nothing" if kernel is None else _type(kernel).__name__
             return _fail(f"defines no callable {entry}(data) "
                          f"(found {found}); expose it at module level")
+        elif (problem := _takes_one_argument(kernel, entry)) is not None:
+            return _fail(problem)
         self.kernel = kernel
         label = f"{entry}.forward" if self.problem["form"] == "kernelbench" else entry
         self.threads.watch(req["path"], vars(module), label)
