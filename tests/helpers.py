@@ -12,10 +12,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pytest_kscientist.evolve.sessions import NO_HYPOTHESIS_PLUGIN
+
 DATA = Path(__file__).parent / "data"
 AXPY = DATA / "axpy"
 CANDIDATES = DATA / "candidates"
 REPO = Path(__file__).parent.parent
+# A pytest session in a subprocess, as the tests start one (NO_HYPOTHESIS_PLUGIN: why there).
+PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *NO_HYPOTHESIS_PLUGIN)
 
 
 # A task copy's timing cut to the least (tests that time nothing they assert on): on the
@@ -48,8 +52,7 @@ def run_pytest(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, s
     """Run pytest in a subprocess with --ks-json; return (exit code, output, parsed JSON)."""
     out = cwd / "ks-results.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--ks-json", str(out),
-         *args],
+        [*PYTEST, "-rA", "--ks-json", str(out), *args],
         cwd=cwd, capture_output=True, text=True, timeout=timeout,
     )
     data = json.loads(out.read_text()) if out.exists() else None

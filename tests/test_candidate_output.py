@@ -10,12 +10,11 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from xml.etree import ElementTree
 
-from helpers import AXPY, run_pytest
+from helpers import AXPY, PYTEST, run_pytest
 
 WRONG_AND_CHATTY = '''
 import sys
@@ -106,7 +105,7 @@ def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) ->
     shutil.copytree(AXPY, tmp_path / "axpy")
     (tmp_path / "hangs.py").write_text(HANGS)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
+        [*PYTEST, "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
          "--ks-baselines", "none", "-p", "no:cacheprovider", "-k", "hangs"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120

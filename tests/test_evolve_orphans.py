@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from evolve_fakes import FakeEvaluator
-from helpers import AXPY, CANDIDATES, REPO
+from helpers import AXPY, CANDIDATES, PYTEST, REPO
 from test_evolve_loop import Run
 
 from pytest_kscientist.evolve import child_exit
@@ -236,7 +236,7 @@ def test_kill_9_of_an_evolve_run_takes_its_child_session_and_workers_along(
         (task / name).write_text((AXPY / name).read_text())
     (task / "seeds").mkdir()
     (task / "seeds" / "hangs.py").write_text(HANGING_SEED.format(marker=str(marker)))
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--evolve", "1", "axpy",
+    cmd = [*PYTEST, "--evolve", "1", "axpy",
            "--ks-llm", "offline", "--ks-profile", "cpu", "--ks-timeout", "600",
            "--ks-device", device]
     run = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.DEVNULL,

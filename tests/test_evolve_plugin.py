@@ -7,13 +7,13 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 from evolve_fakes import REFERENCE, SEED, TASK_TOML
+from helpers import PYTEST
 
 from pytest_kscientist.evolve.sessions import ChildSession
 
@@ -66,7 +66,7 @@ def pytest_kscientist_make_writer(config, task):
 
 def _evolve_cmd(generations: str, task: str) -> list[str]:
     """``python -m pytest --evolve N TASK`` with the offline scientist, for a subprocess."""
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--evolve", generations,
+    return [*PYTEST, "--evolve", generations,
             task, "--ks-llm", "offline"]
 
 

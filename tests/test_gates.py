@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from baseline_sources import with_baselines
-from helpers import AXPY, run_pytest
+from helpers import AXPY, PYTEST, run_pytest
 
 from pytest_kscientist.harness import gates
 from pytest_kscientist.harness.results import (
@@ -403,10 +403,9 @@ def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: 
     """`--lf` after a failed gate selects the gate alone: it skipped and the run exited 0, so a
     CI retry turned green without judging anything. Now the gate fails, saying why."""
     import subprocess
-    import sys
 
     _axpy_and_k(tmp_path)
-    args = [sys.executable, "-m", "pytest", "axpy", "--kernel", "k.py", "--ks-bench-budget",
+    args = [*PYTEST, "axpy", "--kernel", "k.py", "--ks-bench-budget",
             "0.1", "--ks-min-speedup", "reference=100", "-q"]
     first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert first.returncode == 1 and "gate" in first.stdout, first.stdout

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import AXPY, run_pytest
+from helpers import AXPY, PYTEST, run_pytest
 from test_baselines import _FakeEvaluator
 
 from pytest_kscientist.evolve.sessions import ChildSession, same_as_entries
@@ -198,7 +197,7 @@ def test_the_cuda_seeds_class_move_runs_its_parents_code_on_the_other_class() ->
 
 def test_evolve_refuses_a_same_as_file_of_its_own(axpy_two: Path) -> None:
     (axpy_two / "mine.json").write_text("{}")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--evolve",
+    proc = subprocess.run([*PYTEST, "--evolve",
                            "1", "axpy", "--ks-same-as", "mine.json"], cwd=axpy_two,
                           capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr

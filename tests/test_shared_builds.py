@@ -8,12 +8,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import AXPY, run_pytest
+from helpers import AXPY, PYTEST, run_pytest
 
 from pytest_kscientist.harness.mounts import build_folder, extension_root, sandbox_available
 from pytest_kscientist.harness.shared_builds import SharedBuilds, declined_because, working_in
@@ -329,7 +328,7 @@ def test_an_evolves_children_load_their_parents_build(project: Path) -> None:
     shutil.rmtree(seeds)
     seeds.mkdir()
     (seeds / "chunked.py").write_text(SEED.format(source=C_CHUNKED))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+    proc = subprocess.run([*PYTEST,
                            "--evolve", "1", "axpy", "--ks-llm", "offline", *ON_CPU],
                           cwd=project, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,12 +14,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, case_reasons
+from helpers import PYTEST, REPO, case_reasons
 
 from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
 from pytest_kscientist.harness.results import RunResults
@@ -112,7 +111,7 @@ def _session(task: Path, cwd: Path, names: list[str], select: str, env: dict[str
     cwd.mkdir()
     kernels = [f"--kernel={CANDIDATES / n}.py" for n in names if n != "torch_dequant"]
     kernels.append(f"--kernel={task / 'seeds' / 'torch_dequant.py'}")
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA",
+    args = [*PYTEST, "-rA",
             "--ks-json", str(cwd / "ks-results.json"), str(task), *kernels, "-k", select,
             "--ks-device", "cpu", "--ks-profile", "cpu", "--ks-timeout", "60", *extra]
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
