@@ -18,8 +18,10 @@ DATA = Path(__file__).parent / "data"
 AXPY = DATA / "axpy"
 CANDIDATES = DATA / "candidates"
 REPO = Path(__file__).parent.parent
-# A pytest session in a subprocess, as the tests start one (NO_HYPOTHESIS_PLUGIN: why there).
-PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *NO_HYPOTHESIS_PLUGIN)
+# A pytest session in a subprocess, as the tests start one (NO_HYPOTHESIS_PLUGIN: why there);
+# PYTEST without pytest's cache, SESSION with it (for --lf).
+SESSION = (sys.executable, "-m", "pytest", *NO_HYPOTHESIS_PLUGIN)
+PYTEST = (*SESSION, "-p", "no:cacheprovider")
 
 
 # A task copy's timing cut to the least (tests that time nothing they assert on): on the

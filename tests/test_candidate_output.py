@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree
 
-from helpers import AXPY, PYTEST, run_pytest
+from helpers import AXPY, SESSION, run_pytest
 
 WRONG_AND_CHATTY = '''
 import sys
@@ -105,7 +105,7 @@ def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) ->
     shutil.copytree(AXPY, tmp_path / "axpy")
     (tmp_path / "hangs.py").write_text(HANGS)
     proc = subprocess.Popen(
-        [*PYTEST, "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
+        [*SESSION, "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
          "--ks-baselines", "none", "-p", "no:cacheprovider", "-k", "hangs"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from baseline_sources import with_baselines
-from helpers import AXPY, PYTEST, run_pytest
+from helpers import AXPY, SESSION, run_pytest
 
 from pytest_kscientist.harness import gates
 from pytest_kscientist.harness.results import (
@@ -405,7 +405,7 @@ def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: 
     import subprocess
 
     _axpy_and_k(tmp_path)
-    args = [*PYTEST, "axpy", "--kernel", "k.py", "--ks-bench-budget",
+    args = [*SESSION, "axpy", "--kernel", "k.py", "--ks-bench-budget",
             "0.1", "--ks-min-speedup", "reference=100", "-q"]
     first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert first.returncode == 1 and "gate" in first.stdout, first.stdout
