@@ -15,6 +15,8 @@ import pytest
 import torch  # noqa: F401 - imported once here: pytester restores sys.modules after inline runs
 from helpers import AXPY, spawns
 
+from pytest_kscientist.evolve.sessions import NO_HYPOTHESIS_PLUGIN
+
 collect_ignore = ["data"]
 XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
@@ -53,6 +55,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadFileScheduling
 
     return LoadFileScheduling(config, log)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's own, its subprocess sessions without Hypothesis's pytest plugin, as the
+    helpers' (``helpers.PYTEST``): it imports all of hypothesis at each session's end."""
+    run = pytester.runpytest_subprocess
+
+    def without_hypothesis(*args: Any, **kwargs: Any) -> pytest.RunResult:
+        return run(*NO_HYPOTHESIS_PLUGIN, *args, **kwargs)
+
+    pytester.runpytest_subprocess = without_hypothesis  # type: ignore[method-assign]
+    return pytester
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
