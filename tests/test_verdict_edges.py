@@ -359,3 +359,53 @@ def test_a_reference_faster_than_the_floor_blames_the_task(tmp_path: Path) -> No
     assert "work() counts more flops or bytes than the case needs, or the [[floor]] peaks " \
         "for " in output, output
     assert [r for _, r in outcomes["honest"]][0].startswith("impossible time"), outcomes
+
+
+def test_a_case_generate_input_cannot_draw_is_the_tasks_fault(tmp_path: Path) -> None:
+    """The worker draws first: generate_input's error on a case read as the candidate's."""
+    task = _task(tmp_path, "undrawable", """\
+        if n in (8, 16):
+            raise ValueError(f"n={n} not drawable")
+        return (torch.randn(n, generator=g),)
+        """, "return data[0] * 2\n", {"honest": "return data[0] * 2\n"},
+        tests="[{ n = 4, seed = 1 }, { n = 8, seed = 2 }]")
+    code, output, outcomes = _checks(tmp_path, task, ["honest"], "check or bench")
+    assert code == 1, output
+    assert outcomes["honest"][0] == ("passed", ""), outcomes
+    for who, case in (("honest check", "n8-s2"), ("reference bench", "n16-s3")):
+        assert f"{who} {case}: the task's generate_input raised ValueError: n=" in output, output
+        assert f"not drawable (at {task / 'reference.py'}:8) drawing case {case}, so no " \
+            "kernel was judged on it" in output, output
+    assert "honest bench n16-s3: not timed: check n8-s2 could not be judged" in output, output
+
+
+def test_an_output_that_requires_grad_is_judged(tmp_path: Path) -> None:
+    """The worker's poison of a returned leaf that requires grad raised the harness's own
+    RuntimeError, as the kernel's failure (the reference's too)."""
+    task = _task(tmp_path, "leafgrad", "return (torch.randn(n, generator=g),)\n",
+                 "return (data[0] * 2).requires_grad_()\n",
+                 {"honest": "return (data[0] * 2).requires_grad_()\n",
+                  "wrong": "return (data[0] * 3).requires_grad_()\n"})
+    code, output, outcomes = _checks(tmp_path, task, ["honest", "wrong"], "check or bench")
+    assert code == 1 and "leaf Variable" not in output, output
+    assert [o for o, _ in outcomes["honest"]] == ["passed"] * 3, outcomes
+    assert outcomes["wrong"][0][1].startswith("wrong result"), outcomes
+
+
+@pytest.mark.parametrize(("ref", "said"), [
+    ("return data[0][::2]\n", "the reference returned a tensor sharing memory with input 0 on "
+                              "case n16-s1"),
+    ("return data[0].sum(0, keepdim=True).expand(4)\n",
+     "the reference returned an expanded tensor (stride 0, strides (0,)) on case n16-s1")])
+def test_a_reference_returning_what_no_kernel_may_fails_validation(tmp_path: Path, ref: str,
+                                                                   said: str) -> None:
+    """It passed validation, then its own benchmarks failed with the candidate's message."""
+    task = _task(tmp_path, "aliasing", "return (torch.randn(n, generator=g),)\n", ref, {})
+    from pytest_kscientist.formats.task import load_task
+    from pytest_kscientist.harness.task_validation import validate
+
+    loaded = load_task(task)
+    verdict = validate(loaded, loaded.profile("cpu").tests[0], "cpu")
+    assert verdict.error.startswith(said), verdict.error
+    assert "so the reference node's benchmarks fail on it; return a tensor of its own" in \
+        verdict.error, verdict.error

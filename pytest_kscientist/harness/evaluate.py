@@ -184,6 +184,19 @@ class Evaluator:
             self._draw = forms.input_maker(self.task.describe(), self.reference)
         return self._draw(case, seed, self.device)
 
+    def _drawable(self, case: Case, seed: int) -> None:
+        """After a worker's failure: raise ReferenceFailed where the task's own
+        generate_input cannot draw the case here either (the worker drew first, so its error
+        read as the candidate's)."""
+        try:
+            self.inputs(case, seed)
+        except Exception as exc:  # noqa: BLE001 - the task's code; any failure is the task's
+            raise _task_raised(
+                self.task, exc, "the task's generate_input",
+                f" drawing case {self.task.case_id(case)}, so no kernel was judged on it; "
+                "generate_input must draw every case of the task's profiles: fix the case or "
+                "generate_input") from None
+
     def reference_output(self, data: Any) -> Any:
         """The reference's output for ``data``, on the run's device (judged there)."""
         if self.task.form != "kernelbench":
@@ -309,7 +322,11 @@ class Evaluator:
         """
         # A GPU MODE case may have no seed: forms seeds its draw with the derived one.
         seed = self._seed(case, 0)
-        got = self._output(worker, "check", case=case, seed=seed)
+        try:
+            got = self._output(worker, "check", case=case, seed=seed)
+        except CandidateFailure:
+            self._drawable(case, seed)
+            raise
         data = self.inputs(case, seed)
         misses: list[Mismatch] | None = [] if tolerate else None
         expected = None if self.own_check else self._expected_for(data)
@@ -459,6 +476,7 @@ class Evaluator:
             except WorkerDied:
                 raise  # the worker's own verdict (hung, crashed): no context to add
             except CandidateFailure as exc:
+                self._drawable(case, self._seed(case, 0))
                 raise exc.prefixed(f"warm-up call {i}: ") from None
             warm.append(float(header["raw_us"]) - float(worker.overhead_us))
         run = _TimedRun(self, worker, case, statistics.median(warm) if warm else 0.0)

@@ -114,7 +114,8 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
                          f"{type(exc).__name__}: {str(exc)[:200]}")
         return verdict
     problem = (forms.output_problem(data[0], task.spec.output_index)
-               or _off_device(data[0], device, verdict.case_id))
+               or _off_device(data[0], device, verdict.case_id)
+               or _unjudgeable(task, data[0], outputs[0], device, verdict.case_id))
     if problem:
         verdict.error = problem
         return verdict
@@ -191,6 +192,29 @@ def _off_device(data: Any, device: str, case_id: str) -> str:
             return (f"generate_input put input {i} of case {case_id} ({tuple(leaf.shape)}) on "
                     f"{leaf.device}, expected {device}, the device it was asked for: create "
                     "every tensor with device=device")
+    return ""
+
+
+def _unjudgeable(task: Task, data: Any, output: Any, device: str, case_id: str) -> str:
+    """Why the reference's own output fails the worker's structural check of every kernel's
+    output ("" when it passes): its benchmarks would fail on it, as the candidate's fault."""
+    import torch
+
+    from pytest_kscientist.worker.runner import part_problem
+
+    parts = [output] if isinstance(output, torch.Tensor) else (
+        list(output) if isinstance(output, (tuple, list)) else [])
+    for i, part in enumerate(parts):
+        if not isinstance(part, torch.Tensor):
+            continue
+        problem = part_problem(part, data, tensor=torch.Tensor, device=torch.device(device),
+                               output_index=task.spec.output_index,
+                               inputs_may_be_outputs=task.form == "gpumode")
+        if problem:
+            which = "" if len(parts) == 1 else f" (output {i})"
+            return (f"the reference {problem.split(';')[0]}{which} on case {case_id}: every "
+                    "kernel's output is checked for that, so the reference node's benchmarks "
+                    "fail on it; return a tensor of its own (.clone(), .contiguous())")
     return ""
 
 

@@ -223,6 +223,7 @@ class Runner:
         self.ne, self.any, self.stack = torch.ne, torch.Tensor.any, torch.stack
         self.item = torch.Tensor.item
         self.fill_ = torch.Tensor.fill_
+        self.no_grad = torch.no_grad  # the poison below writes into a leaf that may need grad
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
         self.refill = perturb.refill
@@ -525,11 +526,12 @@ class Runner:
         problem = self._check_inputs(pristine, given) or problem
         problem = problem or self.tripwire.check()
         if problem is None and not probe:
-            for t in parts or ():
-                if t.is_floating_point():
-                    # Poison what was returned: a later torch.empty_like() that lands on this
-                    # memory must not find a finished result there.
-                    self.fill_(t, float("nan"))
+            with self.no_grad():
+                for t in parts or ():
+                    if t.is_floating_point():
+                        # Poison what was returned: a later torch.empty_like() that lands on
+                        # this memory must not find a finished result there.
+                        self.fill_(t, float("nan"))
         return snap, raw, outside, problem
 
     def _parts(self, out: Any) -> list[Any] | None:
@@ -554,24 +556,9 @@ class Runner:
         return None
 
     def _check_part(self, out: Any, given: Any) -> str | None:
-        first = next((t for t in leaves(given) if _isinstance(t, self.Tensor)), None)
-        expected = first.device if first is not None else self.device
-        if str(out.device) != str(expected):
-            return f"returned a tensor on {out.device}, expected {expected}"
-        for size, stride in _zip(out.shape, out.stride()):
-            if stride == 0 and size > 1:
-                return (f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); "
-                        "write every element")
-        if self.inputs_may_be_outputs or out.numel() == 0:  # no element to share
-            return None
-        lo, hi = _extent(out)
-        for i, t in _enumerate(leaves(given)):
-            if i == self.output_index or not _isinstance(t, self.Tensor) or t.numel() == 0:
-                continue
-            t_lo, t_hi = _extent(t)
-            if lo < t_hi and t_lo < hi:
-                return f"returned a tensor sharing memory with input {i}; write a separate output"
-        return None
+        return part_problem(out, given, tensor=self.Tensor, device=self.device,
+                            output_index=self.output_index,
+                            inputs_may_be_outputs=self.inputs_may_be_outputs)
 
     def _check_inputs(self, pristine: Any, given: Any) -> str | None:
         """Whether every input still holds its bits. On a GPU one synchronisation for all of
@@ -650,6 +637,31 @@ def _outermost_op(event: Any) -> bool:
             return False
         parent = parent.cpu_parent
     return True
+
+
+def part_problem(out: Any, given: Any, *, tensor: type, device: Any, output_index: int | None,
+                 inputs_may_be_outputs: bool) -> str | None:
+    """Why one returned tensor cannot be judged as a kernel's own output (on another device than
+    its inputs, expanded, sharing memory with an input other than the preallocated output), or
+    None. The worker's check of every call; task validation's of the reference's output."""
+    first = next((t for t in leaves(given) if _isinstance(t, tensor)), None)
+    expected = first.device if first is not None else device
+    if str(out.device) != str(expected):
+        return f"returned a tensor on {out.device}, expected {expected}"
+    for size, stride in _zip(out.shape, out.stride()):
+        if stride == 0 and size > 1:
+            return (f"returned an expanded tensor (stride 0, strides {tuple(out.stride())}); "
+                    "write every element")
+    if inputs_may_be_outputs or out.numel() == 0:  # no element to share
+        return None
+    lo, hi = _extent(out)
+    for i, t in _enumerate(leaves(given)):
+        if i == output_index or not _isinstance(t, tensor) or t.numel() == 0:
+            continue
+        t_lo, t_hi = _extent(t)
+        if lo < t_hi and t_lo < hi:
+            return f"returned a tensor sharing memory with input {i}; write a separate output"
+    return None
 
 
 def _extent(t: Any) -> tuple[int, int]:
