@@ -303,3 +303,41 @@ def test_a_case_key_that_generate_input_does_not_take_is_a_task_error(
         "task 'typo_py': generate_input(size, seed) cannot take case s2-sise32 (missing a "
         "required argument: 'size'); fix the case's keys or generate_input's "
         "parameters"])
+
+
+def test_a_check_raising_in_the_problems_own_code_is_the_tasks_fault(tmp_path: Path) -> None:
+    """check_implementation calling the problem's ref_kernel, which raised on a case: the
+    candidate was failed with a wrong result; and a check raising on a dict output crashed
+    validation with the harness's AttributeError."""
+    raising = _folder(tmp_path, "refraise_py", (
+        "def generate_input(n, seed):\n"
+        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    if data.numel() == 64:\n"
+        "        raise ValueError('ref does not support 64')\n    return data * 2\n\n" + MATCH),
+        "tests:\n  - {\"n\": 100, \"seed\": 1}\n  - {\"n\": 64, \"seed\": 2}\nbenchmarks: []\n",
+        submission="def custom_kernel(data):\n    return data * 2\n")
+    code, out, data = run_pytest([str(raising), "-k", "check"], tmp_path)
+    assert code == 1, out
+    reasons = case_reasons(data)
+    assert reasons[("submission", "n100-s1")] == ("passed", ""), reasons
+    outcome, reason = reasons[("submission", "n64-s2")]
+    assert outcome == "failed" and reason.startswith(
+        "the task's reference raised ValueError: ref does not support 64 (at "), reason
+    assert "wrong result" not in reason, reason
+
+
+def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path) -> None:
+    """Validation's all-zeros output made the check raise; its message read each part's shape,
+    and a part that is an int crashed it (AttributeError, a traceback)."""
+    folder = _folder(tmp_path, "dictout_py", (
+        "def generate_input(n, seed):\n"
+        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
+        "def check_implementation(data, output):\n"
+        "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
+        "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"),
+        "tests:\n  - {\"n\": 100, \"seed\": 1}\nbenchmarks: []\n",
+        submission="def custom_kernel(data):\n    return (data * 2, 99)\n")
+    code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
+    assert "AttributeError" not in out and "Traceback" not in out, out
+    assert code == 0, out

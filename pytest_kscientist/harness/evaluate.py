@@ -253,8 +253,11 @@ class Evaluator:
         try:
             message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
+            if _raised_in(self.task, exc, ("ref_kernel", "generate_input")):
+                raise _reference_failed(self.task, exc) from None  # not the output's doing
             parts = out if isinstance(out, (tuple, list)) else [out]
-            shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in parts)
+            shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" if hasattr(t, "shape")
+                               else _kind(t) for t in parts)
             message = (f"check_implementation raised {type(exc).__name__}: {exc} (on an output "
                        f"of {shapes})")
         if message:
@@ -711,6 +714,16 @@ def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve() == task.reference.resolve()]
     return str(task.reference), (frames[-1].lineno or 1) if frames else 1
+
+
+def _raised_in(task: Task, exc: Exception, functions: tuple[str, ...]) -> bool:
+    """Whether ``exc`` came from one of the task reference's ``functions`` (its innermost
+    frame in the reference file is one of them)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve() == task.reference.resolve()]
+    return bool(frames) and frames[-1].name in functions
 
 
 def _task_raised(task: Task, exc: Exception, who: str, then: str) -> ReferenceFailed:
