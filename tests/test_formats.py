@@ -296,3 +296,18 @@ def test_a_long_check_message_is_cut_between_words() -> None:
     assert reason.endswith(" ...") and len(reason) <= len("wrong result: ") + 304, reason
     assert reason[:-4].rsplit(" ", 1)[1] in ("0.701171875", "1.0244140625"), reason
     assert failed.value.detail == said  # whole in the detail
+
+
+def test_a_kernelbench_model_changing_its_input_fails_validation(tmp_path: Path) -> None:
+    """It passed validation (the check was native tasks' only); its own benchmarks then failed,
+    and a mirroring solution was told to set output_index in a task.toml it does not have."""
+    from pytest_kscientist.harness.task_validation import validate
+
+    problem = tmp_path / "4_InPlace.py"
+    problem.write_text(PAIR_PROBLEM.replace("return torch.relu(x), x.sum(dim=1)",
+                                            "x.relu_()\n        return x * 2"))
+    task = kernelbench.load_problem(problem)
+    verdict = validate(task, task.profile("cpu").tests[0], "cpu")
+    assert verdict.error is not None and "the reference changes input 0 of case " in \
+        verdict.error, verdict.error
+    assert verdict.error.endswith("compute on a copy"), verdict.error

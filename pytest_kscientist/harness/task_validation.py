@@ -105,7 +105,8 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     seeds = (first, other if other != first else other + 1)
     try:
         data = [evaluator.inputs(case, s) for s in seeds]
-        drawn = copy.deepcopy(data[0]) if task.form == "native" else None
+        # GPU MODE's references may write into outputs among the inputs (fp8-mm's c)
+        drawn = copy.deepcopy(data[0]) if task.form != "gpumode" else None
         outputs = [evaluator.reference_output(d) for d in data]
         again = evaluator.inputs(case, seeds[0])  # the first seed drawn a second time
         again_output = evaluator.reference_output(again)
@@ -125,7 +126,8 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
         verdict.error = (f"the reference changes input {changed} of case {verdict.case_id} in "
                          "place: the reference node's benchmarks fail on it (each candidate "
                          "must leave its inputs unchanged, the reference too); compute on a "
-                         "copy, or set output_index if that input is the output it writes")
+                         "copy" + (", or set output_index if that input is the output it "
+                                   "writes" if task.form == "native" else ""))
         return verdict
     tolerance = _tolerance(task)
     which = "seeds" if seeded else "global generator seeds (the case has no seed key)"

@@ -586,7 +586,7 @@ class Runner:
         return self._modified(next(i for (i, _, _), flag in _zip(on_device, flags) if flag))
 
     def _modified(self, index: int) -> str:
-        hint = "" if self.output_index is not None else (
+        hint = "" if self.output_index is not None or self.problem["form"] != "native" else (
             f" (if input {index} is a preallocated output the kernel writes, the task's "
             f"task.toml sets output_index = {index})")
         return f"modified input {index} in place; inputs must be left unchanged{hint}"
