@@ -341,3 +341,21 @@ def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path
     code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
     assert "AttributeError" not in out and "Traceback" not in out, out
     assert code == 0, out
+
+
+def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path: Path) -> None:
+    """GPU MODE's eval reads a truthy answer as the failure's message; validation said the
+    problem's generate_input did not follow its seed."""
+    folder = _folder(tmp_path, "booltrue_py", (
+        "def generate_input(n, seed):\n"
+        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n"
+        "def check_implementation(data, output):\n"
+        "    return torch.allclose(output, ref_kernel(data))\n"),
+        "tests:\n  - {\"n\": 100, \"seed\": 1}\nbenchmarks: []\n",
+        submission="def custom_kernel(data):\n    return data * 2\n")
+    code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
+    assert code == 1, out
+    assert "check_implementation rejects the reference's own output on case n100-s1 (wrong " \
+        "result: True), so every right kernel fails" in out, out
+    assert "does not follow the seed" not in out, out

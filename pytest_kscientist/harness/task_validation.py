@@ -135,9 +135,18 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     # against the first: else every candidate is judged on inputs the pytest process cannot
     # draw again (generate_input ignoring its seed: torch.randn without a generator).
     try:
+        own = (evaluator.failure(data[0], outputs[0], outputs[0]).split("\n", 1)[0][:200]
+               if evaluator.own_check else "")
         differs = evaluator.failure(again, again_output, outputs[0]).split("\n", 1)[0][:200]
     except ReferenceFailed as exc:  # its output is nothing a candidate can be judged against
         verdict.error = str(exc)
+        return verdict
+    if own:
+        verdict.error = (f"check_implementation rejects the reference's own output on case "
+                         f"{verdict.case_id} ({own}), so every right kernel fails: it must "
+                         "answer a pass with (True, message), or a falsy value (None, \"\"); "
+                         "anything else truthy is read as the failure's message, as GPU MODE's "
+                         "eval reads it")
         return verdict
     if differs:
         one = "seed" if seeded else "global generator seed"
