@@ -359,3 +359,31 @@ def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path:
     assert "check_implementation rejects the reference's own output on case n100-s1 (wrong " \
         "result: True), so every right kernel fails" in out, out
     assert "does not follow the seed" not in out, out
+
+
+def test_a_named_tuple_output_keeps_its_names_for_the_problems_check(tmp_path: Path) -> None:
+    """torch.topk's values and indices arrived as a plain tuple: the problem's own check read
+    output.values and every right kernel failed, the reference node too."""
+    folder = _folder(tmp_path, "topk_py", (
+        "def generate_input(n, k, seed):\n"
+        "    return torch.randn(8, n, generator=torch.Generator().manual_seed(seed)), k\n\n"
+        "def ref_kernel(data):\n    x, k = data\n    return torch.topk(x, k)\n\n"
+        "def check_implementation(data, output):\n    r = ref_kernel(data)\n"
+        "    ok = torch.equal(output.values, r.values) and torch.equal(output.indices, r.indices)\n"
+        "    return ok, '' if ok else 'mismatch'\n"),
+        "tests:\n  - {\"n\": 100, \"k\": 5, \"seed\": 1}\n"
+        "benchmarks:\n  - {\"n\": 64, \"k\": 3, \"seed\": 3}\n",
+        {"topk.py": "import torch\n\ndef custom_kernel(data):\n    return torch.topk(*data)\n",
+         "mine.py": "import collections\nimport torch\n\nOut = collections.namedtuple('Out', "
+                    "'values indices')\n\ndef custom_kernel(data):\n"
+                    "    v, i = torch.topk(*data)\n    return Out(v, i)\n",
+         "swapped.py": "import collections\nimport torch\n\nOut = collections.namedtuple('Out', "
+                       "'indices values')\n\ndef custom_kernel(data):\n"
+                       "    v, i = torch.topk(*data)\n    return Out(v, i)\n"})
+    code, out, data = run_pytest([str(folder), "--ks-bench-budget", "0.05"], tmp_path)
+    assert code == 1, out
+    reasons = case_reasons(data)
+    for name in ("topk", "mine", "reference"):
+        found = [outcome for (who, _), (outcome, _) in reasons.items() if who == name]
+        assert found and set(found) == {"passed"}, (name, reasons)
+    assert reasons[("swapped", "n100-k5-s1")][0] == "failed", reasons

@@ -14,6 +14,8 @@ Imports the standard library only; torch inside the functions.
 
 from __future__ import annotations
 
+import collections
+import functools
 import sys
 import types
 from collections.abc import Callable
@@ -34,6 +36,13 @@ def leaves(data: Any) -> list[Any]:
     if _isinstance(data, dict):
         return [leaf for part in data.values() for leaf in leaves(part)]
     return [data]
+
+
+@functools.lru_cache(maxsize=64)
+def named_tuple(name: str, fields: tuple[str, ...]) -> Any:
+    """A named tuple class (one for each name and fields): an output's names across the
+    worker's pipe (runner.named_like, received); ValueError for names namedtuple refuses."""
+    return collections.namedtuple(name, fields)
 
 
 class TaskMismatch(Exception):

@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.formats import forms
 from pytest_kscientist.protocol import handover
 
 # Per worker: the kinds of handover this process can take from it (probed once).
@@ -61,7 +62,12 @@ def _parts(meta: dict[str, Any], payload: bytes, offset: int, take: Any) -> tupl
                 raise CandidateFailure("output parts are not tensors")
             tensor, offset = _parts(part, payload, offset, take)
             parts.append(tensor)
-        return (parts if meta.get("container") == "list" else tuple(parts)), offset
+        if meta.get("container") == "list":
+            return parts, offset
+        if "named" in meta:  # a named tuple's names (runner.named_like)
+            name, fields = meta["named"]
+            return forms.named_tuple(str(name), tuple(map(str, fields)))(*parts), offset
+        return tuple(parts), offset
     import torch
 
     dtype = getattr(torch, str(meta.get("dtype")), None)

@@ -518,7 +518,7 @@ class Runner:
         if parts is not None:
             clones = [self.clone(t) for t in parts]
             snap = clones[0] if _type(out) is self.Tensor else (
-                clones if _isinstance(out, list) else tuple(clones))
+                clones if _isinstance(out, list) else named_like(out, clones))
         # A thread the call left running its code (threads.py) comes first: the output that
         # was copied may not be the one the thread goes on to write.
         problem = None if probe else (self.threads.found
@@ -695,6 +695,19 @@ def _bits(t: Any) -> Any:
     return _bytes_view(t)
 
 
+def named_like(out: Any, parts: list[Any]) -> tuple[Any, ...]:
+    """``parts`` as a tuple named like ``out`` where ``out`` is a named tuple or one of torch's
+    (``torch.topk``'s values and indices): a problem's own check reads them by name."""
+    fields = getattr(_type(out), "__match_args__", None) if _type(out) is not tuple else None
+    if (_isinstance(fields, tuple) and _len(fields) == _len(parts)
+            and all(_isinstance(f, str) for f in fields)):
+        try:
+            return forms.named_tuple(_type(out).__name__, fields)(*parts)
+        except ValueError:  # a name namedtuple refuses: the plain tuple
+            pass
+    return tuple(parts)
+
+
 def _serialise(out: Any, spec: Any, offers: handover.Offers) -> tuple[dict[str, Any], Any]:
     """An output's header and the bytes that go in the frame; several tensors (a tuple or list)
     as ``parts``. ``spec`` (the request's ``handover``): the kinds the pytest process takes and
@@ -706,8 +719,11 @@ def _serialise(out: Any, spec: Any, offers: handover.Offers) -> tuple[dict[str, 
             metas.append(meta)
             payloads.append(payload)
         whole = b"".join(payloads)
-        return {"parts": metas, "container": "list" if _isinstance(out, list) else "tuple",
-                "nbytes": _len(whole)}, whole
+        meta = {"parts": metas, "container": "list" if _isinstance(out, list) else "tuple",
+                "nbytes": _len(whole)}
+        if _isinstance(getattr(_type(out), "_fields", None), tuple):  # named_like's
+            meta["named"] = [_type(out).__name__, [str(f) for f in _type(out)._fields]]
+        return meta, whole
     flat = _bytes_view(out)
     meta: dict[str, Any] = {"shape": list(out.shape),
                             "dtype": str(out.dtype).removeprefix("torch."),
