@@ -246,6 +246,7 @@ def test_outputs_of_several_tensors_are_judged_part_by_part(tmp_path: Path) -> N
     (sols / "right.py").write_text(_pair_solution("x.sum(dim=1)"))
     (sols / "off.py").write_text(_pair_solution("x.sum(dim=1) + 1"))
     (sols / "dict.py").write_text(_pair_solution("x.sum(dim=1)", "{{'a': {a}, 'b': {b}}}"))
+    (sols / "nested.py").write_text(_pair_solution("x.sum(dim=1)", "({a}, ({b},))"))
     code, out, data = run_pytest([str(tmp_path / "3_Pair.py"), "--ks-solutions",
                                   str(tmp_path / "sols")], tmp_path)
     assert code == 1, out
@@ -257,6 +258,9 @@ def test_outputs_of_several_tensors_are_judged_part_by_part(tmp_path: Path) -> N
     outcome, reason = reasons[("dict", "s42")]
     assert outcome == "failed"
     assert "returned builtins.dict, expected a plain torch.Tensor (or a tuple of them)" in reason
+    outcome, reason = reasons[("nested", "s42")]
+    assert outcome == "failed" and ("returned builtins.tuple whose part 1 is builtins.tuple, "
+                                    "expected a plain torch.Tensor (or a tuple of them)") in reason
 
 
 def test_kernelbench_tolerance_is_an_option(tmp_path: Path) -> None:

@@ -548,6 +548,12 @@ class Runner:
         """Structural checks the worker can make; returns a failure reason or None."""
         if parts is None:
             kind = f"{_type(out).__module__}.{_type(out).__qualname__}"
+            if _isinstance(out, (tuple, list)) and out:
+                i, odd = next((i, t) for i, t in _enumerate(out) if _type(t) is not self.Tensor)
+                kind += (f" whose part {i} is {_type(odd).__module__}."
+                         f"{_type(odd).__qualname__}")
+            elif _isinstance(out, (tuple, list)):
+                kind = f"an empty {kind}"
             return f"returned {kind}, expected a plain torch.Tensor (or a tuple of them)"
         for i, part in _enumerate(parts):
             problem = self._check_part(part, given)
