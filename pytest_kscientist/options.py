@@ -344,6 +344,12 @@ def resolve(config: pytest.Config) -> Settings:
                     f"--evolve cannot be combined with {flag}: evolution picks its own "
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
+        if config.getoption("collectonly", False):
+            raise pytest.UsageError(
+                "--evolve cannot be combined with --collect-only: each generation is evaluated "
+                "in a child session and written to the population folder, which a collection "
+                "must not do (with --ks-llm gemini, not pay for); to list a task's items: "
+                "pytest TASK --collect-only")
         if opt.ks_same_as:
             raise pytest.UsageError(
                 "--evolve cannot be combined with --ks-same-as: each generation's child session "

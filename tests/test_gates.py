@@ -434,6 +434,12 @@ def test_the_readmes_bench_selection_keeps_the_gates_and_a_narrower_one_warns(
             in output), output
     code, output, _ = run_pytest([*select, "-k", "check"], cwd=tmp_path)
     assert code == 0 and "KsGateDeselected" not in output, output  # nothing of it to judge
+    # With warnings made errors (-W error, a project's filterwarnings = error) it was an
+    # INTERNALERROR from the collection hook; now a usage error that says why.
+    code, output, _ = run_pytest([*select, "-k", "bench and 4096", "-W", "error"], cwd=tmp_path)
+    assert code == 4 and "INTERNALERROR" not in output, output
+    assert "gate[min-speedup-reference] was deselected while k's benchmarks run" in output
+    assert "(a warning made an error by -W or filterwarnings)" in output, output
 
 
 def test_pytest_benchmarks_only_and_skip_flags_select_the_benchmarks_and_their_gates(

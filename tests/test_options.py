@@ -48,6 +48,8 @@ from helpers import AXPY
                          torch.cuda.is_available(), reason="a CUDA device is visible here")),
         (["--evolve", "2", "--kernel", "a/k.py"], "--evolve cannot be combined with --kernel"),
         (["--evolve", "2", "--ks-json", "r.json"], "--evolve cannot be combined with --ks-json"),
+        (["--evolve", "2", "--co"], "--evolve cannot be combined with --collect-only: each "
+         "generation is evaluated in a child session"),  # it evolved a whole generation
         (["--evolve", "2", "--ks-min-speedup", "reference=100"], "--evolve cannot be combined "
          "with --ks-min-speedup: its generations are judged by their timings beside their "
          "parents, not by gates; drop --ks-min-speedup"),

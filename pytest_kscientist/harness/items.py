@@ -340,10 +340,15 @@ def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:
     for gate in gates:
         if id(gate.parent) not in benched:
             continue
-        gate.warn(KsGateDeselected(
+        warning = KsGateDeselected(
             f"{gate.nodeid} was deselected while {gate.candidate.name}'s benchmarks run, so "
             "this gate is not judged in this run; select it too (-k 'bench or gate', or a -k "
-            "expression that its name matches)"))
+            "expression that its name matches)")
+        try:
+            gate.warn(warning)
+        except KsGateDeselected:  # -W error or filterwarnings = error: raised, not shown
+            raise pytest.UsageError(f"{warning} (a warning made an error by -W or "
+                                    "filterwarnings)") from None
 
 
 def tag_timed(items: list[Any]) -> None:
