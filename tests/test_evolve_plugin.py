@@ -386,6 +386,8 @@ def test_devices_split_a_generation_over_parallel_sessions(pytester: pytest.Pyte
         (["--ks-devices", "gpu0"], "--ks-devices expects comma-separated cuda:N or cpu entries, "
          "or all; got 'gpu0' in 'gpu0'; e.g. cuda:0,cuda:1"),
         (["--ks-devices", "cuda:0,cuda:0"], "--ks-devices names a GPU twice in 'cuda:0,cuda:0'"),
+        # it wrote and evaluated generation 0 before the child session refused it (exit 3)
+        (["--ks-devices", "cuda:9,cuda:0"], "--ks-devices names cuda:9, but torch sees "),
         (["--ks-devices", "cpu,cpu", "--ks-device", "cpu"],
          "--ks-devices and --ks-device both pick devices"),
     ],

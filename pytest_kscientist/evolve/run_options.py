@@ -129,6 +129,17 @@ def _devices(config: pytest.Config) -> tuple[str, ...]:
             f"{name} names a GPU twice in '{raw}': two sessions on one GPU would disturb each "
             "other's timings; name each GPU once"
         )
+    if gpus:
+        import torch
+
+        count = torch.cuda.device_count()
+        missing = [d for d in gpus if int(d[5:]) >= count]
+        if missing:
+            have = (f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}" if count else
+                    "no CUDA device")
+            raise pytest.UsageError(
+                f"{name} names {missing[0]}, but torch sees {have} here; name devices it "
+                "sees, all, or cpu entries")
     return devices
 
 

@@ -120,6 +120,10 @@ class KsSession:
                 f"--ks-device {wanted}: no CUDA/ROCm device is visible to torch "
                 f"{torch.__version__}; use --ks-device cpu or auto"
             )
+        if wanted.startswith("cuda:") and int(wanted[5:]) >= torch.cuda.device_count():
+            raise pytest.UsageError(
+                f"--ks-device {wanted}: torch sees {torch.cuda.device_count()} CUDA device(s) "
+                f"here, cuda:0 to cuda:{torch.cuda.device_count() - 1}; pick one of those")
         return "cuda:0" if wanted == "cuda" else wanted
 
     @cached_property
