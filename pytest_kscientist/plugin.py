@@ -314,7 +314,8 @@ class KsHooks:
         if ks.settings.json_path is not None and not session.config.option.collectonly:
             # Always (an empty list when no task ran: a CI step must not read the file an
             # earlier run left there as this run's results), but not when only collecting.
-            ks.write_json(ks.settings.json_path)
+            ks.write_json(ks.settings.json_path,
+                          interrupted=session.exitstatus == pytest.ExitCode.INTERRUPTED)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         from pytest_kscientist.harness.report import selection_hints, write_summary

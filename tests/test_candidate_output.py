@@ -7,6 +7,7 @@ to explain.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -106,7 +107,8 @@ def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) ->
     (tmp_path / "hangs.py").write_text(HANGS)
     proc = subprocess.Popen(
         [*SESSION, "axpy", "--kernel", "hangs.py", "--ks-timeout", "600",
-         "--ks-baselines", "none", "-p", "no:cacheprovider", "-k", "hangs"],
+         "--ks-baselines", "none", "-p", "no:cacheprovider", "-k", "hangs or validate",
+         "--ks-json", "cut.json"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not _in_sleep(proc.pid):
@@ -120,6 +122,17 @@ def test_ctrl_c_during_a_busy_kernel_ends_the_session_at_once(tmp_path: Path) ->
     assert proc.returncode == 2, out
     assert "Traceback" not in out, out
     assert took < 8, (took, out)  # it waited 10 s per busy worker
+    # Its results say it was cut short: a gate reading them skipped a kernel they lack, so a
+    # cancelled CI job's file switched the gate off.
+    saved = json.loads((tmp_path / "cut.json").read_text())
+    assert saved["interrupted"] is True, saved
+    code, output, _ = run_pytest(["axpy", "--kernel", str(AXPY / "seeds" / "good.py"),
+                                  "--ks-baselines", "none", "--ks-bench-budget", "0.05",
+                                  "--ks-compare", "cut.json", "--ks-max-regression", "5%"],
+                                 cwd=tmp_path)
+    assert code == 1, output
+    assert "'good' has no result in cut.json, written by a run that was interrupted before " \
+        "its items ran" in output, output
 
 
 def test_a_sub_second_timeout_is_named_as_given(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ from pytest_kscientist.harness.attribution import Attribution
 # into the shared folder of their sources, reused from it, failed or declined).
 # 11: timed_as on a benchmark (--ks-same-as: the candidate runs that kernel's code there and
 # was not timed again; its stats and speedups are that kernel's from the same rounds).
-RESULTS_SCHEMA_VERSION = 11
+# 12: interrupted on the run (Ctrl-C or a signal stopped it: its items may be missing).
+RESULTS_SCHEMA_VERSION = 12
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -287,6 +288,9 @@ class RunResults(BaseModel):
     # setup, call and teardown together: where a session's time went (a check that waits for
     # its candidate's build counts the wait; the rest of a session is start-up and collection).
     item_seconds: dict[str, float] = Field(default_factory=dict)
+    # The session was stopped (Ctrl-C, a signal) before its items ran: a result absent from
+    # this file may never have run, so a gate reading it cannot take the absence as news.
+    interrupted: bool = False
 
 
 def report_property(value: dict[str, Any]) -> str:

@@ -316,8 +316,9 @@ class KsSession:
         task = self.tasks.get(name)
         return str(task.root) if task is not None else self.task_paths.get(name, "")
 
-    def write_json(self, path: Path) -> None:
-        """Write one RunResults per task (a list when several tasks ran or none), atomically."""
+    def write_json(self, path: Path, interrupted: bool = False) -> None:
+        """Write one RunResults per task (a list when several tasks ran or none), atomically;
+        ``interrupted``: the session was stopped before its items ran."""
         runs = [
             RunResults(
                 task=name, task_path=self._task_path(name), profile=self.profile,
@@ -325,7 +326,7 @@ class KsSession:
                 candidates=list(self.results.get(name, {}).values()),
                 baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
-                item_seconds=self.item_seconds.get(name, {}),
+                item_seconds=self.item_seconds.get(name, {}), interrupted=interrupted,
             ).model_dump(mode="json")
             for name in self.task_names()
         ]
