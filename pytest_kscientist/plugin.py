@@ -234,8 +234,18 @@ class KsHooks:
         self.deselected_names |= {item.candidate.name for item in items
                                   if isinstance(item, CandidateItem)}
 
-    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items count
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """The run's order already before other plugins read it: --sw (stepwise) deselects
+        the items before its last failure as passed, and in collection order the reference's
+        benchmarks come before every candidate's checks, so it skipped them unrun."""
+        from pytest_kscientist.harness.items import in_round_order
+
+        items[:] = in_round_order(items)
+
+    # after -k/-m deselection: only selected items count
+    @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+    def pytest_collection_modifyitems_last(self, items: list[pytest.Item]) -> None:
         from pytest_kscientist.harness.items import (
             check_same_as,
             keep_gates_judged,

@@ -239,15 +239,22 @@ def _fellows(item: CaseItem, planned: list[CandidateNode]) -> list[CandidateNode
     return [own, *(n for n in planned if n is not own and n.timeable())]
 
 
-def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
-    """Items in the order the shared rounds need (rounds.order_items), each selected bench
-    item of a round role planned into ``lineup`` under its case."""
-    def bench_key(item: Any) -> tuple[str, str] | None:
-        if isinstance(item, CaseItem) and item.kind == "bench":
-            return item.round_key()
-        return None
+def _bench_key(item: Any) -> tuple[str, str] | None:
+    if isinstance(item, CaseItem) and item.kind == "bench":
+        return item.round_key()
+    return None
 
-    ordered = order_items(items, bench_key, lambda item: isinstance(item, GateItem))
+
+def in_round_order(items: list[Any]) -> list[Any]:
+    """Items in the order the shared rounds need (rounds.order_items)."""
+    return order_items(items, _bench_key, lambda item: isinstance(item, GateItem))
+
+
+def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
+    """Items in the order the shared rounds need, each selected bench item of a round role
+    planned into ``lineup`` under its case."""
+    ordered = in_round_order(items)
+    bench_key = _bench_key
     for item in ordered:
         if isinstance(item, CandidateItem):
             item.candidate.last_item = item
