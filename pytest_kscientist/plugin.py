@@ -262,7 +262,7 @@ class KsHooks:
         check_same_as(self.ks.lineup, self.ks.settings.same_as,
                       {p.stem for p in given} | self.deselected_names)
         self.ks.auto_workers()
-        tag_timed(items)
+        tag_timed(items, self.ks.baselines)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
@@ -272,13 +272,21 @@ class KsHooks:
             show_printed(item, call)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_kscientist.harness.results import CaseResult, GateResult, TaskValidation
+        from pytest_kscientist.harness.results import (
+            BaselineInfo,
+            CaseResult,
+            GateResult,
+            TaskValidation,
+        )
 
         ours = [(name, json.loads(prop)) for name, prop in report.user_properties
                 if name.startswith("ks_") and isinstance(prop, str)]  # results.report_property
         for name, prop in ours:
             if name == "ks_item":  # every phase: where the session's time went
                 self.ks.task_paths.setdefault(prop["task"], prop["task_path"])
+                if "baselines" in prop:  # known here already, unless this is xdist's controller
+                    self.ks.baselines.setdefault(prop["task"], [
+                        BaselineInfo.model_validate(b) for b in prop["baselines"]])
                 per_task = self.ks.item_seconds.setdefault(prop["task"], {})
                 per_task[prop["kind"]] = per_task.get(prop["kind"], 0.0) + report.duration
         if report.when != "call":

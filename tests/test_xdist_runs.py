@@ -24,11 +24,11 @@ def test_one_tasks_items_run_in_one_worker_and_the_json_is_whole(tmp_path: Path,
     partial file was left in its place; under --dist loadgroup until 2026-12-05 (each worker
     timed every kernel, both on one device at once, and the gates skipped)."""
     shutil.copytree(AXPY, tmp_path / "axpy")
-    for name in ("one", "two", "three"):
+    for name in ("one", "two", "three", "four"):
         (tmp_path / f"{name}.py").write_text(GOOD)
     code, out, data = run_pytest(
         ["axpy", "-n", "2", "-v", "--dist", dist, "--kernel", "one.py", "--kernel", "two.py",
-         "--kernel", "three.py"], tmp_path)
+         "--kernel", "three.py", "--ks-beside", "four.py"], tmp_path)
     assert code == 0, out
     assert "Traceback" not in out and "KeyError" not in out, out
     workers = set(re.findall(r"\[(gw\d+)\] .*PASSED .*axpy/task.toml::", out))
@@ -37,6 +37,11 @@ def test_one_tasks_items_run_in_one_worker_and_the_json_is_whole(tmp_path: Path,
     names = {c["name"] for c in data["candidates"]}
     assert names == {"one", "two", "three", "reference"}, names
     assert set(case_reasons(data).values()) == {("passed", "")}
+    # The task's baselines, --ks-beside's among them: the controller collects no task, and
+    # its summary and JSON had no column and no entry for them.
+    assert [b["name"] for b in data["baselines"]] == ["four"], data["baselines"]
+    head = next(line for line in out.splitlines() if line.strip().startswith("candidate "))
+    assert "vs_four" in head.split(), head
 
 
 def test_the_printed_salt_reproduces_the_workers_draws(tmp_path: Path) -> None:

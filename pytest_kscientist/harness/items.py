@@ -358,19 +358,26 @@ def warn_deselected_gates(gates: list[Any], items: list[Any]) -> None:
                                     "filterwarnings)") from None
 
 
-def tag_timed(items: list[Any]) -> None:
+def tag_timed(items: list[Any], baselines: dict[str, list[Any]]) -> None:
     """Give every item of a task a ``ks_item`` property (its task, kind: check, bench,
     compile, gate, validate, and the task's folder), so each phase's report adds its duration
     to the session's ``item_seconds`` (reports carry it under xdist too, where the controller
-    collects no task and learns the folders from them)."""
+    collects no task and learns the folders from them). The first item of each task carries
+    the task's ``baselines`` too (the summary's columns and the JSON's, --ks-beside and
+    --ks-compare's saved kernels among them), which the controller has no other way to learn."""
+    told: set[str] = set()
     for item in items:
         if item.get_closest_marker("kscientist") is None:
             continue
         task = getattr(item.parent, "task", None)
         if task is not None:  # every kscientist item is named <kind>[...] or <kind>
             kind = item.name.split("[", 1)[0]
-            item.user_properties.append(("ks_item", report_property({
-                "task": task.name, "kind": kind, "task_path": str(task.root)})))
+            tag: dict[str, Any] = {"task": task.name, "kind": kind, "task_path": str(task.root)}
+            if task.name not in told:
+                told.add(task.name)
+                tag["baselines"] = [b.model_dump(mode="json")
+                                    for b in baselines.get(task.name, [])]
+            item.user_properties.append(("ks_item", report_property(tag)))
 
 
 class DrawnItem(CandidateItem):
