@@ -305,13 +305,18 @@ def test_a_case_key_that_generate_input_does_not_take_is_a_task_error(
         "parameters"])
 
 
+# A problem's draw of n seeded values, and a folder's one test case (the tests below).
+SEEDED_DRAW = ("def generate_input(n, seed):\n"
+               "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n")
+ONE_CASE = "tests:\n  - {\"n\": 100, \"seed\": 1}\nbenchmarks: []\n"
+
+
 def test_a_check_raising_in_the_problems_own_code_is_the_tasks_fault(tmp_path: Path) -> None:
     """check_implementation calling the problem's ref_kernel, which raised on a case: the
     candidate was failed with a wrong result; and a check raising on a dict output crashed
     validation with the harness's AttributeError."""
     raising = _folder(tmp_path, "refraise_py", (
-        "def generate_input(n, seed):\n"
-        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        SEEDED_DRAW +
         "def ref_kernel(data):\n    if data.numel() == 64:\n"
         "        raise ValueError('ref does not support 64')\n    return data * 2\n\n" + MATCH),
         "tests:\n  - {\"n\": 100, \"seed\": 1}\n  - {\"n\": 64, \"seed\": 2}\nbenchmarks: []\n",
@@ -330,13 +335,12 @@ def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path
     """Validation's all-zeros output made the check raise; its message read each part's shape,
     and a part that is an int crashed it (AttributeError, a traceback)."""
     folder = _folder(tmp_path, "dictout_py", (
-        "def generate_input(n, seed):\n"
-        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        SEEDED_DRAW +
         "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
         "def check_implementation(data, output):\n"
         "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
         "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"),
-        "tests:\n  - {\"n\": 100, \"seed\": 1}\nbenchmarks: []\n",
+        ONE_CASE,
         submission="def custom_kernel(data):\n    return (data * 2, 99)\n")
     code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
     assert "AttributeError" not in out and "Traceback" not in out, out
@@ -347,12 +351,11 @@ def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path:
     """GPU MODE's eval reads a truthy answer as the failure's message; validation said the
     problem's generate_input did not follow its seed."""
     folder = _folder(tmp_path, "booltrue_py", (
-        "def generate_input(n, seed):\n"
-        "    return torch.randn(n, generator=torch.Generator().manual_seed(seed))\n\n"
+        SEEDED_DRAW +
         "def ref_kernel(data):\n    return data * 2\n\n"
         "def check_implementation(data, output):\n"
         "    return torch.allclose(output, ref_kernel(data))\n"),
-        "tests:\n  - {\"n\": 100, \"seed\": 1}\nbenchmarks: []\n",
+        ONE_CASE,
         submission="def custom_kernel(data):\n    return data * 2\n")
     code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
     assert code == 1, out
