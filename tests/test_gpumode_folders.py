@@ -331,18 +331,23 @@ def test_a_check_raising_in_the_problems_own_code_is_the_tasks_fault(tmp_path: P
     assert "wrong result" not in reason, reason
 
 
+def _validated(root: Path, name: str, reference: str) -> tuple[int, str]:
+    """A one-case folder of SEEDED_DRAW and ``reference`` (its ref_kernel and check), with a
+    doubling submission; its task::validate item run: (exit code, output)."""
+    folder = _folder(root, name, SEEDED_DRAW + reference, ONE_CASE,
+                     submission="def custom_kernel(data):\n    return data * 2\n")
+    code, out, _ = run_pytest([str(folder), "-k", "validate"], root)
+    return code, out
+
+
 def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path) -> None:
     """Validation's all-zeros output made the check raise; its message read each part's shape,
     and a part that is an int crashed it (AttributeError, a traceback)."""
-    folder = _folder(tmp_path, "dictout_py", (
-        SEEDED_DRAW +
+    code, out = _validated(tmp_path, "dictout_py", (
         "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
         "def check_implementation(data, output):\n"
         "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
-        "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"),
-        ONE_CASE,
-        submission="def custom_kernel(data):\n    return (data * 2, 99)\n")
-    code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
+        "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"))
     assert "AttributeError" not in out and "Traceback" not in out, out
     assert code == 0, out
 
@@ -350,14 +355,10 @@ def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path
 def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path: Path) -> None:
     """GPU MODE's eval reads a truthy answer as the failure's message; validation said the
     problem's generate_input did not follow its seed."""
-    folder = _folder(tmp_path, "booltrue_py", (
-        SEEDED_DRAW +
+    code, out = _validated(tmp_path, "booltrue_py", (
         "def ref_kernel(data):\n    return data * 2\n\n"
         "def check_implementation(data, output):\n"
-        "    return torch.allclose(output, ref_kernel(data))\n"),
-        ONE_CASE,
-        submission="def custom_kernel(data):\n    return data * 2\n")
-    code, out, _ = run_pytest([str(folder), "-k", "validate"], tmp_path)
+        "    return torch.allclose(output, ref_kernel(data))\n"))
     assert code == 1, out
     assert "check_implementation rejects the reference's own output on case n100-s1 (wrong " \
         "result: True), so every right kernel fails" in out, out
