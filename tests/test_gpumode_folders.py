@@ -342,14 +342,15 @@ def _validated(root: Path, name: str, reference: str) -> tuple[int, str]:
 
 def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path) -> None:
     """Validation's all-zeros output made the check raise; its message read each part's shape,
-    and a part that is an int crashed it (AttributeError, a traceback)."""
+    and a part that is an int crashed it (AttributeError, a traceback). Such an output is now
+    refused before any check runs: no kernel's could be handed over."""
     code, out = _validated(tmp_path, "dictout_py", (
         "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
         "def check_implementation(data, output):\n"
         "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
         "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"))
     assert "AttributeError" not in out and "Traceback" not in out, out
-    assert code == 0, out
+    assert code == 1 and "the reference returns builtins.int inside its output" in out, out
 
 
 def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path: Path) -> None:
@@ -391,3 +392,15 @@ def test_a_named_tuple_output_keeps_its_names_for_the_problems_check(tmp_path: P
         found = [outcome for (who, _), (outcome, _) in reasons.items() if who == name]
         assert found and set(found) == {"passed"}, (name, reasons)
     assert reasons[("swapped", "n100-k5-s1")][0] == "failed", reasons
+
+
+def test_an_output_the_harness_cannot_hand_over_fails_validation_once(tmp_path: Path) -> None:
+    """A dict output: validation passed, then every kernel failed as its own fault ("returned
+    builtins.dict"), the reference's benchmarks too."""
+    code, out = _validated(tmp_path, "dictout_py", (
+        "def ref_kernel(data):\n    return {'y': data * 2}\n\n"
+        "def check_implementation(data, output):\n"
+        "    return bool((output['y'] - data * 2).abs().max() < 1e-5), 'differs'\n"))
+    assert code == 1, out
+    assert "the reference returns builtins.dict on case n100-s1: the harness hands over and " \
+        "judges outputs that are a tensor or a tuple or list of tensors" in out, out

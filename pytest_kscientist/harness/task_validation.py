@@ -215,6 +215,15 @@ def _unjudgeable(task: Task, data: Any, output: Any, device: str, case_id: str) 
 
     parts = [output] if isinstance(output, torch.Tensor) else (
         list(output) if isinstance(output, (tuple, list)) else [])
+    if task.form == "gpumode" and (not parts or not all(isinstance(p, torch.Tensor)
+                                                        for p in parts)):
+        # A native task's reference says so itself, as ReferenceFailed, on every check.
+        odd = output if not parts else next(p for p in parts if not isinstance(p, torch.Tensor))
+        return (f"the reference returns {type(odd).__module__}.{type(odd).__qualname__}"
+                f"{'' if not parts else ' inside its output'} on case {case_id}: the harness "
+                "hands over and judges outputs that are a tensor or a tuple or list of tensors, "
+                "so it would refuse every kernel's output, the reference's too; this problem's "
+                "output cannot be run here as it is")
     for i, part in enumerate(parts):
         if not isinstance(part, torch.Tensor):
             continue
