@@ -340,19 +340,6 @@ def _validated(root: Path, name: str, reference: str) -> tuple[int, str]:
     return code, out
 
 
-def test_a_check_raising_on_an_output_of_no_tensor_names_its_kind(tmp_path: Path) -> None:
-    """Validation's all-zeros output made the check raise; its message read each part's shape,
-    and a part that is an int crashed it (AttributeError, a traceback). Such an output is now
-    refused before any check runs: no kernel's could be handed over."""
-    code, out = _validated(tmp_path, "dictout_py", (
-        "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
-        "def check_implementation(data, output):\n"
-        "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
-        "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n"))
-    assert "AttributeError" not in out and "Traceback" not in out, out
-    assert code == 1 and "the reference returns builtins.int inside its output" in out, out
-
-
 def test_a_check_answering_a_bare_true_is_named_not_blamed_on_the_seed(tmp_path: Path) -> None:
     """GPU MODE's eval reads a truthy answer as the failure's message; validation said the
     problem's generate_input did not follow its seed."""
@@ -394,13 +381,24 @@ def test_a_named_tuple_output_keeps_its_names_for_the_problems_check(tmp_path: P
     assert reasons[("swapped", "n100-k5-s1")][0] == "failed", reasons
 
 
-def test_an_output_the_harness_cannot_hand_over_fails_validation_once(tmp_path: Path) -> None:
-    """A dict output: validation passed, then every kernel failed as its own fault ("returned
-    builtins.dict"), the reference's benchmarks too."""
-    code, out = _validated(tmp_path, "dictout_py", (
-        "def ref_kernel(data):\n    return {'y': data * 2}\n\n"
-        "def check_implementation(data, output):\n"
-        "    return bool((output['y'] - data * 2).abs().max() < 1e-5), 'differs'\n"))
-    assert code == 1, out
-    assert "the reference returns builtins.dict on case n100-s1: the harness hands over and " \
-        "judges outputs that are a tensor or a tuple or list of tensors" in out, out
+@pytest.mark.parametrize(("name", "reference", "said"), [
+    # the check raised on validation's all-zeros output and its message read each part's
+    # shape: the int crashed it (AttributeError, a traceback)
+    ("intpart_py", "def ref_kernel(data):\n    return (data * 2, 100)\n\n"
+     "def check_implementation(data, output):\n"
+     "    if not output[0].any():\n        raise ValueError('degenerate output')\n"
+     "    return bool((output[0] - data * 2).abs().max() < 1e-5), 'differs'\n",
+     "the reference returns builtins.int inside its output on case n100-s1"),
+    ("dictout_py", "def ref_kernel(data):\n    return {'y': data * 2}\n\n"
+     "def check_implementation(data, output):\n"
+     "    return bool((output['y'] - data * 2).abs().max() < 1e-5), 'differs'\n",
+     "the reference returns builtins.dict on case n100-s1"),
+])
+def test_an_output_the_harness_cannot_hand_over_fails_validation_once(
+        tmp_path: Path, name: str, reference: str, said: str) -> None:
+    """Validation passed, then every kernel failed as its own fault ("returned builtins.dict"),
+    the reference's benchmarks too."""
+    code, out = _validated(tmp_path, name, reference)
+    assert code == 1 and "Traceback" not in out, out
+    assert f"{said}: the harness hands over and judges outputs that are a tensor or a tuple or " \
+        "list of tensors" in out, out

@@ -707,22 +707,24 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
-    """The task reference's file and the line of it where ``exc`` was raised (1: not in it)."""
+def _reference_frames(task: Task, exc: Exception) -> list[Any]:
+    """The frames of ``exc``'s traceback in the task's reference file, outermost first."""
     import traceback
 
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve() == task.reference.resolve()]
+    return [f for f in traceback.extract_tb(exc.__traceback__)
+            if Path(f.filename).resolve() == task.reference.resolve()]
+
+
+def _raised_at(task: Task, exc: Exception) -> tuple[str, int]:
+    """The task reference's file and the line of it where ``exc`` was raised (1: not in it)."""
+    frames = _reference_frames(task, exc)
     return str(task.reference), (frames[-1].lineno or 1) if frames else 1
 
 
 def _raised_in(task: Task, exc: Exception, functions: tuple[str, ...]) -> bool:
     """Whether ``exc`` came from one of the task reference's ``functions`` (its innermost
     frame in the reference file is one of them)."""
-    import traceback
-
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve() == task.reference.resolve()]
+    frames = _reference_frames(task, exc)
     return bool(frames) and frames[-1].name in functions
 
 

@@ -254,11 +254,10 @@ def plan_rounds(items: list[Any], lineup: Lineup) -> list[Any]:
     """Items in the order the shared rounds need, each selected bench item of a round role
     planned into ``lineup`` under its case."""
     ordered = in_round_order(items)
-    bench_key = _bench_key
     for item in ordered:
         if isinstance(item, CandidateItem):
             item.candidate.last_item = item
-        key = bench_key(item)
+        key = _bench_key(item)
         node = item.candidate if key is not None else None
         if node is not None and node.role in ROUND_ROLES and not node.skip_reason:
             lineup.plan(key, node)
