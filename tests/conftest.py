@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import session_server
 import torch  # noqa: F401 - imported once here: pytester restores sys.modules after inline runs
 from helpers import AXPY, spawns
 
@@ -67,6 +69,23 @@ def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
         return run(*NO_HYPOTHESIS_PLUGIN, *args, **kwargs)
 
     pytester.runpytest_subprocess = without_hypothesis  # type: ignore[method-assign]
+    real_popen = pytester.popen
+
+    def popen(cmdargs: Any, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+              stdin: Any = pytester.CLOSE_STDIN, **kw: Any) -> Any:
+        """pytest's own, but a ``python -m pytest`` into files forked by the session server
+        (``session_server``: what it saves, and when a session still starts for real)."""
+        if stdin is pytester.CLOSE_STDIN and set(kw) <= {"close_fds"} and not any(
+                isinstance(f, int) for f in (stdout, stderr)):
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(),
+                                                              env.get("PYTHONPATH", "")]))
+            served = session_server.popen(cmdargs, stdout, stderr, None, env)
+            if served is not None:
+                return served
+        return real_popen(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
+
+    pytester.popen = popen  # type: ignore[method-assign]
     return pytester
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import session_server
 
 from pytest_kscientist.evolve.sessions import NO_HYPOTHESIS_PLUGIN
 
@@ -53,10 +54,8 @@ def load_file(path: Path, name: str) -> ModuleType:
 def run_pytest(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, str, Any]:
     """Run pytest in a subprocess with --ks-json; return (exit code, output, parsed JSON)."""
     out = cwd / "ks-results.json"
-    proc = subprocess.run(
-        [*PYTEST, "-rA", "--ks-json", str(out), *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )
+    proc = session_server.run([*PYTEST, "-rA", "--ks-json", str(out), *args], cwd=cwd,
+                              timeout=timeout)
     data = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, data
 
@@ -73,7 +72,7 @@ def case_reasons(data: Any) -> dict[tuple[str, str], tuple[str, str]]:
 # Names whose use means a process is started: a worker, a pytest session, a subprocess.
 SPAWNING = frozenset({
     "run_pytest", "runpytest", "runpytest_subprocess", "runpytest_inprocess", "subprocess",
-    "Popen", "Worker", "start_worker", "ks_evaluate", "evaluate_child",
+    "Popen", "Worker", "start_worker", "ks_evaluate", "evaluate_child", "session_server",
 })
 
 

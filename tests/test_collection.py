@@ -10,6 +10,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+import session_server
 from helpers import AXPY, CANDIDATES, REPO, SESSION, run_pytest
 
 
@@ -236,17 +237,16 @@ def test_stepwise_after_a_fixed_kernel_times_the_reference_too(tmp_path: Path) -
     """`--sw` deselects what came before the last failure as passed, in the order it sees:
     collection's, where the reference's benchmarks precede every candidate's checks, so they
     were skipped unrun and the speedup (and any gate on it) was lost."""
-    import subprocess
 
     shutil.copytree(AXPY, tmp_path / "axpy")
     kernel = tmp_path / "k.py"
     kernel.write_text("def custom_kernel(data):\n    x, y, out = data\n    return x + y\n")
     args = [*SESSION, "axpy", "--kernel", "k.py", "--sw", "-rA", "--ks-bench-budget", "0.05"]
-    first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    first = session_server.run(args, cwd=tmp_path, timeout=300)
     assert first.returncode != 0 and "FAILED axpy/task.toml::k::check" in first.stdout, \
         first.stdout
     shutil.copy(AXPY / "seeds" / "good.py", kernel)
-    again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    again = session_server.run(args, cwd=tmp_path, timeout=300)
     assert again.returncode == 0, again.stdout
     assert "PASSED axpy/task.toml::reference::bench[n4096-s3]" in again.stdout, again.stdout
     row = next(line.split() for line in again.stdout.splitlines()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import session_server
 import torch
 from evolve_fakes import REFERENCE, SEED, TASK_TOML
 from helpers import PYTEST
@@ -244,7 +245,7 @@ def test_kill_9_mid_generation_then_resume(toy: pytest.Pytester) -> None:
     assert not (root / "c0005" / "results.json").exists()
 
     env.pop("KS_FAKE_BLOCK_AT")
-    done = subprocess.run(cmd, cwd=toy.path, env=env, capture_output=True, text=True, timeout=300)
+    done = session_server.run(cmd, cwd=toy.path, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gen 2/3 | resume   | 3 candidate(s) written but never evaluated: c0005 c0006 c0007" in (
         done.stdout
@@ -457,9 +458,7 @@ def test_ctrl_c_during_a_child_session_stops_cleanly_and_resumes(pytester: pytes
     root = pytester.path / "population" / "axpy"
     assert (root / "c0001" / "results.json").is_file()
     assert not (root / "c0002" / "results.json").exists()
-    done = subprocess.run(
-        cmd, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300
-    )
+    done = session_server.run(cmd, cwd=pytester.path, env=env, timeout=300)
     assert done.returncode == 0, done.stdout
     assert "2 candidate(s) written but never evaluated: c0002 c0003" in done.stdout
     assert sorted(p.name for p in root.glob("c0*")) == ["c0001", "c0002", "c0003"]

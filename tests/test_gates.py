@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import session_server
 from baseline_sources import with_baselines
 from helpers import AXPY, SESSION, run_pytest
 
@@ -402,15 +403,13 @@ def _axpy_and_k(folder: Path) -> None:
 def test_a_gate_rerun_alone_with_last_failed_fails_rather_than_passes(tmp_path: Path) -> None:
     """`--lf` after a failed gate selects the gate alone: it skipped and the run exited 0, so a
     CI retry turned green without judging anything. Now the gate fails, saying why."""
-    import subprocess
 
     _axpy_and_k(tmp_path)
     args = [*SESSION, "axpy", "--kernel", "k.py", "--ks-bench-budget",
             "0.1", "--ks-min-speedup", "reference=100", "-q"]
-    first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    first = session_server.run(args, cwd=tmp_path, timeout=300)
     assert first.returncode == 1 and "gate" in first.stdout, first.stdout
-    again = subprocess.run([*args, "--lf", "-rA"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300)
+    again = session_server.run([*args, "--lf", "-rA"], cwd=tmp_path, timeout=300)
     assert again.returncode == 1, again.stdout
     assert "deselected" in again.stdout, again.stdout  # the gate alone ran
     assert "not judged: no benchmark of 'k' ran in this session" in again.stdout, again.stdout

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import session_server
 from helpers import AXPY, PYTEST, run_pytest
 from test_baselines import _FakeEvaluator
 
@@ -197,9 +197,8 @@ def test_the_cuda_seeds_class_move_runs_its_parents_code_on_the_other_class() ->
 
 def test_evolve_refuses_a_same_as_file_of_its_own(axpy_two: Path) -> None:
     (axpy_two / "mine.json").write_text("{}")
-    proc = subprocess.run([*PYTEST, "--evolve",
-                           "1", "axpy", "--ks-same-as", "mine.json"], cwd=axpy_two,
-                          capture_output=True, text=True, timeout=120)
+    proc = session_server.run([*PYTEST, "--evolve", "1", "axpy", "--ks-same-as", "mine.json"],
+                              cwd=axpy_two, timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode == int(pytest.ExitCode.USAGE_ERROR), output
     assert "--evolve cannot be combined with --ks-same-as" in output, output
