@@ -252,3 +252,18 @@ def test_stepwise_after_a_fixed_kernel_times_the_reference_too(tmp_path: Path) -
     row = next(line.split() for line in again.stdout.splitlines()
                if line.strip().startswith("k "))
     assert row[4].endswith("x"), row  # speedup_vs_ref measured, not "-"
+
+
+def test_a_copy_of_a_task_under_another_folder_name_is_labelled_by_that_folder(
+        tmp_path: Path) -> None:
+    """A copy ``axpy_v2`` of a native task keeps the ``name`` its task.toml gives; run beside
+    the original, its record was labelled ``tasks/axpy``, a folder that is the original's."""
+    first, second = tmp_path / "tasks" / "axpy", tmp_path / "tasks" / "axpy_v2"
+    for folder in (first, second):
+        shutil.copytree(AXPY, folder)
+    code, out, data = run_pytest([str(first), str(second), "--ks-bench-budget", "0.05",
+                                  "--ks-baselines", "none"], tmp_path)
+    assert code == 0, out
+    assert [(run["task"], run["task_path"]) for run in data] == [
+        ("axpy", str(first)), ("tasks/axpy_v2", str(second))], data
+    assert "task tasks/axpy_v2 | profile" in out, out

@@ -72,13 +72,16 @@ def matched_solutions(folder: Path, task: Task) -> list[Path]:
 
 def _distinct_name(tasks: dict[str, Task], task: Task) -> str:
     """A name for a task whose name another task of the run has (GPU MODE's pmpp and pmpp_v2
-    share theirs): the folder above it joined in, then a number. The summary and --ks-json
-    keep one record a task; before, the two were merged into one."""
-    name = f"{task.root.parent.name}/{task.name}"
+    share theirs; a copy ``fp8_gemm_v2`` of a native task keeps its ``name``): the folder
+    above it joined to its own folder's name (a native task's folder may differ from its name),
+    then a number. The summary and --ks-json keep one record a task; before, the two were
+    merged into one."""
+    own = task.root.name if task.form == "native" else task.name
+    name = f"{task.root.parent.name}/{own}"
     count = 1
     while name in tasks:
         count += 1
-        name = f"{task.root.parent.name}/{task.name}-{count}"
+        name = f"{task.root.parent.name}/{own}-{count}"
     return name
 
 
