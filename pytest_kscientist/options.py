@@ -274,7 +274,11 @@ def unusable_stem(path: Path) -> str:
 
 
 def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
-    """Existing .py files, resolved; a usage error naming ``flag`` otherwise."""
+    """Existing .py files, made absolute as given; a usage error naming ``flag`` otherwise.
+
+    Symlinks are not followed (as pytest does with its own paths): a kernel is named by the
+    stem of the path the user gave, so ``--kernel link.py`` is ``link`` to ``-k`` and in the
+    results, while its worker reads the target's code through the link."""
     paths = []
     for raw in raws:
         path = Path(raw).expanduser()
@@ -295,8 +299,9 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
         unusable = unusable_stem(path)
         if unusable:
             raise pytest.UsageError(f"{flag} {raw}: {unusable}")
-        if path.resolve() not in paths:  # one file given twice runs once, as pytest's paths
-            paths.append(path.resolve())
+        given = Path(os.path.abspath(path))  # lexically, as pytest's absolutepath
+        if given not in paths:  # one path given twice runs once, as pytest's paths
+            paths.append(given)
     return tuple(paths)
 
 

@@ -54,6 +54,21 @@ def test_k_selects_by_candidate_kind_or_case(pytester: pytest.Pytester, expr: st
     result.stdout.fnmatch_lines([f"{count}/5 tests collected*"])
 
 
+def test_a_kernel_given_by_a_symlink_is_named_after_the_link(pytester: pytest.Pytester) -> None:
+    """`--kernel link.py` (a link to elsewhere/target.py) was named 'target', its link resolved
+    before its stem was taken, so `-k link` selected nothing. Now it is named by the path
+    given, and its worker runs the target's code."""
+    (pytester.path / "elsewhere").mkdir()
+    shutil.copy(AXPY / "seeds" / "good.py", pytester.path / "elsewhere" / "target.py")
+    (pytester.path / "link.py").symlink_to(pytester.path / "elsewhere" / "target.py")
+    result = pytester.runpytest(str(AXPY), "-q", "--kernel", "link.py", "-k", "link and check",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)  # before: 0 selected
+    collected = pytester.runpytest(str(AXPY), "--collect-only", "-q", "--kernel", "link.py")
+    assert "::link::check[n33-s2]" in collected.stdout.str(), collected.stdout.str()
+    assert "::target::" not in collected.stdout.str(), collected.stdout.str()
+
+
 def test_population_is_not_collected(pytester: pytest.Pytester) -> None:
     import shutil
 
