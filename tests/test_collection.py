@@ -119,6 +119,39 @@ def test_tb_line_prints_each_failure_once_at_the_candidates_kernel(
     assert "first: (0,)" not in out  # the detail lines stay out of the line style
 
 
+def test_tb_line_points_at_the_line_of_the_candidate_that_raised(
+        pytester: pytest.Pytester) -> None:
+    """`--tb=line` pointed at `def custom_kernel` (line 1 of raises.py), not at the `raise` on
+    line 2 that failed."""
+    raises = CANDIDATES / "raises.py"
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "--kernel", str(raises), "--tb=line",
+        "-k", "raises and n33")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    lines = [line for line in out.splitlines()
+             if "raises check n33-s2" in line and not line.startswith("FAILED ")]
+    assert lines == [f"{raises}:2: raises check n33-s2: RuntimeError: boom from the kernel"], out
+
+
+def test_the_raising_line_is_the_innermost_frame_in_the_file_of_the_last_exception() -> None:
+    from pytest_kscientist.harness.failures import raised_line
+
+    kernel = Path("/k/kernel.py")
+    detail = ('Traceback (most recent call last):\n'
+              '  File "/k/kernel.py", line 4, in custom_kernel\n'
+              'KeyError: 1\n\n'
+              'During handling of the above exception, another exception occurred:\n\n'
+              'Traceback (most recent call last):\n'
+              '  File "/k/kernel.py", line 9, in custom_kernel\n'
+              '  File "/k/kernel.py", line 12, in helper\n'
+              '  File "/site/torch/functional.py", line 80, in add\n'
+              'RuntimeError: no\n')
+    assert raised_line(detail, kernel) == 12
+    assert raised_line(detail, Path("/k/other.py")) is None
+    assert raised_line("wrong result: 3 of 33 elements", kernel) is None
+
+
 def test_a_seed_whose_stem_holds_a_bracket_is_a_collection_error(
         pytester: pytest.Pytester) -> None:
     """pytest cannot take back a node id like `task.toml::k[1]::check[...]` (its first '[' opens

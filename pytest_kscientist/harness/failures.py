@@ -8,6 +8,7 @@ failure's first line, at the file and line it concerns: printed once, and carrie
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,13 @@ def def_line(source: Path, name: str) -> int:
         return 1
     mark = f"def {name}("
     return next((i for i, line in enumerate(lines, 1) if line.lstrip().startswith(mark)), 1)
+
+
+_FRAME = re.compile(r'^\s*File "(.+)", line (\d+)', re.MULTILINE)
+
+
+def raised_line(detail: str, source: Path) -> int | None:
+    """The line of ``source`` a worker's traceback text (a failure's ``detail``) was raised at:
+    its last frame in that file, the innermost of the last exception; None when none is."""
+    found = [int(m.group(2)) for m in _FRAME.finditer(detail) if m.group(1) == str(source)]
+    return found[-1] if found else None

@@ -17,7 +17,7 @@ from pytest_kscientist.errors import CandidateFailure, GateFailure, ReferenceFai
 from pytest_kscientist.formats.task import Case
 from pytest_kscientist.harness import attribution, benchmark_bridge, gates
 from pytest_kscientist.harness.baselines import yardstick_only
-from pytest_kscientist.harness.failures import def_line, failure_repr
+from pytest_kscientist.harness.failures import def_line, failure_repr, raised_line
 from pytest_kscientist.harness.results import CaseResult, report_property
 from pytest_kscientist.harness.rounds import Lineup, Outcome, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
@@ -64,8 +64,10 @@ class CandidateItem(pytest.Item):
             if detail:
                 text += "\n\n" + detail
             cand = self.candidate
+            # The line that raised (a traceback's last frame in the file), else the entry's.
             return failure_repr(self, text, cand.source,
-                                lambda: def_line(cand.source, cand.entry))
+                                lambda: raised_line(exc.detail, cand.source)
+                                or def_line(cand.source, cand.entry))
         if isinstance(exc, ReferenceFailed):  # the task's fault: its message, no traceback
             return failure_repr(self, self.failure_head() + str(exc), *exc.where)
         return super().repr_failure(excinfo)
