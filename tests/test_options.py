@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,29 @@ def test_unknown_profile_names_the_known_ones(pytester: pytest.Pytester) -> None
     result = pytester.runpytest(str(AXPY), "--ks-profile", "huge", "--collect-only")
     result.stdout.fnmatch_lines(["*task 'axpy' has no profile 'huge' (it has: cpu, full)*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_unknown_profile_from_the_ini_names_the_ini_key(pytester: pytest.Pytester) -> None:
+    """A profile the task lacks, set by the ini file, was named as `--ks-profile`, a flag the
+    user never typed."""
+    pytester.makeini("[pytest]\nks_profile = nope\n")
+    shutil.copytree(AXPY, pytester.path / "axpy")  # under the ini's folder, so it is read
+    result = pytester.runpytest("axpy", "--collect-only")
+    result.stdout.fnmatch_lines(["*task 'axpy' has no profile 'nope' (it has: cpu, full); "
+                                 "pick one of those with ks_profile (ini)"])
+    assert "--ks-profile" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_a_device_from_the_ini_that_is_not_here_names_the_ini_key(
+        pytester: pytest.Pytester) -> None:
+    """Likewise `--ks-device`: cuda:99 is no device on this machine, with or without a GPU."""
+    pytester.makeini("[pytest]\nks_device = cuda:99\n")
+    shutil.copytree(AXPY, pytester.path / "axpy")  # under the ini's folder, so it is read
+    result = pytester.runpytest("axpy", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ks_device (ini) cuda:99: " in result.stderr.str(), result.stderr.str()
+    assert "--ks-device" not in result.stderr.str()
 
 
 def test_help_lists_the_options_without_importing_torch(pytester: pytest.Pytester) -> None:

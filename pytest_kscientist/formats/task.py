@@ -289,15 +289,17 @@ class Task:
             return []
         return sorted(p for p in self.seeds_dir.glob("*.py") if not p.name.startswith("_"))
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str, option: str = "--ks-profile") -> Profile:
+        """The profile ``name``; a TaskSpecError naming ``option`` (where the name was set: the
+        flag, or ``ks_profile (ini)``) when the task has none of that name."""
         try:
             return self.spec.profiles[name]
         except KeyError:
             known = ", ".join(sorted(self.spec.profiles))
             raise TaskSpecError(
                 f"task '{self.name}' has no profile '{name}' (it has: {known}); "
-                f"pick one of those with --ks-profile"
-                + ("; without a GPU --ks-profile auto picks 'cpu': give the task a "
+                f"pick one of those with {option}"
+                + (f"; without a GPU {option} auto picks 'cpu': give the task a "
                    "[profiles.cpu] of small cases to run it on the CPU by default"
                    if name == "cpu" else "")
             ) from None

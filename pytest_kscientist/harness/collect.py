@@ -133,7 +133,7 @@ class TaskFile(pytest.File):
         ks = self.config.stash[KS_SESSION]
         try:
             task = load_any(self.path, ks.settings.kernelbench_tol)
-            profile = task.profile(ks.profile)
+            profile = task.profile(ks.profile, option_name(self.config, "ks_profile"))
             unmet = (_draws_elsewhere(ks, task, profile.tests[0])
                      if task.form == "gpumode" and not ks.device.startswith("cuda") else "")
         except Unsupported as exc:

@@ -36,7 +36,7 @@ from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
 from pytest_kscientist.harness.spawn import Spares, clean_environment, gpu_visible
-from pytest_kscientist.options import Settings
+from pytest_kscientist.options import Settings, option_name
 
 REFERENCE_NAME = "reference"
 
@@ -115,14 +115,15 @@ class KsSession:
         available = torch.cuda.is_available()
         if wanted == "auto":
             return "cuda:0" if available else "cpu"
+        named = option_name(self.config, "ks_device")  # the flag, or ks_device (ini)
         if not available:
             raise pytest.UsageError(
-                f"--ks-device {wanted}: no CUDA/ROCm device is visible to torch "
-                f"{torch.__version__}; use --ks-device cpu or auto"
+                f"{named} {wanted}: no CUDA/ROCm device is visible to torch "
+                f"{torch.__version__}; use {named} cpu or auto"
             )
         if wanted.startswith("cuda:") and int(wanted[5:]) >= torch.cuda.device_count():
             raise pytest.UsageError(
-                f"--ks-device {wanted}: torch sees {torch.cuda.device_count()} CUDA device(s) "
+                f"{named} {wanted}: torch sees {torch.cuda.device_count()} CUDA device(s) "
                 f"here, cuda:0 to cuda:{torch.cuda.device_count() - 1}; pick one of those")
         return "cuda:0" if wanted == "cuda" else wanted
 
