@@ -27,7 +27,7 @@ from pytest_kscientist.evolve.offline.scientist import (
 )
 from pytest_kscientist.evolve.population import HOST, Event, Population, PopulationWarning, now
 from pytest_kscientist.evolve.progress import Terminal
-from pytest_kscientist.evolve.roles import TaskBrief
+from pytest_kscientist.evolve.roles import Design, TaskBrief
 from pytest_kscientist.evolve.sessions import (
     ChildSession,
     EvaluationError,
@@ -63,6 +63,7 @@ class Run:
         time_limit_s: float | None = None,
         clock: object = None,
         sleep: object = None,
+        reporter: object = None,
     ) -> int:
         self.pop = Population(self.root, "toy")
         self.evaluator = evaluator or FakeEvaluator()
@@ -77,7 +78,7 @@ class Run:
             evaluator=self.evaluator,  # type: ignore[arg-type]
             make_roles=lambda members: (chosen, BRIEF),
             budget=Budget(generations, candidates, time_limit_s),
-            terminal=Terminal(stream=self.out),
+            terminal=Terminal(reporter) if reporter is not None else Terminal(stream=self.out),
             **kwargs,
         )
         return evo.run()
@@ -200,6 +201,46 @@ def test_identical_drafts_are_stored_and_evaluated_once(tmp_path: Path) -> None:
     assert run.ids() == ["c0001", "c0002"]
     assert run.evaluator.calls == [["c0001"], ["c0002"]]
     assert run.out.getvalue().count("identical to c0002, not evaluated again") == 2
+
+
+class Reporter:
+    """pytest's terminal reporter as Terminal uses it: its lines, and the stats pytest's last
+    line counts."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.stats: dict[str, list[object]] = {}
+
+    def write_line(self, text: str, **markup: bool) -> None:
+        self.lines.append(text)
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(title)
+
+
+def test_the_last_line_counts_only_generations_that_added_candidates(tmp_path: Path) -> None:
+    """A generation whose designer proposed nothing ended the run ("the search space is
+    exhausted") and was counted anyway: "2 generations" beside "population: 4 candidates in 2
+    generations", seeds' generation 0 included there."""
+    class DriesUp(ScriptedDesigner):
+        def design(self, *args):  # type: ignore[no-untyped-def]
+            found = super().design(*args)
+            return found if self.calls == 1 else Design(avenues=[], plans=[], kept=[])
+
+    run, reporter = Run(tmp_path), Reporter()
+    assert run(3, Roles(ScriptedSelector(), DriesUp(), ScriptedWriter()), reporter=reporter) == 0
+    assert run.done() == [0, 1, 2]
+    assert "population: 4 candidates in 2 generations (4 passed, 0 failed, 0 pending)" in (
+        reporter.lines)
+    assert {k: len(v) for k, v in reporter.stats.items()} == {"generation": 1}
+    # Nothing new at all: no generation counted (pytest then says "no tests ran").
+    (tmp_path / "dry").mkdir()
+    run, reporter, dry = Run(tmp_path / "dry"), Reporter(), DriesUp()
+    dry.calls = 1  # its first design already made
+    assert run(1, Roles(ScriptedSelector(), dry, ScriptedWriter()), reporter=reporter) == 0
+    assert "population: 1 candidates in 1 generations (1 passed, 0 failed, 0 pending)" in (
+        reporter.lines)
+    assert reporter.stats == {}
 
 
 def test_a_failing_designer_is_logged_with_its_traceback(tmp_path: Path) -> None:

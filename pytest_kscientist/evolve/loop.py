@@ -129,8 +129,12 @@ class Evolution(WriteStage):
             self.term.line(f"ending cut short (Ctrl-C); everything is saved in {self.pop.root}; "
                            "rerun the same command to see it or go on", yellow=True)
             code = int(pytest.ExitCode.INTERRUPTED)
-        # The session's last line says what the run holds, not "no tests ran" (issue 11).
-        self.term.count("generation" if done == 1 else "generations", done)
+        # The session's last line says what the run holds, not "no tests ran" (issue 11): the
+        # generations after the seeds that added candidates. One closed with nothing new (the
+        # designer proposed nothing, every draft a duplicate) is not counted.
+        grown = len({m.meta.generation for m in self.pop.members()
+                     if 1 <= m.meta.generation <= done})
+        self.term.count("generation" if grown == 1 else "generations", grown)
         return code
 
     def _show_preview(self, done: int) -> None:

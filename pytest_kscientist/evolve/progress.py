@@ -117,7 +117,8 @@ def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> li
     gens = best_per_generation(members)
     lines = [
         f"stopped: {stop_reason} ({elapsed_s:.0f} s this run)",
-        f"population: {len(members)} candidates in {len(gens)} generations "
+        f"population: {len(members)} candidates in "
+        f"{len({m.meta.generation for m in members})} generations "
         f"({status_counts(list(members))})",
         best_line(members),
     ]
