@@ -8,6 +8,7 @@ to explain.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -43,17 +44,28 @@ def test_a_candidates_prints_are_shown_under_its_failure_and_with_rP(tmp_path: P
     (tmp_path / "chatty.py").write_text(WRONG_AND_CHATTY)
     code, output, _ = run_pytest(["axpy", "--kernel", "chatty.py", "--ks-bench-budget", "0.1",
                                   "--ks-baselines", "none", "--junitxml", "junit.xml",
-                                  "-o", "junit_logging=system-out"], cwd=tmp_path)
+                                  "-o", "junit_logging=all"], cwd=tmp_path)
     assert code == 1, output
     failure = output.split("___ chatty::check[n33-s2] ___", 1)[1].split("\n___", 1)[0]
-    assert "Captured stdout call" in failure, output
-    assert "\n| n=33 first=" in failure and "\n| to stderr" in failure, failure
+    # Each stream under its own section; stderr was shown as stdout, one log holding both.
+    stdout, stderr = _section(failure, "stdout"), _section(failure, "stderr")
+    assert stdout.startswith("| n=33 first=") and "to stderr" not in stdout, failure
+    assert stderr.strip() == "| to stderr", failure
     assert "n=1000" not in failure  # each item shows what was printed during it
     passed = output.split("___ chatty::check[n1000-s1] ___", 1)[1].split("\n___", 1)[0]
     assert "importing the kernel" in passed and "n=1000 first=" in passed, output
     junit = ElementTree.parse(tmp_path / "junit.xml").getroot()
     check = next(case for case in junit.iter("testcase") if case.get("name") == "check[n33-s2]")
     assert "n=33 first=" in (check.findtext("system-out") or ""), ElementTree.tostring(check)
+    assert "to stderr" not in (check.findtext("system-out") or "")
+    assert "to stderr" in (check.findtext("system-err") or ""), ElementTree.tostring(check)
+
+
+def _section(failure: str, stream: str) -> str:
+    """The text of a failure's "Captured <stream> call" section ("" when it has none)."""
+    parts = re.split(r"\n-+ Captured (\w+) call -+\n", failure)
+    found = dict(zip(parts[1::2], parts[2::2], strict=True))
+    return found.get(stream, "").split("\n-", 1)[0]
 
 
 def test_a_flood_of_prints_is_cut_to_its_head_and_tail(tmp_path: Path) -> None:

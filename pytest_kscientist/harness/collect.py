@@ -458,9 +458,11 @@ class CandidateNode(pytest.Collector):
         return {"reference": "the task's reference",
                 "baseline": f"baseline '{self.name}'"}.get(self.role, "")
 
-    def printed(self) -> str:
-        """What its workers (its own and its timing twins) printed since the last look."""
-        return "".join(w.new_output() for w in self.turns.live(self.worker))
+    def printed(self) -> tuple[str, str]:
+        """What its workers (its own and its timing twins) wrote to stdout and to stderr since
+        the last look."""
+        found = [w.new_output() for w in self.turns.live(self.worker)]
+        return "".join(out for out, _ in found), "".join(err for _, err in found)
 
     def drop_worker(self) -> None:
         if self.worker is not None:

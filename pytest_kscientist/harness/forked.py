@@ -73,13 +73,15 @@ class ForkedRunner(StartedRunner):
                  ) -> None:
         self.tmp = WorkerFolder()  # its own, as spawn.RunnerProcess's
         self.log_path = Path(self.tmp.name) / "candidate.log"
+        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
         channel.widen(res_w)
         status_r, status_w = os.pipe()
         self.lifeline = Lifeline()
-        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        fds = [req_r, res_w, self.lifeline.read_fd, log, status_w]
+        log, err = (os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                    for path in (self.log_path, self.err_path))
+        fds = [req_r, res_w, self.lifeline.read_fd, log, err, status_w]
         try:
             pid = zygote.fork({"cwd": self.tmp.name, "protect": [str(p) for p in protect],
                                "writable": [*(str(p) for p in writable), self.tmp.name],
@@ -92,7 +94,7 @@ class ForkedRunner(StartedRunner):
             self.tmp.cleanup()
             raise
         finally:
-            for fd in (req_r, res_w, log, status_w):
+            for fd in (req_r, res_w, log, err, status_w):
                 os.close(fd)
         self.lifeline.started()
         self.proc = ForkedProcess(pid, status_r)

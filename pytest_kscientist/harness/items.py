@@ -307,24 +307,30 @@ PRINTED_MARGIN = "| "
 
 
 def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
-    """A candidate item's report gets what the candidate printed since its previous item, as a
-    captured-output section (shown under a failure, with -rP, in JUnit's system-out); with -s it
-    goes to the terminal. Not after its worker died: the failure quotes the log's tail."""
+    """A candidate item's report gets what the candidate printed since its previous item, its
+    stdout and its stderr each as the captured-output section pytest's own capture makes
+    (shown under a failure, with -rP, in JUnit's system-out and system-err); with -s they go
+    to the terminal's. Not after its worker died: the failure quotes the logs' tails."""
     if not isinstance(item, CandidateItem):
         return
-    text = item.candidate.printed()
-    if not text or (call.excinfo is not None and isinstance(call.excinfo.value, WorkerDied)):
+    printed = item.candidate.printed()
+    if call.excinfo is not None and isinstance(call.excinfo.value, WorkerDied):
         return
-    # Each line behind a margin: untrusted code must not print lines that read as pytest's own
-    # (the corpus's fake_records prints "PASSED ...::fake_records::check").
-    text = "".join(PRINTED_MARGIN + line for line in text.splitlines(keepends=True))
-    if item.config.getoption("capture") == "no":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    # "Captured stdout call", the section pytest's own capture makes: --show-capture and JUnit's
-    # system-out (junit_logging) read it by that name. The worker's stderr is in it too.
-    item.add_report_section("call", "stdout", text)
+    for name, text in zip(("stdout", "stderr"), printed, strict=True):
+        if not text:
+            continue
+        # Each line behind a margin: untrusted code must not print lines that read as pytest's
+        # own (the corpus's fake_records prints "PASSED ...::fake_records::check").
+        text = "".join(PRINTED_MARGIN + line for line in text.splitlines(keepends=True))
+        if item.config.getoption("capture") == "no":
+            stream = sys.stdout if name == "stdout" else sys.stderr
+            stream.write(text)
+            stream.flush()
+            continue
+        # "Captured stdout call" / "Captured stderr call", the sections pytest's own capture
+        # makes: --show-capture and JUnit's system-out / system-err (junit_logging) read them
+        # by those names.
+        item.add_report_section("call", name, text)
 
 
 def keep_gates_judged(items: list[Any]) -> None:

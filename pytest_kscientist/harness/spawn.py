@@ -2,8 +2,8 @@
 
 Each candidate runs in a fresh ``python -m pytest_kscientist.worker.runner`` process in its own
 session (process group), pinned to one device, in a temporary working directory, with secrets
-removed from its environment, its stdout/stderr going to a log file that is never parsed
-(shown in its items' reports: ``Worker.new_output``).
+removed from its environment, its stdout and stderr going to two log files that are never
+parsed (shown in its items' reports, each under its own name: ``Worker.new_output``).
 Results come back over a dedicated pipe as HMAC-authenticated frames (``protocol/channel.py``).
 
 Where ``unshare`` can create user namespaces, the worker also runs sandboxed: no network, its own
@@ -210,7 +210,8 @@ def _close(fd: int) -> None:
 class StartedRunner:
     """What a runner not yet told its candidate holds, however it was started (exec'd here, or
     forked: ``forked.ForkedRunner``): ``proc`` (``pid``, ``poll``, ``wait``), the pipes
-    ``req_w`` and ``res_r``, its ``lifeline``, its folder ``tmp`` and ``log_path``."""
+    ``req_w`` and ``res_r``, its ``lifeline``, its folder ``tmp`` and the logs of its stdout
+    and stderr, ``log_path`` and ``err_path``."""
 
     proc: Any
     req_w: int
@@ -218,6 +219,7 @@ class StartedRunner:
     lifeline: Lifeline
     tmp: WorkerFolder
     log_path: Path
+    err_path: Path
 
     def kill(self) -> int:
         """Kill its whole process group and close its pipes; return its exit code."""
@@ -256,6 +258,7 @@ class RunnerProcess(StartedRunner):
         # caches go (worker_folders.py).
         self.tmp = WorkerFolder()
         self.log_path = Path(self.tmp.name) / "candidate.log"
+        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
         prefix = [] if mounts is None else sandbox_prefix(mounts[0],
                                                           (*mounts[1], Path(self.tmp.name)))
         req_r, self.req_w = os.pipe()
@@ -267,13 +270,13 @@ class RunnerProcess(StartedRunner):
         self.lifeline = Lifeline()
         runner = [*prefix, sys.executable, "-m", "pytest_kscientist.worker.runner", str(req_r),
                   str(res_w)]
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "wb") as log, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.lifeline.command(runner, group=True),
                 pass_fds=(req_r, res_w, self.lifeline.read_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
-                stderr=subprocess.STDOUT,
+                stderr=err,
                 cwd=self.tmp.name,
                 env={**env, **self.tmp.env()},
                 start_new_session=True,
@@ -404,7 +407,8 @@ class Worker:
         self.seq_in = 0
         self._pid: int | None = None
         self.process = process
-        self._shown = 0  # bytes of its log handed to an item's report (new_output)
+        # Bytes of its stdout and stderr logs handed to an item's report (new_output).
+        self._shown = {"out": 0, "err": 0}
         worker_device = "cuda:0" if device.startswith("cuda") else "cpu"
         hello = {
             "key": self.key.hex(),
@@ -526,16 +530,21 @@ class Worker:
         except OSError:
             return os.cpu_count() or 1
 
-    def new_output(self, limit: int = OUTPUT_SHOWN) -> str:
-        """What the worker wrote (the candidate's prints, stdout and stderr) since the last call;
-        over ``limit`` characters, its head and tail with the count left out between."""
+    def new_output(self, limit: int = OUTPUT_SHOWN) -> tuple[str, str]:
+        """What the worker wrote to its stdout and to its stderr (the candidate's prints) since
+        the last call; each over ``limit`` characters, its head and tail with the count left
+        out between."""
+        return (self._new("out", self.process.log_path, limit),
+                self._new("err", self.process.err_path, limit))
+
+    def _new(self, stream: str, path: Path, limit: int) -> str:
         try:
-            with open(self.process.log_path, "rb") as log:
+            with open(path, "rb") as log:
                 size = os.fstat(log.fileno()).st_size
-                new = size - self._shown
+                new = size - self._shown[stream]
                 if new <= 0:
                     return ""
-                log.seek(self._shown)
+                log.seek(self._shown[stream])
                 if new <= limit:
                     data = log.read(new)
                 else:
@@ -545,15 +554,24 @@ class Worker:
                             + log.read(limit // 2))
         except OSError:
             return ""
-        self._shown = size
+        self._shown[stream] = size
         return data.decode(errors="replace")
 
     def log_tail(self, limit: int = 4000) -> str:
-        try:
-            data = self.process.log_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-limit:].decode(errors="replace")
+        """The end of what it wrote: its stdout's, then its stderr's (a traceback, a crash),
+        each named when both wrote something."""
+        tails = []
+        for path in (self.process.log_path, self.process.err_path):
+            try:
+                tails.append(path.read_bytes().decode(errors="replace"))
+            except OSError:
+                tails.append("")
+        out, err = tails
+        if not (out and err):
+            return (out or err)[-limit:]
+        err = err[-max(limit - len(out), limit // 2):]
+        out = out[-(limit - len(err)):]
+        return f"stdout:\n{out.rstrip()}\nstderr:\n{err}"
 
     @property
     def proc(self) -> subprocess.Popen[bytes]:

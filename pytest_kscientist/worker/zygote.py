@@ -57,14 +57,14 @@ def _keep_only(fds: set[int]) -> None:
 
 def _worker(request: dict[str, Any], fds: list[int], ready: int) -> int:
     """In the forked child: become the worker of ``request``; returns the exit code."""
-    req_r, res_w, life_r, log, status_w = fds
+    req_r, res_w, life_r, log, err, status_w = fds
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     _arm(life_r)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
-    os.dup2(log, 2)
+    os.dup2(err, 2)
     _keep_only({0, 1, 2, req_r, res_w, life_r, status_w, ready})
     os.chdir(request["cwd"])
     sandbox.unshare()
