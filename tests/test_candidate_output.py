@@ -65,7 +65,24 @@ def _section(failure: str, stream: str) -> str:
     """The text of a failure's "Captured <stream> call" section ("" when it has none)."""
     parts = re.split(r"\n-+ Captured (\w+) call -+\n", failure)
     found = dict(zip(parts[1::2], parts[2::2], strict=True))
-    return found.get(stream, "").split("\n-", 1)[0]
+    return re.split(r"\n[-=]{8}", found.get(stream, ""), maxsplit=1)[0]  # to the next rule
+
+
+def test_what_a_candidate_printed_before_it_raised_is_shown_under_its_failure(
+        tmp_path: Path) -> None:
+    """A raising candidate's worker is dropped (a fresh one for the next item) before its
+    item's report was made, and what it had printed was never shown."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "loud.py").write_text(
+        "import sys\n\ndef custom_kernel(data):\n    print('about to raise')\n"
+        "    print('raising now', file=sys.stderr)\n    raise RuntimeError('boom')\n")
+    code, output, _ = run_pytest(["axpy", "--kernel", "loud.py", "--ks-baselines", "none",
+                                  "-k", "loud and check"], cwd=tmp_path)
+    assert code == 1, output
+    for case in ("n1000-s1", "n33-s2"):  # the second in the fresh worker the first left
+        failure = output.split(f"___ loud::check[{case}] ___", 1)[1].split("\n___", 1)[0]
+        assert _section(failure, "stdout").strip() == "| about to raise", failure
+        assert _section(failure, "stderr").strip() == "| raising now", failure
 
 
 def test_a_flood_of_prints_is_cut_to_its_head_and_tail(tmp_path: Path) -> None:

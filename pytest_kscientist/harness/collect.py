@@ -336,6 +336,8 @@ class CandidateNode(pytest.Collector):
         self.benchmarks = benchmarks
         self.sha256 = file_sha256(source)
         self.worker: Worker | None = None
+        # What workers dropped before their item's report printed (stdout, stderr): shown there.
+        self.unshown = ("", "")
         self.starting: Starting | None = None  # its start in the background (start_workers)
         # Its rounds' workers (auto: KsSession.auto_workers sets the count after collection).
         self.turns = Turns(self.ks.settings.bench_workers or 1)
@@ -461,10 +463,13 @@ class CandidateNode(pytest.Collector):
     def printed(self) -> tuple[str, str]:
         """What its workers (its own and its timing twins) wrote to stdout and to stderr since
         the last look."""
-        found = [w.new_output() for w in self.turns.live(self.worker)]
+        found = [self.unshown, *(w.new_output() for w in self.turns.live(self.worker))]
+        self.unshown = ("", "")
         return "".join(out for out, _ in found), "".join(err for _, err in found)
 
     def drop_worker(self) -> None:
+        # A failed item drops its worker before its report is made: keep what it printed.
+        self.unshown = self.printed()
         if self.worker is not None:
             self.worker.close()
             self.worker = None
