@@ -238,9 +238,11 @@ def test_the_last_line_counts_only_generations_that_added_candidates(tmp_path: P
     run, reporter, dry = Run(tmp_path / "dry"), Reporter(), DriesUp()
     dry.calls = 1  # its first design already made
     assert run(1, Roles(ScriptedSelector(), dry, ScriptedWriter()), reporter=reporter) == 0
-    assert "population: 1 candidates in 1 generations (1 passed, 0 failed, 0 pending)" in (
+    assert "population: 1 candidate in 1 generation (1 passed, 0 failed, 0 pending)" in (
         reporter.lines)
     assert reporter.stats == {}
+    assert any(line.endswith("| design   | 0 avenues, 0 plans, kept 0")
+               for line in reporter.lines), reporter.lines  # no title list, no colon
 
 
 def test_a_failing_designer_is_logged_with_its_traceback(tmp_path: Path) -> None:

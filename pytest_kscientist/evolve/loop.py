@@ -284,8 +284,8 @@ class Evolution(WriteStage):
         kept = list(design.kept)[: self.budget.candidates]
         self._stage(
             "design",
-            f"{len(design.avenues)} avenues, {len(design.plans)} plans, kept {len(kept)}: "
-            + "; ".join(p.title for p in kept),
+            f"{len(design.avenues)} avenues, {len(design.plans)} plans, kept {len(kept)}"
+            + "".join(f"{': ' if i == 0 else '; '}{p.title}" for i, p in enumerate(kept)),
         )
         return self.pop.log(
             "design",

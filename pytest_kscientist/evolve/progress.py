@@ -112,13 +112,18 @@ def best_per_generation(members: Sequence[Member]) -> list[tuple[int, float | No
     return out
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: "1 candidate", "3 candidates"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def summary(members: Sequence[Member], stop_reason: str, elapsed_s: float) -> list[str]:
     """The closing lines of a run."""
     gens = best_per_generation(members)
     lines = [
         f"stopped: {stop_reason} ({elapsed_s:.0f} s this run)",
-        f"population: {len(members)} candidates in "
-        f"{len({m.meta.generation for m in members})} generations "
+        f"population: {counted(len(members), 'candidate')} in "
+        f"{counted(len({m.meta.generation for m in members}), 'generation')} "
         f"({status_counts(list(members))})",
         best_line(members),
     ]
