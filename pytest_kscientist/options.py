@@ -50,6 +50,9 @@ class Settings:
     # --ks-min-own-share: the least share of a candidate's time in its own kernels, for every
     # task (None: each task's [kernel] min_own_share).
     min_own_share: float | None = None
+    # How messages quote the gate options and --ks-min-own-share: the flag, or "ks_x (ini)"
+    # where an ini file set the value (dest -> name; ``given``).
+    names: dict[str, str] = field(default_factory=dict)
     # --ks-bench-workers: the worker processes each kernel's timing rounds are spread over;
     # None (auto): KsSession.auto_workers picks them once the session's kernels are known.
     bench_workers: int | None = 1
@@ -220,6 +223,10 @@ def _named(config: pytest.Config, dest: str) -> tuple[Any, str]:
 def _value(config: pytest.Config, dest: str) -> Any:
     """A core option's raw value (the flag wins over its ini twin)."""
     return _named(config, dest)[0]
+
+
+# The options whose names the gates' verdicts and the own-share check quote (Settings.names).
+QUOTED = ("ks_min_speedup", "ks_max_regression", "ks_compare", "ks_min_own_share")
 
 
 def option_name(config: pytest.Config, dest: str) -> str:
@@ -421,6 +428,7 @@ def resolve(config: pytest.Config) -> Settings:
         attribution=bool(_value(config, "ks_attribution")),
         min_own_share=_share(config), bench_workers=_bench_workers(config),
         same_as=_same_as(opt.ks_same_as),
+        names={dest: option_name(config, dest) for dest in QUOTED},
     )
 
 

@@ -499,3 +499,20 @@ def test_a_gate_against_a_saved_run_whose_kernel_failed_says_so(tmp_path: Path) 
     assert "cand: no benchmark of it passed in bad.json (first: n4096-s3: not timed:" in output, \
         output
     assert "compare runs of one profile" not in output, output
+
+
+def test_gates_set_in_the_ini_file_are_named_by_their_ini_keys(tmp_path: Path) -> None:
+    """A gate's verdict quoted its flag (``--ks-min-speedup reference=100``) where the ini file
+    had set it, a flag the user never typed; it now names the ini key, as the usage errors
+    do."""
+    _axpy_and_k(tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nks_min_speedup = reference=100\n"
+                                         "ks_compare = nowhere.json\nks_max_regression = 5%\n")
+    (tmp_path / "nowhere.json").write_text("[]")
+    code, out, _ = run_pytest(["axpy", "--kernel", "k.py", "--ks-bench-budget", "0.05",
+                               "--ks-baselines", "none", "-k", "bench or gate"], tmp_path)
+    assert code == 1, out
+    assert "below the required 100x (ks_min_speedup (ini) reference=100)" in out, out
+    assert f"ks_compare (ini) {tmp_path / 'nowhere.json'} holds no results for task 'axpy'" in (
+        out), out
+    assert "--ks-min-speedup" not in out and "--ks-compare" not in out, out

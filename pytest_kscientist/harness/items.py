@@ -151,7 +151,8 @@ class CaseItem(CandidateItem):
         min_own_share: a candidate under it fails here; the reference and baselines are
         reported, never refused)."""
         cand = self.candidate
-        minimum, source = cand.ks.settings.min_own_share, "--ks-min-own-share"
+        minimum = cand.ks.settings.min_own_share
+        source = cand.ks.settings.names.get("ks_min_own_share", "--ks-min-own-share")
         if minimum is None:
             minimum, source = (cand.task.spec.kernel.min_own_share,
                                "the task's [kernel] min_own_share")
@@ -513,13 +514,16 @@ class GateItem(CandidateItem):
         kind, name, factor = self.check
         if kind == "min_speedup":
             verdict = gates.min_speedup(cand.name, mine, name, factor, results,
-                                        ks.skipped_baselines(task.name))
+                                        ks.skipped_baselines(task.name),
+                                        ks.settings.names.get("ks_min_speedup",
+                                                              "--ks-min-speedup"))
         else:
             settings = ks.settings
             assert settings.compare_path is not None and settings.max_regression is not None
             verdict = gates.max_regression(cand.name, mine, task.name, ks.profile,
                                            settings.max_regression, settings.compare_path,
-                                           settings.compare_runs, results.get(REFERENCE_NAME))
+                                           settings.compare_runs, results.get(REFERENCE_NAME),
+                                           settings.names)
         self.user_properties.append(("ks_gate", report_property({
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],

@@ -315,8 +315,9 @@ def write_summary(tr: Any, session: Any) -> None:
         if validated:
             tr.write_line("  " + validated)
     if session.settings.compare_path is not None:
+        compare = session.settings.names.get("ks_compare", "--ks-compare")
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
-                      "(--ks-compare): against the saved file timed beside it in this run "
+                      f"({compare}): against the saved file timed beside it in this run "
                       "(<name>_saved), else through the reference timed in both runs; with its "
                       "95% interval; + is slower")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
