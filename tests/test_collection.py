@@ -103,35 +103,26 @@ def test_passing_run_exit_code_junit_and_summary(pytester: pytest.Pytester) -> N
     assert all(json.loads(v)["task"] == "axpy" for n, v in props if n == "ks_item")
 
 
-def test_tb_line_prints_each_failure_once_at_the_candidates_kernel(
-        pytester: pytest.Pytester) -> None:
-    """`--tb=line` printed a failure's whole text and then its first 50 characters again."""
-    wrong = CANDIDATES / "wrong.py"
+@pytest.mark.parametrize(("stem", "select", "line", "message"), [
+    ("wrong", "wrong and check", 1,
+     "wrong result: 33 of 33 elements outside |out-ref| <= 1e-06 + 1e-06*|ref|"),
+    ("raises", "raises and n33", 2, "RuntimeError: boom from the kernel"),
+])
+def test_tb_line_prints_each_failure_once_at_the_candidates_line(
+        pytester: pytest.Pytester, stem: str, select: str, line: int, message: str) -> None:
+    """`--tb=line` printed a failure's whole text and then its first 50 characters again, and
+    pointed at `def custom_kernel` (line 1 of raises.py), not at the `raise` on line 2 that
+    failed; a wrong result has no raising line: its kernel's `def`."""
+    kernel = CANDIDATES / f"{stem}.py"
     result = pytester.runpytest_subprocess(
-        str(AXPY), "-p", "no:cacheprovider", "--kernel", str(wrong), "--tb=line",
-        "-k", "wrong and check")
+        str(AXPY), "-p", "no:cacheprovider", "--kernel", str(kernel), "--tb=line",
+        "-k", select)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
-    lines = [line for line in out.splitlines()
-             if "wrong check n33-s2" in line and not line.startswith("FAILED ")]  # -r under CI
-    assert lines == [f"{wrong}:1: wrong check n33-s2: wrong result: 33 of 33 elements outside "
-                     "|out-ref| <= 1e-06 + 1e-06*|ref|"], out
+    lines = [text for text in out.splitlines()
+             if f"{stem} check n33-s2" in text and not text.startswith("FAILED ")]  # -r in CI
+    assert lines == [f"{kernel}:{line}: {stem} check n33-s2: {message}"], out
     assert "first: (0,)" not in out  # the detail lines stay out of the line style
-
-
-def test_tb_line_points_at_the_line_of_the_candidate_that_raised(
-        pytester: pytest.Pytester) -> None:
-    """`--tb=line` pointed at `def custom_kernel` (line 1 of raises.py), not at the `raise` on
-    line 2 that failed."""
-    raises = CANDIDATES / "raises.py"
-    result = pytester.runpytest_subprocess(
-        str(AXPY), "-p", "no:cacheprovider", "--kernel", str(raises), "--tb=line",
-        "-k", "raises and n33")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    out = result.stdout.str()
-    lines = [line for line in out.splitlines()
-             if "raises check n33-s2" in line and not line.startswith("FAILED ")]
-    assert lines == [f"{raises}:2: raises check n33-s2: RuntimeError: boom from the kernel"], out
 
 
 def test_the_raising_line_is_the_innermost_frame_in_the_file_of_the_last_exception() -> None:
