@@ -1,6 +1,7 @@
 """Public fixtures for users' own tests against a task (documented in the README).
 
-- ``ks_load_task(path)`` -> ``Task``: load and validate a task folder.
+- ``ks_load_task(path)`` -> ``Task``: load and validate a task folder (or its ``task.toml``),
+  relative to the current directory.
 - ``ks_evaluate(task, candidate, kind, case)`` -> ``CaseResult``: run one candidate file on one
   case in an isolated worker, judged exactly as the collected tests are (the candidate's
   failures come back as ``outcome == "failed"`` with the reason; a call that cannot mean
@@ -31,7 +32,8 @@ def ks_device(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def ks_load_task() -> Callable[[str | Path], Task]:
-    """Load a task folder (raises TaskSpecError with the file and field on a bad spec)."""
+    """Load a task folder or its task.toml (TaskSpecError with the file and field on a bad
+    spec)."""
     return lambda path: load_task(Path(path))
 
 

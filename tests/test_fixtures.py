@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from helpers import AXPY, CANDIDATES
 
@@ -39,3 +41,30 @@ def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
     result.assert_outcomes(passed=2)
+
+
+def test_a_task_given_by_a_relative_path_or_its_task_toml(pytester: pytest.Pytester) -> None:
+    """Workers run in a folder of their own: a relative task path reached them as it was, and
+    every candidate failed as the task's fault (no axpy/reference.py there); a task.toml path,
+    as pytest's node ids name it, raised NotADirectoryError."""
+    shutil.copytree(AXPY, pytester.path / "axpy")
+    pytester.makepyfile(
+        test_mine="""
+        import pytest
+
+        from pytest_kscientist.errors import TaskSpecError
+
+
+        @pytest.mark.parametrize("path", ["axpy", "axpy/task.toml"])
+        def test_relative(ks_load_task, ks_evaluate, path):
+            task = ks_load_task(path)
+            result = ks_evaluate(task, "axpy/seeds/good.py", "check", {"n": 8, "seed": 1})
+            assert result.outcome == "passed", result.reason
+
+        def test_another_file(ks_load_task):
+            with pytest.raises(TaskSpecError, match="a task is a folder holding task.toml"):
+                ks_load_task("axpy/reference.py")
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
+    result.assert_outcomes(passed=3)

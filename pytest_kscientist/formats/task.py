@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from fnmatch import fnmatch
@@ -349,7 +350,17 @@ def looks_like_task(spec_path: Path) -> bool:
 
 
 def load_task(root: Path) -> Task:
-    """Load and validate ``root/task.toml``; raise TaskSpecError naming the file and field."""
+    """Load and validate ``root/task.toml`` (``root`` may name that file itself); raise
+    TaskSpecError naming the file and field."""
+    # Absolute, for its paths go to workers that run in a folder of their own: a relative
+    # `ks_load_task("axpy")` failed every candidate as the task's fault (no axpy/reference.py
+    # there). Links are kept (no resolve), as for the collected tasks' paths.
+    root = Path(os.path.abspath(root))
+    if root.name == SPEC_NAME and root.is_file():
+        root = root.parent  # the path pytest's node ids and `pytest x/task.toml` name
+    elif root.is_file():
+        raise TaskSpecError(f"{root}: a task is a folder holding {SPEC_NAME}, got a file; pass "
+                            f"its folder ({root.parent}) or its {SPEC_NAME}")
     spec_path = root / SPEC_NAME
     try:
         raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
