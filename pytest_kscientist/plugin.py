@@ -164,10 +164,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
             # --evolve is its own mode: child sessions run the task's items. The file is still
             # claimed, empty, so `pytest --evolve 3 path/task.yml` is not "file not found".
             return EvolveTarget.from_parent(parent, path=file_path)
-        if not parent.config.option.collectonly:
+        if not _runs_nothing(parent.config):
             parent.config.stash[KS_SESSION].start_early(file_path)
         return TaskFile.from_parent(parent, path=file_path)
     return None
+
+
+def _runs_nothing(config: pytest.Config) -> bool:
+    """Whether the session runs no item: --co, or --setup-plan / --setup-only (pytest runs
+    their items' setup, never their call). Under --setup-plan workers were started, candidates
+    imported (their builds), and --ks-json overwritten with an empty list."""
+    return bool(config.option.collectonly or config.getoption("setuponly", False))
 
 
 def _cores() -> int:
@@ -205,7 +212,7 @@ class KsHooks:
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         if self.ks.settings.evolve is None:
             config = session.config
-            if not (config.option.collectonly or session.testsfailed
+            if not (_runs_nothing(config) or session.testsfailed
                     or config.pluginmanager.has_plugin("dsession")):  # xdist's controller
                 from pytest_kscientist.harness.compiles import compile_ahead
                 from pytest_kscientist.harness.starts import start_workers
@@ -329,7 +336,7 @@ class KsHooks:
                 session.config.hook.pytest_kscientist_candidate_result(
                     config=session.config, result=result
                 )
-        if ks.settings.json_path is not None and not session.config.option.collectonly:
+        if ks.settings.json_path is not None and not _runs_nothing(session.config):
             # Always (an empty list when no task ran: a CI step must not read the file an
             # earlier run left there as this run's results), but not when only collecting.
             ks.write_json(ks.settings.json_path,

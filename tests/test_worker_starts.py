@@ -151,16 +151,24 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
     assert spares._ready == {}
 
 
-def test_collect_only_starts_no_worker(pytester: pytest.Pytester,
-                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("listing", ["--collect-only", "--setup-plan", "--setup-only"])
+def test_listing_the_items_starts_no_worker_and_leaves_the_results(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        listing: str) -> None:
+    """--setup-plan and --setup-only run no item's call, but they imported every candidate in
+    workers started ahead (a CUDA seed's build) and replaced --ks-json's file with `[]`."""
     log = tmp_path / "loads.log"
     monkeypatch.setenv("LOAD_LOG", str(log))
     (pytester.path / "one.py").write_text(LOGGED)
     (pytester.path / "two.py").write_text(LOGGED)
+    (pytester.path / "saved.json").write_text('{"earlier": "results"}')
     result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
-                                           "one.py", "--kernel", "two.py", "--collect-only", "-q")
-    assert result.ret == pytest.ExitCode.OK
+                                           "one.py", "--kernel", "two.py", listing, "-q",
+                                           "--ks-json", "saved.json")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    result.stdout.fnmatch_lines(["*::one::check[[]n1000-s1[]]*"])
     assert not log.exists()
+    assert (pytester.path / "saved.json").read_text() == '{"earlier": "results"}'
 
 
 # Stands in for torch.utils.cpp_extension: its precompiled-header step logs when it ran.
