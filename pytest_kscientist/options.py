@@ -356,12 +356,17 @@ def resolve(config: pytest.Config) -> Settings:
                     f"--evolve cannot be combined with {flag}: evolution picks its own "
                     f"candidates and writes results to the population folder; drop {flag}"
                 )
-        if config.getoption("collectonly", False):
+        # --setup-plan implies --setup-only; like --collect-only they run no item's call.
+        listing = next((flag for flag, on in (
+            ("--collect-only", config.getoption("collectonly", False)),
+            ("--setup-plan", config.getoption("setupplan", False)),
+            ("--setup-only", config.getoption("setuponly", False))) if on), None)
+        if listing is not None:
             raise pytest.UsageError(
-                "--evolve cannot be combined with --collect-only: each generation is evaluated "
-                "in a child session and written to the population folder, which a collection "
+                f"--evolve cannot be combined with {listing}: each generation is evaluated "
+                f"in a child session and written to the population folder, which {listing} "
                 "must not do (with --ks-llm gemini, not pay for); to list a task's items: "
-                "pytest TASK --collect-only")
+                f"pytest TASK {listing}")
         if opt.ks_same_as:
             raise pytest.UsageError(
                 "--evolve cannot be combined with --ks-same-as: each generation's child session "

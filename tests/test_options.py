@@ -51,6 +51,8 @@ from helpers import AXPY
         (["--evolve", "2", "--ks-json", "r.json"], "--evolve cannot be combined with --ks-json"),
         (["--evolve", "2", "--co"], "--evolve cannot be combined with --collect-only: each "
          "generation is evaluated in a child session"),  # it evolved a whole generation
+        (["--evolve", "2", "--setup-plan"], "--evolve cannot be combined with --setup-plan: "
+         "each generation is evaluated"),  # it evolved, as --co did
         (["--evolve", "2", "--ks-min-speedup", "reference=100"], "--evolve cannot be combined "
          "with --ks-min-speedup: its generations are judged by their timings beside their "
          "parents, not by gates; drop --ks-min-speedup"),
