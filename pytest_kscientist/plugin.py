@@ -198,6 +198,7 @@ class KsHooks:
         self.evolve_spec: Path | None = None  # the task file --evolve runs on, found once
         self.deselected_gates: list[pytest.Item] = []  # by -k/-m, before our modifyitems
         self.deselected_names: set[str] = set()  # the candidates of the items deselected
+        self.finished = 0  # items whose run protocol ended (pytest_runtest_logfinish)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -278,6 +279,9 @@ class KsHooks:
         if call.when == "call":
             show_printed(item, call)
 
+    def pytest_runtest_logfinish(self) -> None:
+        self.finished += 1
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_kscientist.harness.results import (
             BaselineInfo,
@@ -339,8 +343,12 @@ class KsHooks:
         if ks.settings.json_path is not None and not _runs_nothing(session.config):
             # Always (an empty list when no task ran: a CI step must not read the file an
             # earlier run left there as this run's results), but not when only collecting.
+            # -x / --maxfail stop a session with exit code 1, not 2: its items after the stop
+            # never ran either, and a gate reading the file skipped the kernels it lacked.
+            stopped = (bool(session.shouldfail or session.shouldstop)
+                       and self.finished < session.testscollected)
             ks.write_json(ks.settings.json_path,
-                          interrupted=session.exitstatus == pytest.ExitCode.INTERRUPTED)
+                          interrupted=interrupted or stopped)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         from pytest_kscientist.harness.report import selection_hints, write_summary

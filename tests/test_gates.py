@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import session_server
 from baseline_sources import with_baselines
-from helpers import AXPY, SESSION, run_pytest
+from helpers import AXPY, CANDIDATES, SESSION, run_pytest
 
 from pytest_kscientist.harness import gates
 from pytest_kscientist.harness.results import (
@@ -516,3 +516,28 @@ def test_gates_set_in_the_ini_file_are_named_by_their_ini_keys(tmp_path: Path) -
     assert f"ks_compare (ini) {tmp_path / 'nowhere.json'} holds no results for task 'axpy'" in (
         out), out
     assert "--ks-min-speedup" not in out and "--ks-compare" not in out, out
+
+
+def test_a_run_stopped_by_maxfail_is_saved_as_interrupted(tmp_path: Path) -> None:
+    """-x / --maxfail end a session with exit code 1, not 2, so its --ks-json file said it was
+    not interrupted though the kernels after the stop never ran: a gate reading it skipped
+    them ("nothing to compare with"), as it did for a cancelled CI job's file before."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    shutil.copy(CANDIDATES / "wrong.py", tmp_path / "wrong.py")
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "later.py")
+    quick = ["axpy", "--ks-baselines", "none", "--ks-bench-budget", "0.05"]
+    code, output, cut = run_pytest([*quick, "-x", "--kernel", "wrong.py", "--kernel",
+                                    "later.py"], cwd=tmp_path)
+    assert code == 1 and cut is not None, output
+    assert "later" not in {c["name"] for c in cut["candidates"]}, output
+    assert cut["interrupted"] is True, cut
+    (tmp_path / "cut.json").write_text(json.dumps(cut))
+    code, output, _ = run_pytest([*quick, "--kernel", "later.py", "--ks-compare", "cut.json",
+                                  "--ks-max-regression", "5%"], cwd=tmp_path)
+    assert code == 1, output
+    assert "'later' has no result in cut.json, written by a run that was interrupted" in output
+    # stopped by its last item: every item ran, so the file is whole
+    code, output, whole = run_pytest([*quick, "-x", "--kernel", "wrong.py", "-k",
+                                      "wrong and bench"], cwd=tmp_path)
+    assert code == 1 and whole is not None, output
+    assert whole["interrupted"] is False, whole

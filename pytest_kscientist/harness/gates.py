@@ -273,8 +273,8 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
                                  f"(it has: {held}); pass the --ks-json file of a run of this task")
     if then_cand is None and then_run.interrupted:
         return Verdict("failed", f"'{who}' has no result in {path}, written by a run that was "
-                                 "interrupted before its items ran (Ctrl-C, a cancelled CI job): "
-                                 "not a run to compare with; save one that finished")
+                                 "interrupted before its items ran (Ctrl-C, a cancelled CI job, "
+                                 "-x): not a run to compare with; save one that finished")
     if then_cand is None:
         return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
     found = saved_change(cand, task, saved, reference)

@@ -27,7 +27,8 @@ from pytest_kscientist.harness.attribution import Attribution
 # into the shared folder of their sources, reused from it, failed or declined).
 # 11: timed_as on a benchmark (--ks-same-as: the candidate runs that kernel's code there and
 # was not timed again; its stats and speedups are that kernel's from the same rounds).
-# 12: interrupted on the run (Ctrl-C or a signal stopped it: its items may be missing).
+# 12: interrupted on the run (Ctrl-C, a signal, -x or --maxfail stopped it: its items may be
+#     missing).
 RESULTS_SCHEMA_VERSION = 12
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
