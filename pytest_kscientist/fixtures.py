@@ -1,7 +1,8 @@
 """Public fixtures for users' own tests against a task (documented in the README).
 
-- ``ks_load_task(path)`` -> ``Task``: load and validate a task folder (or its ``task.toml``),
-  relative to the current directory.
+- ``ks_load_task(path)`` -> ``Task``: load and validate a task as collection does: a folder
+  holding ``task.toml`` or a GPU MODE ``task.yml``, either file, or a KernelBench problem file
+  (a relative path from the current directory).
 - ``ks_evaluate(task, candidate, kind, case)`` -> ``CaseResult``: run one candidate file on one
   case in an isolated worker, judged exactly as the collected tests are (the candidate's
   failures come back as ``outcome == "failed"`` with the reason; a call that cannot mean
@@ -12,14 +13,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from pytest_kscientist.errors import CandidateFailure
-from pytest_kscientist.formats.task import Case, Task, load_task
+from pytest_kscientist.errors import CandidateFailure, TaskSpecError
+from pytest_kscientist.formats.task import SPEC_NAME, Case, Task, load_task
 from pytest_kscientist.harness.results import CaseResult
 from pytest_kscientist.harness.session import KS_SESSION
 
@@ -31,10 +33,29 @@ def ks_device(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def ks_load_task() -> Callable[[str | Path], Task]:
-    """Load a task folder or its task.toml (TaskSpecError with the file and field on a bad
-    spec)."""
-    return lambda path: load_task(Path(path))
+def ks_load_task(request: pytest.FixtureRequest) -> Callable[[str | Path], Task]:
+    """Load a task folder (task.toml, GPU MODE task.yml), either file, or a KernelBench problem
+    file (TaskSpecError with the file and field on a bad spec)."""
+    tolerance = request.config.stash[KS_SESSION].settings.kernelbench_tol
+    return lambda path: _load(Path(os.path.abspath(path)), tolerance)
+
+
+def _load(path: Path, kernelbench_tol: float) -> Task:
+    """The task at ``path``, of whichever format collection would claim it as."""
+    from pytest_kscientist.formats import gpumode, kernelbench
+    from pytest_kscientist.harness.collect import load_any
+
+    if path.is_dir() and not (path / SPEC_NAME).exists():
+        path = path / gpumode.YML_NAME  # a GPU MODE folder, else load_task names what lacks
+    if gpumode.looks_like_problem(path) or (path.is_file() and path.suffix == ".py"
+                                            and kernelbench.looks_like_problem(path)):
+        return load_any(path, kernelbench_tol)
+    if path.is_file() and path.name != SPEC_NAME:
+        raise TaskSpecError(
+            f"ks_load_task: {path} is none of the tasks collection claims: a folder holding "
+            f"{SPEC_NAME} or a GPU MODE {gpumode.YML_NAME}, either file, or a KernelBench "
+            "problem file (Model, get_inputs and get_init_inputs at top level); pass one")
+    return load_task(path.parent if path.name == gpumode.YML_NAME else path)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from helpers import AXPY, CANDIDATES
+from helpers import AXPY, CANDIDATES, DATA
 
 
 def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:
@@ -62,8 +62,42 @@ def test_a_task_given_by_a_relative_path_or_its_task_toml(pytester: pytest.Pytes
             assert result.outcome == "passed", result.reason
 
         def test_another_file(ks_load_task):
-            with pytest.raises(TaskSpecError, match="a task is a folder holding task.toml"):
+            with pytest.raises(TaskSpecError, match="is none of the tasks collection claims"):
                 ks_load_task("axpy/reference.py")
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
+    result.assert_outcomes(passed=3)
+
+
+def test_gpu_mode_and_kernelbench_tasks_load_as_collection_claims_them(
+        pytester: pytest.Pytester) -> None:
+    """ks_load_task read task.toml only: a GPU MODE folder (or its task.yml) and a KernelBench
+    problem file, which `pytest PATH` collects, failed with "no task spec here"."""
+    shutil.copytree(DATA / "formats", pytester.path / "formats")
+    pytester.makepyfile(
+        test_mine="""
+        import pytest
+
+        GPUMODE = "formats/gpumode/cpu/scale_py"
+        RELU = "formats/kernelbench/level1/2_ReLU.py"
+
+
+        @pytest.mark.parametrize("path", [GPUMODE, GPUMODE + "/task.yml"])
+        def test_gpumode(ks_load_task, ks_evaluate, path):
+            task = ks_load_task(path)
+            case = task.profile("cpu").tests[0]
+            good = ks_evaluate(task, GPUMODE + "/solutions/correct/torch_ops.py", "check", case)
+            assert good.outcome == "passed", good.reason
+            bad = ks_evaluate(task, GPUMODE + "/solutions/wrong/no_square.py", "check", case)
+            assert bad.outcome == "failed"
+
+        def test_kernelbench(ks_load_task, ks_evaluate):
+            task = ks_load_task(RELU)
+            case = task.profile("cpu").tests[0]
+            result = ks_evaluate(task, "formats/kernelbench/solutions/2_ReLU/clamp.py", "check",
+                                 case)
+            assert result.outcome == "passed", result.reason
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
