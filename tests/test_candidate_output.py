@@ -173,3 +173,26 @@ def test_a_sub_second_timeout_is_named_as_given(tmp_path: Path) -> None:
                                   "--ks-baselines", "none", "-k", "slowk and n33"], cwd=tmp_path)
     assert code == 1, output
     assert "no answer to 'check' within 0.5 s (hang?); worker killed" in output, output
+
+
+def test_tee_sys_shows_a_candidates_prints_as_they_come_and_keeps_them(tmp_path: Path) -> None:
+    """--capture=tee-sys passes what a test prints through to the terminal and keeps it in the
+    report: a candidate's prints went to the report only, never shown on a passing run."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "loud.py").write_text(
+        "import sys\n\ndef custom_kernel(data):\n    x, y, out = data\n"
+        "    print('printed by the kernel')\n    print('to stderr', file=sys.stderr)\n"
+        "    out.copy_(2 * x + y)\n    return out\n")
+    code, output, _ = run_pytest(["axpy", "--kernel", "loud.py", "--ks-baselines", "none",
+                                  "-k", "loud and check and n33", "--capture=tee-sys",
+                                  "--junitxml", "junit.xml", "-o", "junit_logging=all"],
+                                 cwd=tmp_path)
+    assert code == 0, output
+    live = output.split("==== PASSES ====")[0]  # run_pytest passes -rA
+    assert "| printed by the kernel" in live, output
+    after = output.rsplit("passed, 4 deselected", 1)[1]  # the session's stderr, after stdout
+    assert "| to stderr" in after, output
+    junit = ElementTree.parse(tmp_path / "junit.xml").getroot()
+    check = next(case for case in junit.iter("testcase") if case.get("name") == "check[n33-s2]")
+    assert "printed by the kernel" in (check.findtext("system-out") or ""), output
+    assert "to stderr" in (check.findtext("system-err") or ""), output

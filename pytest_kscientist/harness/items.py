@@ -311,7 +311,8 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     """A candidate item's report gets what the candidate printed since its previous item, its
     stdout and its stderr each as the captured-output section pytest's own capture makes
     (shown under a failure, with -rP, in JUnit's system-out and system-err); with -s they go
-    to the terminal's. Not after its worker died: the failure quotes the logs' tails."""
+    to the terminal's, with --capture=tee-sys to both. Not after its worker died: the failure
+    quotes the logs' tails."""
     if not isinstance(item, CandidateItem):
         return
     printed = item.candidate.printed()
@@ -323,11 +324,13 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
         # Each line behind a margin: untrusted code must not print lines that read as pytest's
         # own (the corpus's fake_records prints "PASSED ...::fake_records::check").
         text = "".join(PRINTED_MARGIN + line for line in text.splitlines(keepends=True))
-        if item.config.getoption("capture") == "no":
+        capture = item.config.getoption("capture")
+        if capture in ("no", "tee-sys"):  # tee-sys: shown as printed, and kept in the report
             stream = sys.stdout if name == "stdout" else sys.stderr
             stream.write(text)
             stream.flush()
-            continue
+            if capture == "no":
+                continue
         # "Captured stdout call" / "Captured stderr call", the sections pytest's own capture
         # makes: --show-capture and JUnit's system-out / system-err (junit_logging) read them
         # by those names.
