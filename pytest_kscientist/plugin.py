@@ -170,11 +170,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     return None
 
 
+# Listings that collect (and end the session as a run does) but run no item: --fixtures,
+# --fixtures-per-test and --cache-show are sessions of their own, and --setup-plan /
+# --setup-only run their items' setup, never their call. Under them a worker zygote was
+# started, under --setup-plan candidates imported (their builds), and --ks-json replaced by [].
+_LISTINGS = ("collectonly", "setuponly", "showfixtures", "show_fixtures_per_test", "cacheshow")
+
+
 def _runs_nothing(config: pytest.Config) -> bool:
-    """Whether the session runs no item: --co, or --setup-plan / --setup-only (pytest runs
-    their items' setup, never their call). Under --setup-plan workers were started, candidates
-    imported (their builds), and --ks-json overwritten with an empty list."""
-    return bool(config.option.collectonly or config.getoption("setuponly", False))
+    """Whether the session runs no item (--co and the other listings, ``_LISTINGS``)."""
+    return any(config.getoption(dest, False) for dest in _LISTINGS)
 
 
 def _cores() -> int:

@@ -151,22 +151,30 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
     assert spares._ready == {}
 
 
-@pytest.mark.parametrize("listing", ["--collect-only", "--setup-plan", "--setup-only"])
+@pytest.mark.parametrize(("listing", "shows"), [
+    ("--collect-only", "*::one::check[[]n1000-s1[]]*"),
+    ("--setup-plan", "*::one::check[[]n1000-s1[]]*"),
+    ("--setup-only", "*::one::check[[]n1000-s1[]]*"),
+    ("--fixtures", "*ks_evaluate*"),
+    ("--fixtures-per-test", "*no tests ran*"),
+    ("--cache-show", "*cachedir:*"),
+])
 def test_listing_the_items_starts_no_worker_and_leaves_the_results(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-        listing: str) -> None:
+        listing: str, shows: str) -> None:
     """--setup-plan and --setup-only run no item's call, but they imported every candidate in
-    workers started ahead (a CUDA seed's build) and replaced --ks-json's file with `[]`."""
+    workers started ahead (a CUDA seed's build) and replaced --ks-json's file with `[]`, as
+    --fixtures, --fixtures-per-test and --cache-show did (an ini's addopts may carry it)."""
     log = tmp_path / "loads.log"
     monkeypatch.setenv("LOAD_LOG", str(log))
     (pytester.path / "one.py").write_text(LOGGED)
     (pytester.path / "two.py").write_text(LOGGED)
     (pytester.path / "saved.json").write_text('{"earlier": "results"}')
-    result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
-                                           "one.py", "--kernel", "two.py", listing, "-q",
-                                           "--ks-json", "saved.json")
+    cache = [] if listing == "--cache-show" else ["-p", "no:cacheprovider"]
+    result = pytester.runpytest_subprocess(str(AXPY), *cache, "--kernel", "one.py", "--kernel",
+                                           "two.py", listing, "-q", "--ks-json", "saved.json")
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
-    result.stdout.fnmatch_lines(["*::one::check[[]n1000-s1[]]*"])
+    result.stdout.fnmatch_lines([shows])
     assert not log.exists()
     assert (pytester.path / "saved.json").read_text() == '{"earlier": "results"}'
 
