@@ -5,7 +5,8 @@
   (a relative path from the current directory).
 - ``ks_evaluate(task, candidate, kind, case)`` -> ``CaseResult``: run one candidate file on one
   case in an isolated worker, judged exactly as the collected tests are (the candidate's
-  failures come back as ``outcome == "failed"`` with the reason; a call that cannot mean
+  failures come back as ``outcome == "failed"`` with the reason, a candidate this device
+  cannot run (its ``KS_REQUIRES``) as ``"skipped"`` with why; a call that cannot mean
   anything, a kind other than "check"/"bench", a case without the task's keys or a candidate
   file that does not exist, raises ValueError or FileNotFoundError naming it).
 - ``ks_device``: the device the session evaluates on ("cpu" or "cuda:N").
@@ -77,6 +78,15 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
         if not Path(candidate).is_file():
             raise FileNotFoundError(f"ks_evaluate: no candidate file at {candidate}; pass the "
                                     "path of a .py file exposing custom_kernel(data)")
+        from pytest_kscientist.harness.collect import candidate_unmet
+
+        case_id = task.case_id(case)
+        # As its collected items: skipped where this device cannot run it (its KS_REQUIRES),
+        # failed when that declaration is itself wrong; a GPU-only kernel ran on the CPU.
+        unmet, declared = candidate_unmet(Path(candidate), ks.device)
+        if unmet or declared:
+            return CaseResult(kind=kind, case=case, case_id=case_id,
+                              outcome="skipped" if unmet else "failed", reason=unmet or declared)
         evaluator = ks.evaluator(task)
         worker = None
         try:
@@ -87,7 +97,7 @@ def ks_evaluate(request: pytest.FixtureRequest) -> Iterator[Callable[..., CaseRe
             ks.wait_for_starts()  # no collected candidate's build beside a timed call
             return evaluator.bench(worker, case, ks.device_name, ks.bench_budget(task))
         except CandidateFailure as exc:
-            return CaseResult(kind=kind, case=case, case_id=task.case_id(case), outcome="failed",
+            return CaseResult(kind=kind, case=case, case_id=case_id, outcome="failed",
                               reason=exc.reason)
         finally:
             if worker is not None:

@@ -102,3 +102,28 @@ def test_gpu_mode_and_kernelbench_tasks_load_as_collection_claims_them(
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
     result.assert_outcomes(passed=3)
+
+
+def test_a_candidate_this_device_cannot_run_is_skipped_as_its_items_are(
+        pytester: pytest.Pytester) -> None:
+    """ks_evaluate ran a KS_REQUIRES = "sm_90" kernel on the CPU (its collected items skip),
+    and returned that run's verdict; a wrong declaration (its items fail) was not read."""
+    pytester.makepyfile(
+        sm90="KS_REQUIRES = 'sm_90'\n\ndef custom_kernel(data):\n    x, y, out = data\n"
+             "    out.copy_(2 * x + y)\n    return out\n",
+        typo="KS_REQUIRES = 'sm_9x'\n\ndef custom_kernel(data):\n    return data[2]\n",
+        test_mine=f"""
+        def test_requires(ks_load_task, ks_evaluate, ks_device):
+            task = ks_load_task({str(AXPY)!r})
+            case = task.profile("cpu").tests[1]
+            skipped = ks_evaluate(task, "sm90.py", "check", case)
+            assert skipped.outcome == "skipped", skipped
+            assert skipped.reason.startswith("candidate 'sm90' requires sm_90 ("), skipped
+            assert skipped.reason.endswith(f"this run's device is {{ks_device}}; run it on "
+                                           "such a device"), skipped
+            wrong = ks_evaluate(task, "typo.py", "check", case)
+            assert wrong.outcome == "failed" and "KS_REQUIRES names" in wrong.reason, wrong
+        """,
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
+    result.assert_outcomes(passed=1)

@@ -61,6 +61,20 @@ def load_any(path: Path, kernelbench_tol: float = 1e-2) -> Task:
     return load_task(path.parent)
 
 
+def candidate_unmet(path: Path, device: str) -> tuple[str, str]:
+    """(why ``device`` cannot run the candidate at ``path``, from its KS_REQUIRES, or ""; why
+    its declaration itself is wrong, or "")."""
+    try:
+        missing = first_unmet(requires.declared(path), device)
+        if missing is None:
+            return hip.unmet_on(path, device), ""
+    except (requires.RequiresError, hip.HipDeclarationError) as exc:
+        return "", f"candidate {path}: {exc}"
+    need, found = missing
+    return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
+            f"{requires.NAME}), this run's device is {found}; run it on such a device"), ""
+
+
 def matched_solutions(folder: Path, task: Task) -> list[Path]:
     """Candidates for ``task`` in a --ks-solutions folder: <task>.py and <task>/*.py."""
     found = [folder / f"{task.name}.py"] if (folder / f"{task.name}.py").is_file() else []
@@ -218,17 +232,7 @@ class TaskFile(pytest.File):
             yield node
 
     def _unmet(self, path: Path, device: str) -> tuple[str, str]:
-        """(why this run's device cannot run the candidate, from its KS_REQUIRES, or ""; why its
-        declaration itself is wrong, or "")."""
-        try:
-            missing = first_unmet(requires.declared(path), device)
-            if missing is None:
-                return hip.unmet_on(path, device), ""
-        except (requires.RequiresError, hip.HipDeclarationError) as exc:
-            return "", f"candidate {path}: {exc}"
-        need, found = missing
-        return (f"candidate '{path.stem}' requires {need} ({describe(need)}, its "
-                f"{requires.NAME}), this run's device is {found}; run it on such a device"), ""
+        return candidate_unmet(path, device)
 
     def _saved_beside(self, ks: KsSession, task: Task, candidates: list[Path]) -> list[str]:
         """With --ks-compare: each candidate's file as the saved run ran it (the results'
