@@ -317,6 +317,12 @@ def resolve(config: pytest.Config) -> Settings:
     opt = config.option
     kernels = _kernel_files("--kernel", opt.kernel)
     beside = _kernel_files("--ks-beside", opt.ks_beside)
+    both = [p for p in beside if p in kernels]
+    if both:
+        raise pytest.UsageError(
+            f"--kernel/--ks-beside: {both[0]} is given to both, expected each kernel once "
+            "(--kernel makes it a candidate with items, --ks-beside times it beside the "
+            "candidates without items of its own); drop one of the two")
     stems = [p.stem for p in kernels] + [p.stem for p in beside]
     for stem in set(stems):
         if stems.count(stem) > 1:

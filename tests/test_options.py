@@ -20,6 +20,10 @@ from helpers import AXPY
          "custom_kernel(data), got '.txt'"),
         (["--kernel", "a/k.py", "--kernel", "b/k.py"],
          "--kernel/--ks-beside: two kernels are named 'k'"),
+        # one file, not two of one name: "rename one" was no fix
+        (["--kernel", "a/k.py", "--ks-beside", "./a/k.py"], "/a/k.py is given to both, expected "
+         "each kernel once (--kernel makes it a candidate with items, --ks-beside times it "
+         "beside the candidates without items of its own); drop one of the two"),
         (["--ks-salt", "abc"],
          "--ks-salt expects the integer printed by an earlier run, got 'abc'"),
         (["--ks-timeout", "0"], "--ks-timeout expects a positive number of seconds, got '0'"),
