@@ -295,9 +295,12 @@ def _kernel_files(flag: str, raws: list[str]) -> tuple[Path, ...]:
                 "custom_kernel(data) (for a folder of solutions matched to tasks by name: "
                 "--ks-solutions DIR)")
         if not path.is_file():
+            # Relative to where pytest runs, as pytest's own paths: an ini's addopts too, so a
+            # run from a subfolder missed the file with no word of where it looked.
+            where = "" if path.is_absolute() else f" in {Path.cwd()}"
             raise pytest.UsageError(
-                f"{flag} {raw}: no such file; expected a Python file exposing custom_kernel(data)"
-            )
+                f"{flag} {raw}: no such file{where}; expected a Python file exposing "
+                "custom_kernel(data)")
         if path.suffix != ".py":
             raise pytest.UsageError(
                 f"{flag} {raw}: expected a .py file exposing custom_kernel(data), got "

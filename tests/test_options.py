@@ -14,8 +14,7 @@ from helpers import AXPY
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--kernel", "nope.py"], "--kernel nope.py: no such file; expected a Python file "
-         "exposing custom_kernel(data)"),
+        (["--kernel", "nope.py"], "--kernel nope.py: no such file in "),
         (["--kernel", "notes.txt"], "--kernel notes.txt: expected a .py file exposing "
          "custom_kernel(data), got '.txt'"),
         (["--kernel", "a/k.py", "--kernel", "b/k.py"],
@@ -102,6 +101,20 @@ def test_ini_twin_is_validated_and_named_as_the_ini_key(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_a_kernel_missed_from_a_subfolder_says_where_it_was_looked_for(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ini's addopts `--kernel k.py` is read from where pytest runs, as pytest's own paths:
+    from a subfolder the error said "no such file" and not where it had looked."""
+    pytester.makeini("[pytest]\naddopts = --kernel k.py\n")
+    (pytester.path / "k.py").write_text("def custom_kernel(data):\n    return data\n")
+    sub = pytester.mkdir("sub")
+    monkeypatch.chdir(sub)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (f"--kernel k.py: no such file in {sub}; expected a Python file exposing "
+            "custom_kernel(data)") in result.stderr.str()
 
 
 def test_the_flag_is_named_when_the_flag_gave_the_value(pytester: pytest.Pytester) -> None:
