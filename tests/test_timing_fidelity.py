@@ -126,8 +126,11 @@ def test_beside_kernel_gives_a_speedup_with_its_interval(beside_run) -> None:
 
 
 def test_beside_kernel_named_like_a_candidate_is_a_usage_error(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(AXPY / "seeds" / "good.py", other / "good.py")
     code, output, _ = run_pytest([str(AXPY), f"--kernel={AXPY / 'seeds' / 'good.py'}",
-                                  f"--ks-beside={AXPY / 'seeds' / 'good.py'}"], cwd=tmp_path)
+                                  f"--ks-beside={other / 'good.py'}"], cwd=tmp_path)
     assert code == 4
     assert "--kernel/--ks-beside: two kernels are named 'good'" in output
 
