@@ -51,7 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_kscientist.harness.session import KS_SESSION, KsSession
 
     config.addinivalue_line("markers", "kscientist: a pytest-kscientist task case")
-    config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device")
+    config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device (the checks, benchmarks "
+                            "and gates of a kernel that declares KS_REQUIRES, of a baseline "
+                            "with requires)")
     settings = resolve(config)
     if settings.evolve is not None:
         # Resolved once, here, into the one frozen Settings the loop and the LLM scientist read.

@@ -195,6 +195,30 @@ def test_ks_requires_skips_a_gpu_only_candidate_with_the_reason(pytester: pytest
     assert (by_name["cuda_only"]["not_run"], by_name["cuda_only"]["cases"]) == (why, [])
 
 
+def test_the_items_of_a_kernel_that_declares_its_devices_carry_the_gpu_marker(
+        pytester: pytest.Pytester) -> None:
+    """`-m "not gpu"`, the usual way to keep GPU work out of a CPU CI job, kept a KS_REQUIRES
+    kernel's items (the plugin registered the marker and never set it), and `-m gpu` selected
+    nothing; a baseline that requires a device is marked the same way."""
+    kernel = pytester.path / "cuda_only.py"
+    kernel.write_text('KS_REQUIRES = "cuda"\n\ndef custom_kernel(data):\n    return data[2]\n')
+    task = pytester.path / "axpy"
+    shutil.copytree(AXPY, task)
+    spec = task / "task.toml"
+    spec.write_text(spec.read_text() + '\n[[baselines]]\nname = "on_gpu"\nfile = '
+                    '"seeds/good.py"\nrequires = ["cuda"]\n')
+    args = [str(task), "--ks-device", "cpu", "--kernel", str(kernel), "--kernel",
+            str(AXPY / "seeds" / "good.py"), "--co", "-q", "-p", "no:cacheprovider"]
+    result = pytester.runpytest(*args, "-m", "gpu")
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids and all("::cuda_only::" in i or "::on_gpu::" in i for i in ids), ids
+    assert {i.split("::")[1] for i in ids} == {"cuda_only", "on_gpu"}, ids
+    result = pytester.runpytest(*args, "-m", "not gpu")
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert any("::good::" in i for i in ids) and not any(
+        "::cuda_only::" in i or "::on_gpu::" in i for i in ids), ids
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ('"tpu"', "KS_REQUIRES names unknown requirement 'tpu'; expected cuda, nvidia, rocm or "
      "sm_XY (e.g. sm_90)"),

@@ -61,6 +61,15 @@ def load_any(path: Path, kernelbench_tol: float = 1e-2) -> Task:
     return load_task(path.parent)
 
 
+def _declares_devices(path: Path) -> bool:
+    """Whether the candidate at ``path`` declares the devices it runs on (KS_REQUIRES); a
+    declaration that does not read is its load failure (candidate_unmet), not a marker."""
+    try:
+        return bool(requires.declared(path))
+    except requires.RequiresError:
+        return False
+
+
 def candidate_unmet(path: Path, device: str) -> tuple[str, str]:
     """(why ``device`` cannot run the candidate at ``path``, from its KS_REQUIRES, or ""; why
     its declaration itself is wrong, or "")."""
@@ -216,7 +225,7 @@ class TaskFile(pytest.File):
                 entry="run" if spec.prepare else "custom_kernel",
                 prepare="prepare" if spec.prepare else None, tests=profile.tests,
                 benchmarks=profile.benchmarks, role="baseline", skip_reason=skip[spec.name],
-                tolerate=spec.verify == "report",
+                tolerate=spec.verify == "report", needs_device=bool(spec.requires),
             )
         for path in candidates:
             unmet, declared = self._unmet(path, ks.device)
@@ -226,6 +235,7 @@ class TaskFile(pytest.File):
             node = CandidateNode.from_parent(
                 self, name=path.stem, task=task, source=path, entry=task.entry,
                 tests=profile.tests, benchmarks=profile.benchmarks, skip_reason=unmet,
+                needs_device=_declares_devices(path),
             )
             if declared:  # its own declaration is wrong: its items fail, not the task's
                 node.load_failure = CandidateFailure(declared)
@@ -326,8 +336,12 @@ class CandidateNode(pytest.Collector):
 
     def __init__(self, *, task: Task, source: Path, entry: str, tests: list[Case],
                  benchmarks: list[Case], role: str = "candidate", prepare: str | None = None,
-                 skip_reason: str = "", tolerate: bool = False, **kwargs: Any) -> None:
+                 skip_reason: str = "", tolerate: bool = False, needs_device: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # It declares the devices it runs on (KS_REQUIRES, a baseline's requires): its items
+        # that run it carry the `gpu` marker, so `-m "not gpu"` leaves them out on a CPU CI.
+        self.needs_device = needs_device
         self.task = task
         self.source = source
         self.entry = entry
@@ -371,6 +385,9 @@ class CandidateNode(pytest.Collector):
         if self.skip_reason:
             for item in items:
                 item.add_marker(pytest.mark.skip(reason=self.skip_reason))
+        if self.needs_device:  # its compile items (below) run anywhere: left unmarked
+            for item in items:
+                item.add_marker(pytest.mark.gpu)
         if self.role == "candidate":
             # HIP sources are compiled for each declared target on any machine (issue 14);
             # CUDA sources for each declared sm target where the candidate cannot run.
@@ -385,10 +402,12 @@ class CandidateNode(pytest.Collector):
             if settings.max_regression is not None:
                 items.append(GateItem.from_parent(self, name="gate[max-regression]",
                                                   check=("max_regression", "", 0.0)))
-            if self.skip_reason:  # as its benchmarks: this device cannot judge it (KS_REQUIRES)
-                for item in items:
-                    if isinstance(item, GateItem):
+            for item in items:
+                if isinstance(item, GateItem):
+                    if self.skip_reason:  # as its benchmarks: this device cannot judge it
                         item.add_marker(pytest.mark.skip(reason=self.skip_reason))
+                    if self.needs_device:
+                        item.add_marker(pytest.mark.gpu)
         return items
 
     @property
