@@ -332,10 +332,14 @@ class KsHooks:
             session.exitstatus = self.evolve_code
         ks = self.ks
         interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
-        if not interrupted:
+        # -x, --maxfail, --sw: the loop stopped early; the kernels still loading in the
+        # background will not run, so they are not waited for (one importing for 20 s held
+        # the session that long). A start left running dies with this process (its lifeline).
+        stopped = interrupted or bool(session.shouldfail) or bool(session.shouldstop)
+        if not stopped:
             ks.wait_for_starts()  # a worker started after close_workers would outlive it
         try:
-            ks.close_workers(hurry=interrupted)
+            ks.close_workers(hurry=stopped)
         except KeyboardInterrupt:  # Ctrl-C while closing: the rest at once, without a traceback
             ks.close_workers(hurry=True)
             session.exitstatus = pytest.ExitCode.INTERRUPTED

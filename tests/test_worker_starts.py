@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from helpers import CANDIDATES, run_pytest
 
 from pytest_kscientist.harness.spawn import Spares
 
@@ -257,3 +260,19 @@ def test_checks_run_beside_a_slow_load_and_timing_waits_for_every_load(
     timed = [t for t, n in made if n == 4096]
     assert checked and min(checked) < late["ended"] - 3, (made, late)  # beside the load
     assert timed and min(timed) >= late["ended"], (made, late)  # after it
+
+
+def test_a_run_stopped_by_maxfail_does_not_wait_for_kernels_still_loading(tmp_path: Path) -> None:
+    """`-x` after a failing kernel still waited out the background import of one that would
+    never run (a 30 s import held the session 30 s); the session now ends at once."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    shutil.copy(CANDIDATES / "raises.py", tmp_path / "a_raises.py")
+    (tmp_path / "b_slow.py").write_text(
+        "import time\n\ntime.sleep(30)\n\n\ndef custom_kernel(data):\n    x, y, out = data\n"
+        "    return out.copy_(2 * x + y)\n")
+    started = time.monotonic()
+    code, out, _ = run_pytest(["axpy", "--kernel", "a_raises.py", "--kernel", "b_slow.py",
+                               "-x", "--ks-baselines", "none"], tmp_path, timeout=120)
+    took = time.monotonic() - started
+    assert code == 1 and "a_raises check" in out and "1 failed" in out, out
+    assert took < 20, (took, out)  # the import alone takes 30 s
