@@ -330,3 +330,17 @@ def test_a_copy_of_a_task_under_another_folder_name_is_labelled_by_that_folder(
     assert [(run["task"], run["task_path"]) for run in data] == [
         ("axpy", str(first)), ("tasks/axpy_v2", str(second))], data
     assert "task tasks/axpy_v2 | profile" in out, out
+
+
+def test_a_quieter_run_keeps_the_candidate_table_and_leaves_the_rest(
+        pytester: pytest.Pytester) -> None:
+    """`-q -q` (pytest's quieter still) printed the whole kscientist summary, the per-benchmark
+    table and its legends included; now each task's line, its candidate table, what was not
+    run and the salt."""
+    args = [str(AXPY), "--ks-bench-budget", "0.05", "-p", "no:cacheprovider"]
+    full = pytester.runpytest(*args, "-q").stdout.str()
+    brief = pytester.runpytest(*args, "-qq").stdout.str()
+    for out in (full, brief):
+        assert "task axpy | profile" in out and "  good " in out and "seed salt" in out, out
+    assert "benchmark (median us)" in full and "task validation: passed" in full, full
+    assert "benchmark (median us)" not in brief and "task validation" not in brief, brief

@@ -276,9 +276,11 @@ def shared_note(c: CandidateResult) -> str:
 
 
 def write_summary(tr: Any, session: Any) -> None:
-    """Write the kscientist section of the terminal summary."""
+    """Write the kscientist section of the terminal summary; under ``-qq`` (pytest's quieter
+    still) each task's line, its candidate table, what was not run and the salt alone."""
     if not session.results and not session.validations:
         return
+    brief = tr.config.get_verbosity() <= -2
     tr.write_sep("=", "kscientist summary")
     saved = session.settings.compare_runs
     for task_name in session.task_names():
@@ -295,6 +297,10 @@ def write_summary(tr: Any, session: Any) -> None:
         if cands or task_name in session.results:
             for line in candidate_table(cands, active, saved, task_name):
                 tr.write_line("  " + line)
+        if brief:
+            for line in run_notes(session, task_name, cands):
+                tr.write_line("  " + line)
+            continue
         lines = bench_table(cands)
         if lines:
             tr.write_line("")
@@ -314,7 +320,7 @@ def write_summary(tr: Any, session: Any) -> None:
         validated = summary_line(session.validations.get(task_name))
         if validated:
             tr.write_line("  " + validated)
-    if session.settings.compare_path is not None:
+    if session.settings.compare_path is not None and not brief:
         compare = session.settings.names.get("ks_compare", "--ks-compare")
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
                       f"({compare}): against the saved file timed beside it in this run "
