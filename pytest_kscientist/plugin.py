@@ -113,6 +113,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return TaskFileScheduling(config, log)
 
 
+def _unknown_candidates(config: pytest.Config, collected: dict[Path, list[str]]) -> list[str]:
+    """For each node id on the command line naming no candidate of a task file it names
+    (``task.toml::wrong`` without ``--kernel wrong.py``: pytest's bare "not found"), where
+    candidates come from. ``collected``: each task file's node names."""
+    hints = []
+    here = config.invocation_params.dir
+    for arg in config.args:
+        path, _, rest = str(arg).partition("::")
+        wanted = rest.split("::")[0].split("[")[0]
+        names = collected.get((here / path).resolve())
+        if wanted and names is not None and wanted not in names:
+            hints.append(f"{arg}: no candidate '{wanted}' in this run (it has: "
+                         f"{', '.join(names)}); a kernel file is a candidate when given with "
+                         "--kernel PATH (its stem is its name), found in the task's seeds/, or "
+                         "matched by --ks-solutions")
+    return hints
+
+
 @functools.lru_cache(maxsize=1024)
 def _claims_path(path: str) -> bool:
     return Path(path).is_file() and _claims(Path(path))
@@ -325,6 +343,9 @@ class KsHooks:
                                        value["sha256"], value["result"])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if session.exitstatus == pytest.ExitCode.USAGE_ERROR:  # pytest's "not found", perhaps
+            for hint in _unknown_candidates(session.config, self.ks.node_names):
+                session.config.get_terminal_writer().line(f"kscientist: {hint}")
         if self.evolve_code is not None:
             # The loop's codes follow pytest's: 0 done, 1 nothing passes, 2 interrupted,
             # 3 a role or child session failed, 4 the offline scientist has no knobs to move

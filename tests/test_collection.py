@@ -344,3 +344,17 @@ def test_a_quieter_run_keeps_the_candidate_table_and_leaves_the_rest(
         assert "task axpy | profile" in out and "  good " in out and "seed salt" in out, out
     assert "benchmark (median us)" in full and "task validation: passed" in full, full
     assert "benchmark (median us)" not in brief and "task validation" not in brief, brief
+
+
+def test_a_node_id_naming_no_candidate_says_where_candidates_come_from(
+        pytester: pytest.Pytester) -> None:
+    """`pytest axpy/task.toml::wrong` without `--kernel wrong.py` got pytest's bare "not
+    found", with no word that candidates come from --kernel or the task's seeds/."""
+    shutil.copytree(AXPY, pytester.path / "axpy")
+    result = pytester.runpytest("axpy/task.toml::wrong", "-p", "no:cacheprovider", "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines([
+        "kscientist: axpy/task.toml::wrong: no candidate 'wrong' in this run (it has: task, "
+        "reference, good); a kernel file is a candidate when given with --kernel PATH*"])
+    found = pytester.runpytest("axpy/task.toml::good", "-p", "no:cacheprovider", "--co")
+    assert found.ret == pytest.ExitCode.OK and "kscientist: " not in found.stdout.str()

@@ -151,6 +151,12 @@ class TaskFile(pytest.File):
     """A task's spec file; collects one node per candidate."""
 
     def collect(self) -> Any:
+        nodes = list(self._nodes())
+        # Its nodes' names, for the hint beside pytest's "not found" (plugin.py).
+        self.config.stash[KS_SESSION].node_names[self.path] = [n.name for n in nodes]
+        return nodes
+
+    def _nodes(self) -> Any:
         from pytest_kscientist.formats.gpumode import ProblemTask, Unsupported
 
         ks = self.config.stash[KS_SESSION]

@@ -66,6 +66,7 @@ class KsSession:
         self.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
         self.evaluators: dict[Path, Evaluator] = {}
         self.tasks: dict[str, Task] = {}
+        self.node_names: dict[Path, list[str]] = {}  # each task file's nodes (TaskFile.collect)
         # task name -> candidate name -> result, filled from reports (so it works under xdist)
         self.results: dict[str, dict[str, CandidateResult]] = {}
         # task name -> the baselines it declares, with whether this run times them
