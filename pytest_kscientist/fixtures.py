@@ -43,15 +43,15 @@ def ks_load_task(request: pytest.FixtureRequest) -> Callable[[str | Path], Task]
 
 def _load(path: Path, kernelbench_tol: float) -> Task:
     """The task at ``path``, of whichever format collection would claim it as."""
-    from pytest_kscientist.formats import gpumode, kernelbench
+    from pytest_kscientist.formats import gpumode
     from pytest_kscientist.harness.collect import load_any
+    from pytest_kscientist.plugin import claims
 
     if path.is_dir() and not (path / SPEC_NAME).exists():
         path = path / gpumode.YML_NAME  # a GPU MODE folder, else load_task names what lacks
-    if gpumode.looks_like_problem(path) or (path.is_file() and path.suffix == ".py"
-                                            and kernelbench.looks_like_problem(path)):
-        return load_any(path, kernelbench_tol)
-    if path.is_file() and path.name != SPEC_NAME:
+    if path.is_file() and path.name != SPEC_NAME:  # task.toml: load_task reads it, or says why
+        if claims(path):
+            return load_any(path, kernelbench_tol)
         raise TaskSpecError(
             f"ks_load_task: {path} is none of the tasks collection claims: a folder holding "
             f"{SPEC_NAME} or a GPU MODE {gpumode.YML_NAME}, either file, or a KernelBench "

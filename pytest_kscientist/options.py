@@ -50,8 +50,8 @@ class Settings:
     # --ks-min-own-share: the least share of a candidate's time in its own kernels, for every
     # task (None: each task's [kernel] min_own_share).
     min_own_share: float | None = None
-    # How messages quote the gate options and --ks-min-own-share: the flag, or "ks_x (ini)"
-    # where an ini file set the value (dest -> name; ``given``).
+    # How messages quote the gate options and --ks-min-own-share (QUOTED): the flag, or
+    # "ks_x (ini)" where an ini file set the value (dest -> name; read through ``quoted``).
     names: dict[str, str] = field(default_factory=dict)
     # --ks-bench-workers: the worker processes each kernel's timing rounds are spread over;
     # None (auto): KsSession.auto_workers picks them once the session's kernels are known.
@@ -60,6 +60,10 @@ class Settings:
     # tables' resolvers (evolve.run_options.EvolveSettings, evolve.llm.settings.LLMSettings).
     evolve_options: Any = None
     llm: Any = None
+
+    def quoted(self, dest: str) -> str:
+        """How messages name option ``dest`` (one of QUOTED): as the user set it."""
+        return self.names.get(dest) or _BY_DEST[dest].flag
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,10 @@ def _unknown_candidates(config: pytest.Config, collected: dict[Path, list[str]])
 
 @functools.lru_cache(maxsize=1024)
 def _claims_path(path: str) -> bool:
-    return Path(path).is_file() and _claims(Path(path))
+    return Path(path).is_file() and claims(Path(path))
 
 
-def _claims(file_path: Path) -> bool:
+def claims(file_path: Path) -> bool:
     """Whether ``file_path`` is a task of a supported format (and only then: issue 12)."""
     if file_path.name == SPEC_NAME:
         return looks_like_task(file_path)
@@ -152,12 +152,12 @@ def _claims(file_path: Path) -> bool:
 
 
 def _evolve_spec(path: Path) -> Path | None:
-    """The task file ``--evolve`` runs on: ``path`` itself when ``_claims`` accepts it, else the
+    """The task file ``--evolve`` runs on: ``path`` itself when ``claims`` accepts it, else the
     ``task.toml`` or GPU MODE ``task.yml`` it holds when it is a folder; None otherwise."""
     if path.is_dir():
         return next((path / name for name in (SPEC_NAME, "task.yml")
-                     if (path / name).is_file() and _claims(path / name)), None)
-    return path if path.is_file() and _claims(path) else None
+                     if (path / name).is_file() and claims(path / name)), None)
+    return path if path.is_file() and claims(path) else None
 
 
 def _evolve_target(args: list[str], from_testpaths: bool = False) -> Path:
@@ -176,7 +176,7 @@ def _evolve_target(args: list[str], from_testpaths: bool = False) -> Path:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
-    if _claims(file_path):
+    if claims(file_path):
         from pytest_kscientist.harness.collect import TaskFile
         from pytest_kscientist.harness.session import KS_SESSION
 
@@ -356,11 +356,11 @@ class KsHooks:
         # -x, --maxfail, --sw: the loop stopped early; the kernels still loading in the
         # background will not run, so they are not waited for (one importing for 20 s held
         # the session that long). A start left running dies with this process (its lifeline).
-        stopped = interrupted or bool(session.shouldfail) or bool(session.shouldstop)
-        if not stopped:
+        stopped = bool(session.shouldfail or session.shouldstop)
+        if not (interrupted or stopped):
             ks.wait_for_starts()  # a worker started after close_workers would outlive it
         try:
-            ks.close_workers(hurry=stopped)
+            ks.close_workers(hurry=interrupted or stopped)
         except KeyboardInterrupt:  # Ctrl-C while closing: the rest at once, without a traceback
             ks.close_workers(hurry=True)
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -377,10 +377,8 @@ class KsHooks:
             # earlier run left there as this run's results), but not when only collecting.
             # -x / --maxfail stop a session with exit code 1, not 2: its items after the stop
             # never ran either, and a gate reading the file skipped the kernels it lacked.
-            stopped = (bool(session.shouldfail or session.shouldstop)
-                       and self.finished < session.testscollected)
-            ks.write_json(ks.settings.json_path,
-                          interrupted=interrupted or stopped)
+            cut = stopped and self.finished < session.testscollected
+            ks.write_json(ks.settings.json_path, interrupted=interrupted or cut)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         from pytest_kscientist.harness.report import selection_hints, write_summary

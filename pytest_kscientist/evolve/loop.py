@@ -285,7 +285,7 @@ class Evolution(WriteStage):
         self._stage(
             "design",
             f"{len(design.avenues)} avenues, {len(design.plans)} plans, kept {len(kept)}"
-            + "".join(f"{': ' if i == 0 else '; '}{p.title}" for i, p in enumerate(kept)),
+            + (": " + "; ".join(p.title for p in kept) if kept else ""),
         )
         return self.pop.log(
             "design",

@@ -234,7 +234,7 @@ class TaskFile(pytest.File):
                 tolerate=spec.verify == "report", needs_device=bool(spec.requires),
             )
         for path in candidates:
-            unmet, declared = self._unmet(path, ks.device)
+            unmet, declared = candidate_unmet(path, ks.device)
             if unmet:
                 ks.unmet.setdefault(task.name, {})[path.stem] = CandidateResult(
                     name=path.stem, path=str(path), sha256=file_sha256(path), not_run=unmet)
@@ -246,9 +246,6 @@ class TaskFile(pytest.File):
             if declared:  # its own declaration is wrong: its items fail, not the task's
                 node.load_failure = CandidateFailure(declared)
             yield node
-
-    def _unmet(self, path: Path, device: str) -> tuple[str, str]:
-        return candidate_unmet(path, device)
 
     def _saved_beside(self, ks: KsSession, task: Task, candidates: list[Path]) -> list[str]:
         """With --ks-compare: each candidate's file as the saved run ran it (the results'
@@ -265,7 +262,7 @@ class TaskFile(pytest.File):
         names = []
         for path in candidates:
             name = path.stem + gates.SAVED_SUFFIX
-            if path.stem not in saved or name in taken or any(self._unmet(path, ks.device)):
+            if path.stem not in saved or name in taken or any(candidate_unmet(path, ks.device)):
                 continue
             # One folder a task: two tasks' candidates of one stem (each GPU MODE folder's own
             # submission) got one file, and a task timed the other's kernel as its saved copy.
@@ -388,17 +385,12 @@ class CandidateNode(pytest.Collector):
         for case in self.benchmarks:
             items.append(CaseItem.from_parent(self, name=f"bench[{self.task.case_id(case)}]",
                                               kind="bench", case=case))
-        if self.skip_reason:
-            for item in items:
-                item.add_marker(pytest.mark.skip(reason=self.skip_reason))
-        if self.needs_device:  # its compile items (below) run anywhere: left unmarked
-            for item in items:
-                item.add_marker(pytest.mark.gpu)
+        compiled: list[pytest.Item] = []
         if self.role == "candidate":
             # HIP sources are compiled for each declared target on any machine (issue 14);
             # CUDA sources for each declared sm target where the candidate cannot run.
-            items[:0] = [*compile_items(self, self.source),
-                         *cuda_compile_items(self, self.source, runs_here=not self.skip_reason)]
+            compiled = [*compile_items(self, self.source),
+                        *cuda_compile_items(self, self.source, runs_here=not self.skip_reason)]
             for finding in scan_file(self.source):
                 self.warn(KsSuspiciousCode(f"{self.name}: {finding}"))
             settings = self.ks.settings
@@ -408,12 +400,14 @@ class CandidateNode(pytest.Collector):
             if settings.max_regression is not None:
                 items.append(GateItem.from_parent(self, name="gate[max-regression]",
                                                   check=("max_regression", "", 0.0)))
-            for item in items:
-                if isinstance(item, GateItem):
-                    if self.skip_reason:  # as its benchmarks: this device cannot judge it
-                        item.add_marker(pytest.mark.skip(reason=self.skip_reason))
-                    if self.needs_device:
-                        item.add_marker(pytest.mark.gpu)
+        # The items that run it (its compile items run anywhere): skipped where this device
+        # cannot judge it (KS_REQUIRES), marked `gpu` where it declares its devices.
+        for item in items:
+            if self.skip_reason:
+                item.add_marker(pytest.mark.skip(reason=self.skip_reason))
+            if self.needs_device:
+                item.add_marker(pytest.mark.gpu)
+        items[:0] = compiled
         return items
 
     @property

@@ -83,8 +83,8 @@ def min_speedup(who: str, cand: CandidateResult | None, name: str, factor: float
                 results: dict[str, CandidateResult], skipped: dict[str, str],
                 option: str = "--ks-min-speedup") -> Verdict:
     """Is the geomean speedup of candidate ``who`` (its results ``cand``, None when none came)
-    over baseline ``name`` at least ``factor``? ``option``: how the user named the gate (the
-    flag, or its ini key: ``options.option_name``)."""
+    over baseline ``name`` at least ``factor``? ``option``: how the user named the gate
+    (``Settings.quoted``)."""
     bench, verdict = _timed(cand, who)
     if verdict:
         return verdict
@@ -248,10 +248,11 @@ def _saved_pair(task: str, name: str, saved: tuple[RunResults, ...]
 def max_regression(who: str, cand: CandidateResult | None, task: str, profile: str,
                    limit: float, path: Path, saved: tuple[RunResults, ...],
                    reference: CandidateResult | None = None,
-                   names: dict[str, str] | None = None) -> Verdict:
+                   option: str = "--ks-max-regression",
+                   compare_option: str = "--ks-compare") -> Verdict:
     """Is candidate ``who`` (its results ``cand``) at most ``limit`` (a fraction) slower than
-    its result in ``saved``? ``names``: how the user named ks_max_regression and ks_compare
-    (``Settings.names``; their flags if None).
+    its result in ``saved``? ``option`` and ``compare_option``: how the user named the gate and
+    the saved file (``Settings.quoted``).
 
     Measured against the saved file timed beside it in this run (``change_beside``), else
     through the reference timed in both sessions (``change_against``); the gate fails
@@ -263,13 +264,11 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
     if verdict:
         return verdict
     assert cand is not None
-    names = names or {}
-    flag = f"{names.get('ks_max_regression', '--ks-max-regression')} {limit * 100:.4g}%"
+    flag = f"{option} {limit * 100:.4g}%"
     then_run, then_cand, then_ref = _saved_pair(task, who, saved)
     if then_run is None:
         held = ", ".join(sorted({r.task for r in saved})) or "none"
-        compare = names.get("ks_compare", "--ks-compare")
-        return Verdict("failed", f"{compare} {path} holds no results for task '{task}' "
+        return Verdict("failed", f"{compare_option} {path} holds no results for task '{task}' "
                                  f"(it has: {held}); pass the --ks-json file of a run of this task")
     if then_cand is None and then_run.interrupted:
         return Verdict("failed", f"'{who}' has no result in {path}, written by a run that was "

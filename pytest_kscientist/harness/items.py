@@ -152,7 +152,7 @@ class CaseItem(CandidateItem):
         reported, never refused)."""
         cand = self.candidate
         minimum = cand.ks.settings.min_own_share
-        source = cand.ks.settings.names.get("ks_min_own_share", "--ks-min-own-share")
+        source = cand.ks.settings.quoted("ks_min_own_share")
         if minimum is None:
             minimum, source = (cand.task.spec.kernel.min_own_share,
                                "the task's [kernel] min_own_share")
@@ -318,13 +318,13 @@ def show_printed(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     printed = item.candidate.printed()
     if call.excinfo is not None and isinstance(call.excinfo.value, WorkerDied):
         return
+    capture = item.config.getoption("capture")
     for name, text in zip(("stdout", "stderr"), printed, strict=True):
         if not text:
             continue
         # Each line behind a margin: untrusted code must not print lines that read as pytest's
         # own (the corpus's fake_records prints "PASSED ...::fake_records::check").
         text = "".join(PRINTED_MARGIN + line for line in text.splitlines(keepends=True))
-        capture = item.config.getoption("capture")
         if capture in ("no", "tee-sys"):  # tee-sys: shown as printed, and kept in the report
             stream = sys.stdout if name == "stdout" else sys.stderr
             stream.write(text)
@@ -518,15 +518,15 @@ class GateItem(CandidateItem):
         if kind == "min_speedup":
             verdict = gates.min_speedup(cand.name, mine, name, factor, results,
                                         ks.skipped_baselines(task.name),
-                                        ks.settings.names.get("ks_min_speedup",
-                                                              "--ks-min-speedup"))
+                                        ks.settings.quoted("ks_min_speedup"))
         else:
             settings = ks.settings
             assert settings.compare_path is not None and settings.max_regression is not None
             verdict = gates.max_regression(cand.name, mine, task.name, ks.profile,
                                            settings.max_regression, settings.compare_path,
                                            settings.compare_runs, results.get(REFERENCE_NAME),
-                                           settings.names)
+                                           settings.quoted("ks_max_regression"),
+                                           settings.quoted("ks_compare"))
         self.user_properties.append(("ks_gate", report_property({
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],

@@ -321,7 +321,7 @@ def write_summary(tr: Any, session: Any) -> None:
         if validated:
             tr.write_line("  " + validated)
     if session.settings.compare_path is not None and not brief:
-        compare = session.settings.names.get("ks_compare", "--ks-compare")
+        compare = session.settings.quoted("ks_compare")
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
                       f"({compare}): against the saved file timed beside it in this run "
                       "(<name>_saved), else through the reference timed in both runs; with its "
