@@ -223,7 +223,7 @@ class Runner:
         self.ne, self.any, self.stack = torch.ne, torch.Tensor.any, torch.stack
         self.item = torch.Tensor.item
         self.fill_ = torch.Tensor.fill_
-        self.no_grad = torch.no_grad  # the poison below writes into a leaf that may need grad
+        self.detach = torch.Tensor.detach  # the poison below writes into a leaf needing grad
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
         self.refill = perturb.refill
@@ -526,12 +526,12 @@ class Runner:
         problem = self._check_inputs(pristine, given) or problem
         problem = problem or self.tripwire.check()
         if problem is None and not probe:
-            with self.no_grad():
-                for t in parts or ():
-                    if t.is_floating_point():
-                        # Poison what was returned: a later torch.empty_like() that lands on
-                        # this memory must not find a finished result there.
-                        self.fill_(t, float("nan"))
+            for t in parts or ():
+                if t.is_floating_point():
+                    # Poison what was returned: a later torch.empty_like() that lands on this
+                    # memory must not find a finished result there. A tensor that requires
+                    # grad refuses the in-place write; its detached view shares its memory.
+                    self.fill_(self.detach(t) if t.requires_grad else t, float("nan"))
         return snap, raw, outside, problem
 
     def _parts(self, out: Any) -> list[Any] | None:
