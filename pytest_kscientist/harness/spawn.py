@@ -59,6 +59,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # deadline -> the reply; at most MAX_INTERIM of them per answer are passed on.
 Interim = Callable[[dict[str, Any], float], dict[str, Any]]
 MAX_INTERIM = 16
+# Seconds a worker has to start (the interpreter, torch, the device's context, the task's own
+# modules), at least: no candidate code runs before its hello, so a short --ks-timeout meant
+# for the kernel's calls must not fail the kernel on a machine that starts workers slowly.
+HELLO_MIN_S = 60.0
 
 
 # Characters of a worker's new output shown in one item's report (its head and tail beyond).
@@ -417,7 +421,7 @@ class Worker:
             "output_index": output_index,
         }
         self._send(hello, key=b"")
-        answer = self._receive("hello", timeout * 2)[0]
+        answer = self._receive("hello", max(timeout * 2, HELLO_MIN_S))[0]
         if answer.get("ok") is False:  # the task's own code failed there (runner._TaskBroken)
             self.kill()
             raise WorkerDied(str(answer.get("reason")), "")
@@ -466,12 +470,12 @@ class Worker:
                                                  deadline)
         except TimeoutError:
             self.kill()
-            raise WorkerDied(
-                f"no answer to '{op}' within {timeout:g} s (hang?); worker killed; "
-                "raise --ks-timeout if the kernel is legitimately slow",
-                self.log_tail(),
-                hung=True,
-            ) from None
+            fix = ("the worker had not started (no candidate code runs before it): its log "
+                   "tail shows how far it came; look at the task's modules and the machine's "
+                   "load") if op == "hello" else (
+                "raise --ks-timeout if the kernel is legitimately slow")
+            raise WorkerDied(f"no answer to '{op}' within {timeout:g} s (hang?); worker "
+                             f"killed; {fix}", self.log_tail(), hung=True) from None
         except EOFError:
             code = self.kill()
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
