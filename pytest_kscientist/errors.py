@@ -19,18 +19,22 @@ class CandidateFailure(KsError):
     """A candidate's verdict on one case is a failure: a one-line reason plus detail.
 
     ``wrong_result``: the worker answered and the pytest process judged its output wrong; the
-    worker itself is fine to keep (every other failure replaces it).
+    worker itself is fine to keep (every other failure replaces it). ``out_of_memory``: what
+    raised was torch's OutOfMemoryError, which other workers on the device may have caused.
     """
 
-    def __init__(self, reason: str, detail: str = "", wrong_result: bool = False) -> None:
+    def __init__(self, reason: str, detail: str = "", wrong_result: bool = False,
+                 out_of_memory: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
         self.wrong_result = wrong_result
+        self.out_of_memory = out_of_memory
 
     def prefixed(self, prefix: str) -> CandidateFailure:
         """The same failure with ``prefix`` before its reason."""
-        return CandidateFailure(prefix + self.reason, self.detail, self.wrong_result)
+        return CandidateFailure(prefix + self.reason, self.detail, self.wrong_result,
+                                self.out_of_memory)
 
 
 class ReferenceFailed(KsError):

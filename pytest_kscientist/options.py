@@ -146,7 +146,8 @@ CORE_OPTIONS = (
            "H200, 5-24%% on a 2-core CPU) then widens the intervals instead of moving the "
            "ratio; costs a worker start per kernel and extra worker. auto (default): one a "
            "round (4) on a GPU when two or more kernels are compared (candidates, --ks-beside, "
-           "--ks-compare's saved copies), else 1", "N", ini="ks_bench_workers",
+           "--ks-compare's saved copies), else 1; rounds that run out of device memory go on "
+           "in one", "N", ini="ks_bench_workers",
            ini_default="auto"),
     Option("--evolve", "evolve the task folder given with the Kernel Scientist (selector, "
            "designer, writer) until its population has N generations after the seeds, each "

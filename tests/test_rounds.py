@@ -241,6 +241,57 @@ def test_two_kernels_are_timed_in_the_same_rounds_and_compared(two_copies) -> No
     assert wrong_bench["reason"].startswith("not timed: check")
 
 
+GREEDY = """import torch
+
+checked = False
+
+
+def custom_kernel(data):
+    global checked
+    x, y, out = data
+    if x.numel() < 4096:
+        checked = True
+    elif not checked:  # a twin of the rounds, started for them: its turns find no memory
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB")
+    out.copy_(2 * x + y)
+    return out
+"""
+
+
+def test_rounds_that_run_out_of_device_memory_go_on_in_one_worker_a_kernel(
+        tmp_path: Path) -> None:
+    """On an 80 GB H100, GPU MODE's vectoradd (a 16384 x 16384 case) in 4 workers a kernel (the
+    auto default when kernels are compared) ran out of memory and failed its reference's
+    benchmark: the rounds' own workers had filled the device. Here a kernel's twins run out of
+    memory in their turns: the twins go and the turn is taken again in its own worker."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "greedy.py").write_text(GREEDY)
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "a.py")
+    code, output, data = run_pytest(
+        ["axpy", "--ks-baselines", "none", "--ks-bench-workers", "2", "--kernel", "greedy.py",
+         "--kernel", "a.py"], cwd=tmp_path, timeout=300)
+    assert code == 0, output
+    assert ("2 workers a kernel, 1 from n4096-s3 on (the device's memory ran out; "
+            "--ks-bench-workers 1 times all in one)") in output, output
+    greedy = next(c for c in data["candidates"] if c["name"] == "greedy")
+    bench = next(c for c in greedy["cases"] if c["kind"] == "bench")
+    assert bench["outcome"] == "passed" and bench["fellows"]["a"]["speedup"] > 0, bench
+
+
+def test_a_kernel_out_of_memory_in_its_own_worker_still_fails(tmp_path: Path) -> None:
+    """With one worker a kernel there is nothing to retire: the kernel's OutOfMemoryError is
+    its verdict."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "greedy.py").write_text(GREEDY.replace("elif not checked:", "else:"))
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "a.py")
+    code, output, _ = run_pytest(
+        ["axpy", "--ks-baselines", "none", "--kernel", "greedy.py", "--kernel", "a.py"],
+        cwd=tmp_path, timeout=300)
+    assert code == 1, output
+    assert "greedy bench n4096-s3: warm-up call 0: OutOfMemoryError: CUDA out of memory" in output
+    assert "memory ran out" not in output, output
+
+
 def _node(task: str, name: str, role: str = "candidate", rounds: int = 4) -> Any:
     spec = types.SimpleNamespace(bench=types.SimpleNamespace(rounds=rounds))
     return types.SimpleNamespace(task=types.SimpleNamespace(name=task, spec=spec), name=name,

@@ -749,7 +749,8 @@ def _ask(worker: Worker, op: str, timeout: float | None = None,
          **fields: Any) -> tuple[dict[str, Any], bytes]:
     header, payload = worker.request(op, timeout=timeout, **fields)
     if not header.get("ok"):
-        raise CandidateFailure(str(header.get("reason", "failed")), str(header.get("detail", "")))
+        raise CandidateFailure(str(header.get("reason", "failed")), str(header.get("detail", "")),
+                               out_of_memory=header.get("out_of_memory") is True)
     return header, payload
 
 

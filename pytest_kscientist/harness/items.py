@@ -6,6 +6,7 @@ shared rounds of rounds.py).
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from pathlib import Path
@@ -202,8 +203,10 @@ class CaseItem(CandidateItem):
             same = {stem: other for stem, (other, cases) in ks.settings.same_as.items()
                     if case_id in cases}
             try:
-                done = bench_together(evaluator, [n.as_member() for n in nodes], partners,
-                                      self.case, ks.device_name, budget, same=same)
+                done = bench_together(
+                    evaluator, [n.as_member() for n in nodes], partners, self.case,
+                    ks.device_name, budget, same=same,
+                    fewer_workers=functools.partial(ks.fewer_workers, cand.task.name))
             except ReferenceFailed as exc:  # every member's item says so, none times again
                 done = {n.name: Outcome(reference=exc) for n in nodes}
             outcome = done.pop(cand.name)

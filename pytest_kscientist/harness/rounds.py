@@ -79,7 +79,8 @@ class Lineup:
 
 def bench_together(evaluator: Evaluator, members: list[Member], partners: list[Partner],
                    case: Case, device_name: str, budget_s: float,
-                   same: Mapping[str, str] | None = None) -> dict[str, Outcome]:
+                   same: Mapping[str, str] | None = None,
+                   fewer_workers: Callable[[str], bool] | None = None) -> dict[str, Outcome]:
     """Time every member and partner in rounds (``round_order``); each member's pooled result, its
     speedups over the partners (``baselines``) and over the other members (``fellows``).
 
@@ -88,7 +89,9 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     timed beside (a partner of the candidates' kind) whose code it runs on this case
     (``--ks-same-as``): it is not timed, its rounds are that one's (``timed_as``), and its
     speedup over any kernel running that code is exactly 1; where that one failed in the rounds
-    it takes its own rounds after them.
+    it takes its own rounds after them. ``fewer_workers(case id)``: called when a turn ran out
+    of device memory; True when it retired workers of the rounds (--ks-bench-workers), so the
+    turn is taken again once, in the kernel's own worker.
     """
     same = _usable(same or {}, members, partners)
     spec = evaluator.task.spec.bench
@@ -104,14 +107,38 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     failed: dict[str, str] = {}
     order: list[Member | Partner] = [*(m for m in members if m.name not in same), *partners]
 
+    def turn(bench: Callable[[], CaseResult]) -> CaseResult:
+        try:
+            return bench()
+        except CandidateFailure as exc:
+            # Its device may have been filled by the rounds' own workers (a worker a round,
+            # each holding its inputs, outputs and allocator cache): with them gone, again.
+            if not (exc.out_of_memory and fewer_workers is not None
+                    and fewer_workers(case_id)):
+                raise
+        return bench()
+
     def time_member(who: Member, r: int) -> None:
         try:
-            mine[who.name].append(evaluator.bench(
+            mine[who.name].append(turn(lambda: evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                precise_after=after, trusted=who.trusted))
+                precise_after=after, trusted=who.trusted)))
         except CandidateFailure as exc:
             who.on_failure(exc)
             out[who.name] = Outcome(failure=exc)
+
+    def time_partner(who: Partner, r: int) -> None:
+        try:
+            # A baseline is trusted code: one verified output per round is enough to report
+            # its precision (each verified output of a large shape costs a transfer and a
+            # judge); candidates keep the task's full sample.
+            theirs[who.name].append(turn(lambda: evaluator.bench(
+                who.live(r), case, device_name, share, tolerate=who.tolerate,
+                samples=None if who.full_sample else 1,
+                precise_after=after, trusted=f"baseline '{who.name}'")))
+        except CandidateFailure as exc:
+            who.failed(case_id, exc)
+            failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
 
     for r in range(rounds):
         for who in (order[i] for i in round_order(len(order), r)):
@@ -119,18 +146,8 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
                 continue
             if isinstance(who, Member):
                 time_member(who, r)
-                continue
-            try:
-                # A baseline is trusted code: one verified output per round is enough to
-                # report its precision (each verified output of a large shape costs a
-                # transfer and a judge); candidates keep the task's full sample.
-                theirs[who.name].append(evaluator.bench(
-                    who.live(r), case, device_name, share, tolerate=who.tolerate,
-                    samples=None if who.full_sample else 1,
-                    precise_after=after, trusted=f"baseline '{who.name}'"))
-            except CandidateFailure as exc:
-                who.failed(case_id, exc)
-                failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
+            else:
+                time_partner(who, r)
     # Those whose code failed in the rounds take their own turns after them.
     lost = [m for m in members if m.name in same and (same[m.name] in out
                                                       or same[m.name] in failed)]

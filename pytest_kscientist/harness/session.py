@@ -83,6 +83,9 @@ class KsSession:
         self.beside: set[tuple[str, str]] = set()
         # task name -> worker processes a kernel's rounds go to (--ks-bench-workers auto)
         self.auto_counts: dict[str, int] = {}
+        # task name -> (workers a kernel before, case id) where a turn ran out of device memory
+        # and the rounds went on in one worker a kernel (fewer_workers)
+        self.fewer: dict[str, tuple[int, str]] = {}
         self._saved_folder: Path | None = None
         # task name -> its task::validate verdict (harness/task_validation.py), from reports
         self.validations: dict[str, TaskValidation] = {}
@@ -151,7 +154,26 @@ class KsSession:
 
     def workers_for(self, task_name: str) -> int:
         """Worker processes each kernel of the task is timed in (``--ks-bench-workers``)."""
+        if task_name in self.fewer:
+            return 1
         return self.settings.bench_workers or self.auto_counts.get(task_name, 1)
+
+    def fewer_workers(self, task_name: str, case_id: str) -> bool:
+        """After a turn of ``task_name``'s rounds ran out of device memory: end the timing
+        twins of its every kernel (each held a CUDA context, its inputs, outputs and allocator
+        cache; vectoradd's 16384 x 16384 case filled an 80 GB H100 in 4 workers a kernel), so
+        the rounds go on in one worker a kernel. False where they already were."""
+        count = self.workers_for(task_name)
+        if count <= 1:
+            return False
+        self.fewer[task_name] = (count, case_id)
+        holders = [node for nodes in self.lineup.planned.values() for node in nodes
+                   if node.task.name == task_name]
+        holders += [partner for (task, _), partner in self.partners.items() if task == task_name]
+        for holder in holders:
+            holder.turns.count = 1
+            holder.turns.close()
+        return True
 
     def auto_workers(self) -> None:
         """``--ks-bench-workers auto``, once the selected items are planned: on a GPU, a task

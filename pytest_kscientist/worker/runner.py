@@ -224,6 +224,9 @@ class Runner:
         self.item = torch.Tensor.item
         self.fill_ = torch.Tensor.fill_
         self.detach = torch.Tensor.detach  # the poison below writes into a leaf needing grad
+        # The device ran out of memory (told apart so the pytest process can retire the extra
+        # workers it started for the rounds, harness/rounds.py, before it blames the kernel).
+        self.out_of_memory = getattr(torch, "OutOfMemoryError", MemoryError)
         self.set_versions = torch._C._autograd._unsafe_set_version_counter
         self.apply_changes = perturb.apply
         self.refill = perturb.refill
@@ -309,7 +312,8 @@ class Runner:
             try:
                 header, payload = handler(req)
             except BaseException as exc:  # noqa: BLE001 - isolation boundary: candidate code
-                header = {"ok": False, "reason": _one_line(exc), "detail": _their_traceback(exc)}
+                header = {"ok": False, "reason": _one_line(exc), "detail": _their_traceback(exc),
+                          "out_of_memory": _isinstance(exc, self.out_of_memory)}
                 payload = b""
             header["op"] = op
             self.send(header, payload)
