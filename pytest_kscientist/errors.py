@@ -39,11 +39,14 @@ class CandidateFailure(KsError):
 
 class ReferenceFailed(KsError):
     """The task's reference raised on a check's inputs: the task's fault, not the candidate's
-    (which is then not judged on them). ``where``: the reference file and line it raised at."""
+    (which is then not judged on them). ``where``: the reference file and line it raised at;
+    ``out_of_memory``: it raised torch's OutOfMemoryError (the workers beside it may hold the
+    device's memory)."""
 
-    def __init__(self, message: str, where: tuple[str, int]) -> None:
+    def __init__(self, message: str, where: tuple[str, int], out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.where = where
+        self.out_of_memory = out_of_memory
 
 
 class GateFailure(KsError):

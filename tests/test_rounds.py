@@ -278,6 +278,31 @@ def test_rounds_that_run_out_of_device_memory_go_on_in_one_worker_a_kernel(
     assert bench["outcome"] == "passed" and bench["fellows"]["a"]["speedup"] > 0, bench
 
 
+def test_a_reference_out_of_memory_while_judging_goes_on_in_one_worker_a_kernel(
+        tmp_path: Path) -> None:
+    """The pytest process judges the rounds' outputs against the reference on the device, beside
+    the workers: its OutOfMemoryError there was the task's ReferenceFailed ("fix the task's
+    reference.py"), and no kernel was judged. Here the reference runs out once in the pytest
+    process, on the benchmark's case."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    reference = tmp_path / "axpy" / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    x, y, _ = data\n",
+        "    x, y, _ = data\n"
+        "    import sys\n"
+        "    if '_pytest' in sys.modules and x.numel() == 4096 and not RAN_OUT:\n"
+        "        RAN_OUT.append(1)\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')\n")
+        + "\n\nRAN_OUT = []\n")
+    for name in ("a", "b"):
+        shutil.copy(AXPY / "seeds" / "good.py", tmp_path / f"{name}.py")
+    code, output, _ = run_pytest(
+        ["axpy", "--ks-baselines", "none", "--ks-bench-workers", "2", "--kernel", "a.py",
+         "--kernel", "b.py"], cwd=tmp_path, timeout=300)
+    assert code == 0, output
+    assert "1 from n4096-s3 on (the device's memory ran out" in output, output
+
+
 def test_a_kernel_out_of_memory_in_its_own_worker_still_fails(tmp_path: Path) -> None:
     """With one worker a kernel there is nothing to retire: the kernel's OutOfMemoryError is
     its verdict."""

@@ -16,6 +16,7 @@ import math
 import os
 import secrets
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -738,6 +739,15 @@ def _task_raised(task: Task, exc: Exception, who: str, then: str) -> ReferenceFa
 
 def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
     """The reference's error on a check's inputs: the candidate was not judged on them."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        failed = _task_raised(
+            task, exc, "the task's reference",
+            " in the pytest process, where it judges outputs: the device's memory ran out "
+            "beside the workers (each holds its inputs, outputs and allocator cache), so the "
+            "candidate was not judged; run fewer kernels a session or --ks-bench-workers 1")
+        failed.out_of_memory = True
+        return failed
     return _task_raised(
         task, exc, "the task's reference",
         " on this check's inputs, so the candidate was not judged; the reference must handle "

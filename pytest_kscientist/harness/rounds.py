@@ -110,9 +110,10 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     def turn(bench: Callable[[], CaseResult]) -> CaseResult:
         try:
             return bench()
-        except CandidateFailure as exc:
+        except (CandidateFailure, ReferenceFailed) as exc:
             # Its device may have been filled by the rounds' own workers (a worker a round,
             # each holding its inputs, outputs and allocator cache): with them gone, again.
+            # (ReferenceFailed: the reference judging an output here ran out.)
             if not (exc.out_of_memory and fewer_workers is not None
                     and fewer_workers(case_id)):
                 raise
