@@ -504,8 +504,17 @@ class Worker:
         """Send one request and wait for its authenticated answer; ``interim`` answers the
         worker's own requests on the way (a load's builds: harness/shared_builds.py), given
         the request and the answer's deadline."""
-        self._send({"op": op, **fields})
-        return self._receive(op, self.timeout if timeout is None else timeout, interim)
+        try:
+            self._send({"op": op, **fields})
+            return self._receive(op, self.timeout if timeout is None else timeout, interim)
+        except WorkerDied:
+            raise
+        except BaseException:
+            # Stopped while it worked (pytest-timeout's alarm, Ctrl-C): its answer would come
+            # to the next request, which took a check's answer for a call's; it is ended, so
+            # the next request starts a fresh worker.
+            self.kill()
+            raise
 
     def cpu_us(self) -> float | None:
         """CPU time the runner process has used so far, all its threads (those that exited
