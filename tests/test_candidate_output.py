@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree
 
-import pytest
 from helpers import AXPY, SESSION, run_pytest
 
 WRONG_AND_CHATTY = '''
@@ -190,39 +189,6 @@ def test_a_short_timeout_does_not_fail_a_kernel_for_its_workers_slow_start(
                                   "--ks-baselines", "none", "-k", "fine and check and n33"],
                                  cwd=tmp_path)
     assert code == 0, output
-
-
-NAPS_ONCE = """import time
-
-napped = []
-
-
-def custom_kernel(data):
-    x, y, out = data
-    if x.numel() == 33 and not napped:
-        napped.append(1)
-        time.sleep(5)
-    out.copy_(2 * x + y)
-    return out
-"""
-
-
-def test_a_check_stopped_by_pytest_timeout_leaves_no_answer_for_the_next_item(
-        tmp_path: Path) -> None:
-    """pytest-timeout's alarm stopped a check while its kernel slept: the worker's answer then
-    came to the next request, and the kernel's benchmark failed with "worker answered 'check'
-    to 'call'" (the reference's timed out waiting behind it). The stopped item fails as
-    pytest-timeout says; its worker is ended, and the benchmarks run in a fresh one."""
-    pytest.importorskip("pytest_timeout")
-    shutil.copytree(AXPY, tmp_path / "axpy")
-    (tmp_path / "nap.py").write_text(NAPS_ONCE)
-    code, output, _ = run_pytest(["axpy", "--kernel", "nap.py", "--ks-baselines", "none",
-                                  "--timeout", "2"], cwd=tmp_path)
-    assert code == 1, output
-    assert "FAILED axpy/task.toml::nap::check[n33-s2] - Failed: Timeout" in output, output
-    assert "answered" not in output, output
-    assert "PASSED axpy/task.toml::nap::bench[n4096-s3]" in output, output
-    assert "PASSED axpy/task.toml::reference::bench[n4096-s3]" in output, output
 
 
 def test_tee_sys_shows_a_candidates_prints_as_they_come_and_keeps_them(tmp_path: Path) -> None:

@@ -31,11 +31,15 @@ if TYPE_CHECKING:
 
 
 class CandidateItem(pytest.Item):
-    """An item under a CandidateNode, marked ``kscientist``."""
+    """An item under a CandidateNode, marked ``kscientist``; never rerun by
+    pytest-rerunfailures (``--reruns``): a kernel that returned a wrong output once is wrong,
+    and under ``-k check --reruns 2`` one that did so in 1 of 2 calls passed its run."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_marker(pytest.mark.kscientist)
+        if self.config.pluginmanager.hasplugin("rerunfailures"):
+            self.add_marker(pytest.mark.flaky(reruns=0))  # its marker outranks --reruns
 
     @property
     def candidate(self) -> CandidateNode:
