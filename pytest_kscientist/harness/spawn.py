@@ -60,8 +60,11 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # one kernel then differ for their whole lives (on the 2-core CPU, two copies of the torch
 # seed read 0.83-0.85x or 1.26-1.37x of each other in every round of one shape). Fixed
 # thresholds make it a function of the block's size alone; a user's own settings win.
-MALLOC_VARIABLES = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20),
-                    "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+# variable -> (value, the glibc tunable it stands for, which GLIBC_TUNABLES may set instead)
+MALLOC_VARIABLES = {
+    "MALLOC_MMAP_THRESHOLD_": (str(64 << 20), "glibc.malloc.mmap_threshold"),
+    "MALLOC_TRIM_THRESHOLD_": (str(256 << 20), "glibc.malloc.trim_threshold"),
+}
 
 # A worker's own request while it answers one of ours (a load's builds), with the answer's
 # deadline -> the reply; at most MAX_INTERIM of them per answer are passed on.
@@ -98,8 +101,8 @@ def clean_environment(device: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if "GLIBC_TUNABLES" not in env:
-        for name, value in MALLOC_VARIABLES.items():
+    for name, (value, tunable) in MALLOC_VARIABLES.items():
+        if tunable not in env.get("GLIBC_TUNABLES", ""):
             env.setdefault(name, value)
     if device.startswith("cuda"):
         index = device.partition(":")[2] or "0"
