@@ -179,13 +179,13 @@ def test_a_short_timeout_does_not_fail_a_kernel_for_its_workers_slow_start(
         tmp_path: Path) -> None:
     """The worker's start (torch, the device, the task's modules) had 2 x --ks-timeout: on the
     H100, `--ks-timeout 0.5` failed the kernel with "no answer to 'hello' within 1 s", before
-    any of its code ran. Here the task's reference takes 1.5 s to import."""
+    any of its code ran. Here the task's reference takes 3.5 s to import, past 2 x 1.5 s."""
     shutil.copytree(AXPY, tmp_path / "axpy")
     reference = tmp_path / "axpy" / "reference.py"
-    reference.write_text("import time\ntime.sleep(1.5)\n" + reference.read_text())
+    reference.write_text("import time\ntime.sleep(3.5)\n" + reference.read_text())
     (tmp_path / "fine.py").write_text("def custom_kernel(data):\n    x, y, out = data\n"
                                       "    out.copy_(2 * x + y)\n    return out\n")
-    code, output, _ = run_pytest(["axpy", "--kernel", "fine.py", "--ks-timeout", "0.5",
+    code, output, _ = run_pytest(["axpy", "--kernel", "fine.py", "--ks-timeout", "1.5",
                                   "--ks-baselines", "none", "-k", "fine and check and n33"],
                                  cwd=tmp_path)
     assert code == 0, output

@@ -18,7 +18,7 @@ def custom_kernel(data):
     x, y, out = data
     if x.numel() == 33 and not napped:
         napped.append(1)
-        time.sleep(5)
+        time.sleep(30)
     out.copy_(2 * x + y)
     return out
 """
@@ -34,7 +34,7 @@ def test_a_check_stopped_by_pytest_timeout_leaves_no_answer_for_the_next_item(
     shutil.copytree(AXPY, tmp_path / "axpy")
     (tmp_path / "nap.py").write_text(NAPS_ONCE)
     code, output, _ = run_pytest(["axpy", "--kernel", "nap.py", "--ks-baselines", "none",
-                                  "--timeout", "2"], cwd=tmp_path)
+                                  "--timeout", "6"], cwd=tmp_path)
     assert code == 1, output
     assert "FAILED axpy/task.toml::nap::check[n33-s2] - Failed: Timeout" in output, output
     assert "answered" not in output, output
