@@ -72,7 +72,11 @@ def child(req):
     sys.argv = [main_py, *req["args"]]
     code = 1
     try:
-        code = pytest.console_main()
+        # what `python -m pytest` runs: `_console_main` since pytest 9.1, where the public
+        # `console_main` warns that it is deprecated (into every session's output)
+        from _pytest import config as pytest_config
+
+        code = getattr(pytest_config, "_console_main", pytest.console_main)()
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     except BaseException:
