@@ -274,6 +274,7 @@ def test_rounds_that_run_out_of_device_memory_go_on_in_one_worker_a_kernel(
     assert code == 0, output
     assert ("2 workers a kernel, 1 from n4096-s3 on (the device's memory ran out; "
             "--ks-bench-workers 1 times all in one)") in output, output
+    assert (data["bench_workers"], data["fewer_workers_from"]) == (2, "n4096-s3"), data
     greedy = next(c for c in data["candidates"] if c["name"] == "greedy")
     bench = next(c for c in greedy["cases"] if c["kind"] == "bench")
     assert bench["outcome"] == "passed" and bench["fellows"]["a"]["speedup"] > 0, bench

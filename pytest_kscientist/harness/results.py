@@ -29,7 +29,10 @@ from pytest_kscientist.harness.attribution import Attribution
 # was not timed again; its stats and speedups are that kernel's from the same rounds).
 # 12: interrupted on the run (Ctrl-C, a signal, -x or --maxfail stopped it: its items may be
 #     missing).
-RESULTS_SCHEMA_VERSION = 12
+# 13: bench_workers and fewer_workers_from on the run (the workers a kernel its rounds began
+#     with, and the benchmark from which they went on in one after the device ran out of
+#     memory).
+RESULTS_SCHEMA_VERSION = 13
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -292,6 +295,10 @@ class RunResults(BaseModel):
     # The session was stopped (Ctrl-C, a signal) before its items ran: a result absent from
     # this file may never have run, so a gate reading it cannot take the absence as news.
     interrupted: bool = False
+    # Worker processes each kernel's rounds began in (--ks-bench-workers), and the benchmark
+    # from which they went on in one because the device ran out of memory ("" where none).
+    bench_workers: int = 1
+    fewer_workers_from: str = ""
 
 
 def report_property(value: dict[str, Any]) -> str:

@@ -351,6 +351,9 @@ class KsSession:
                 baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
                 item_seconds=self.item_seconds.get(name, {}), interrupted=interrupted,
+                bench_workers=self.fewer[name][0] if name in self.fewer
+                else self.workers_for(name),
+                fewer_workers_from=self.fewer[name][1] if name in self.fewer else "",
             ).model_dump(mode="json")
             for name in self.task_names()
         ]
