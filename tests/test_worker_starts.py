@@ -276,3 +276,29 @@ def test_a_run_stopped_by_maxfail_does_not_wait_for_kernels_still_loading(tmp_pa
     took = time.monotonic() - started
     assert code == 1 and "a_raises check" in out and "1 failed" in out, out
     assert took < 20, (took, out)  # the import alone takes 30 s
+
+
+def test_a_hurried_close_takes_holders_a_start_adds_meanwhile() -> None:
+    """After -x the session closes its workers without waiting for the starts still running in
+    the background, which add their nodes to ``holders``: iterating the set then failed with
+    "Set changed size during iteration" (once in a run of the suite). Here dropping one
+    holder's worker adds another, as a start that ends at that moment does."""
+    from pytest_kscientist.harness.baselines import Turns
+    from pytest_kscientist.harness.session import KsSession
+
+    ks = object.__new__(KsSession)
+    ks.partners, ks.holders = {}, set()
+    dropped: list[str] = []
+
+    class Holder:
+        def __init__(self, name: str, then: Holder | None = None) -> None:
+            self.name, self.then, self.worker, self.turns = name, then, None, Turns()
+
+        def drop_worker(self) -> None:
+            dropped.append(self.name)
+            if self.then is not None:
+                ks.holders.add(self.then)
+
+    ks.holders.add(Holder("first", then=Holder("late")))
+    ks.close_workers(hurry=True)
+    assert sorted(dropped) == ["first", "late"] and not ks.holders

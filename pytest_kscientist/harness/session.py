@@ -261,14 +261,17 @@ class KsSession:
         """End the candidates' and baselines' workers and any runner started ahead of need.
         ``hurry`` (an interrupted session): kill them at once, for a worker busy in its kernel
         never reads the request to exit, and each was given 10 s to."""
+        # A hurried close does not wait for the starts still running in the background, which
+        # add their nodes to ``holders`` meanwhile: taken one at a time, never iterated over
+        # (iterating failed with "Set changed size during iteration" after -x, once in a run
+        # of the suite); a start that ends after this dies with this process (its lifeline).
         if hurry:
-            for holder in (*self.holders, *self.partners.values()):
+            for holder in (*list(self.holders), *list(self.partners.values())):
                 for worker in holder.turns.live(holder.worker):
                     worker.kill()
-        for node in self.holders:
-            node.drop_worker()
-        self.holders.clear()
-        for partner in self.partners.values():
+        while self.holders:
+            self.holders.pop().drop_worker()
+        for partner in list(self.partners.values()):
             partner.close()
         if "spares" in self.__dict__:
             self.spares.close()
