@@ -288,13 +288,13 @@ def write_summary(tr: Any, session: Any) -> None:
         # a candidate not run here has no row: run_notes says why
         cands = [c for c in per_task.values() if c.cases or c.compiles or not c.not_run]
         active = [b.name for b in session.baselines.get(task_name, []) if b.status == "active"]
-        workers, fewer = session.workers_for(task_name), session.fewer.get(task_name)
+        workers, fewer_from = session.rounds_workers(task_name)
         how = f" | {workers} workers a kernel" if workers > 1 else ""
-        if how and session.settings.bench_workers is None:
+        if fewer_from:
+            how += (f", 1 from {fewer_from} on (the device's memory ran out; "
+                    "--ks-bench-workers 1 times all in one)")
+        elif how and session.settings.bench_workers is None:
             how += " (--ks-bench-workers auto: kernels compared)"
-        if fewer:
-            how = (f" | {fewer[0]} workers a kernel, 1 from {fewer[1]} on (the device's memory "
-                   f"ran out; --ks-bench-workers 1 times all in one)")
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name}){how}")
         if cands or task_name in session.results:

@@ -158,6 +158,11 @@ class KsSession:
             return 1
         return self.settings.bench_workers or self.auto_counts.get(task_name, 1)
 
+    def rounds_workers(self, task_name: str) -> tuple[int, str]:
+        """(the workers a kernel the task's rounds began with, the benchmark from which they
+        went on in one because the device ran out of memory, or "")."""
+        return self.fewer.get(task_name, (self.workers_for(task_name), ""))
+
     def fewer_workers(self, task_name: str, case_id: str) -> bool:
         """After a turn of ``task_name``'s rounds ran out of device memory: end the timing
         twins of its every kernel (each held a CUDA context, its inputs, outputs and allocator
@@ -262,11 +267,11 @@ class KsSession:
         ``hurry`` (an interrupted session): kill them at once, for a worker busy in its kernel
         never reads the request to exit, and each was given 10 s to."""
         # A hurried close does not wait for the starts still running in the background, which
-        # add their nodes to ``holders`` meanwhile: taken one at a time, never iterated over
-        # (iterating failed with "Set changed size during iteration" after -x, once in a run
-        # of the suite); a start that ends after this dies with this process (its lifeline).
+        # add their nodes to ``holders`` meanwhile: read as a copy, then taken one at a time
+        # (iterating the set failed with "Set changed size during iteration" after -x, once in
+        # a run of the suite); a start that ends after this dies with this process (lifeline).
         if hurry:
-            for holder in (*list(self.holders), *list(self.partners.values())):
+            for holder in [*self.holders, *self.partners.values()]:
                 for worker in holder.turns.live(holder.worker):
                     worker.kill()
         while self.holders:
@@ -354,9 +359,8 @@ class KsSession:
                 baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
                 item_seconds=self.item_seconds.get(name, {}), interrupted=interrupted,
-                bench_workers=self.fewer[name][0] if name in self.fewer
-                else self.workers_for(name),
-                fewer_workers_from=self.fewer[name][1] if name in self.fewer else "",
+                bench_workers=self.rounds_workers(name)[0],
+                fewer_workers_from=self.rounds_workers(name)[1],
             ).model_dump(mode="json")
             for name in self.task_names()
         ]
