@@ -358,7 +358,8 @@ class KsHooks:
         # the session that long). A start left running dies with this process (its lifeline).
         stopped = bool(session.shouldfail or session.shouldstop)
         if not (interrupted or stopped):
-            ks.wait_for_starts()  # a worker started after close_workers would outlive it
+            # A worker started after close_workers would outlive it; none is warmed now.
+            ks.wait_for_starts(warm=False)
         try:
             ks.close_workers(hurry=interrupted or stopped)
         except KeyboardInterrupt:  # Ctrl-C while closing: the rest at once, without a traceback

@@ -17,6 +17,7 @@ import os
 import secrets
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,7 @@ class Evaluator:
         self._draw: Any = None
         self._model: Any = None  # KernelBench: the problem's Model, built once
         self._issued: dict[str, int] = {}
+        self._issuing = threading.Lock()  # warm-up calls draw from several threads
         # case id -> the reference output's (shape, dtype)s, for a GPU MODE check's note
         self._reference_kinds: dict[str, list[tuple[tuple[int, ...], Any]]] = {}
         # KernelBench: the seed both sides build their models' weights with (secret until the
@@ -447,8 +449,9 @@ class Evaluator:
         id keeps parallel sessions apart; the check of a case keeps its fixed index 0.
         """
         key = self.task.case_id(case)
-        count = self._issued.get(key, 0) + 1
-        self._issued[key] = count
+        with self._issuing:
+            count = self._issued.get(key, 0) + 1
+            self._issued[key] = count
         span = seed_span(self.task.form, case.get("seed"))
         if span is not None:  # a secret start, then one apart: none drawn twice in the span
             return (self._seed(case, f"{self._lane}/start") + count) % span
@@ -457,6 +460,14 @@ class Evaluator:
     def _seed(self, case: Case, index: int | str) -> int:
         public = case.get("seed", 0)
         return seed_for(self.task.form, public, derive_seed(public, self.salt, index))
+
+    def first_call(self, worker: Worker, case: Case) -> None:
+        """One untimed call of ``case`` in a worker whose next call would be timed, its output
+        neither fetched nor judged: what a process pays on its kernel's first call (on the
+        H100, 4-5 s for GPU MODE vectoradd's reference, 2 s for fp8_gemm's) is then paid before
+        the rounds, by every worker at once (``KsSession.warm_up``), not in them one worker
+        after another. Raises CandidateFailure as a call does; the rounds meet it again."""
+        _ask(worker, "call", case=case, seed=self.fresh_seed(case))
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,

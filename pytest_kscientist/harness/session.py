@@ -93,6 +93,9 @@ class KsSession:
         self.holders: set[Any] = set()
         # Worker starts begun in the background (starts.start_workers), until waited for.
         self.starting: list[Any] = []
+        # The first calls of the workers so begun that would otherwise make theirs in a timed
+        # round (starts.WarmUp), made together once they have all started (wait_for_starts).
+        self.warm_ups: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
         # (task, candidate) -> its first worker's load_inline calls answered here
@@ -256,11 +259,30 @@ class KsSession:
         if quiet_prefix(spec_path) is not None:  # the sandbox works: its workers are forked
             spares.start_zygote(clean_environment("cpu"))
 
-    def wait_for_starts(self) -> None:
+    def wait_for_starts(self, warm: bool = True) -> None:
         """Wait until every worker start begun in the background has ended: before a timed call
-        (no build beside it), and before the session closes its workers (none started after)."""
+        (no build beside it), and before the session closes its workers (none started after).
+        With ``warm`` (before a timed call), then make the first calls of the workers that
+        would make theirs in the rounds, all at once (``warm_up``)."""
         while self.starting:
             self.starting.pop().wait()
+        if warm and self.warm_ups:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """The workers' first calls (starts.WarmUp), each in a thread of its own, waited for.
+
+        A process pays for its kernel's first call: CUDA's lazy loading of its code, library
+        handles, a Triton launcher (on an H100, 4-5 s for GPU MODE vectoradd's reference, 2 s
+        for fp8_gemm's). Made in the rounds, those costs came one worker after another, 24 s of
+        vectoradd's first benchmark with four workers a kernel; here they overlap, and no call
+        is timed meanwhile. A call that fails is left for its round to meet again."""
+        warm, self.warm_ups = self.warm_ups, []
+        threads = [threading.Thread(target=w.run, name="ks-warm", daemon=True) for w in warm]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def close_workers(self, hurry: bool = False) -> None:
         """End the candidates' and baselines' workers and any runner started ahead of need.

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.items import ROUND_ROLES, CandidateItem, CaseItem
 
 if TYPE_CHECKING:
@@ -61,7 +62,54 @@ def start_workers(items: list[Any], jobs: int) -> int:
             Starting(functools.partial(owner.turns.start_ahead, turn, owner._start), gate,
                      pending)
             twins += 1
+    nodes[0].ks.warm_ups += _warm_ups(items, nodes, partners)
     return len(nodes) + len(partners) + twins
+
+
+def _warm_ups(items: list[Any], nodes: list[CandidateNode], partners: list[Any]
+              ) -> list[WarmUp]:
+    """The workers begun here whose first call would be a timed round's, each with the case
+    of its first benchmark: every twin, and the own worker of a kernel with no item but its
+    benchmarks (the reference, a baseline, a candidate under ``-k bench``). A worker that
+    checks first is warm by then, and its checks use it from the main thread meanwhile."""
+    first: dict[str, Any] = {}  # task name -> the case of its first benchmark item
+    untimed: set[int] = set()  # ids of the nodes with an item other than a benchmark
+    for item in items:
+        if not isinstance(item, CandidateItem):
+            continue
+        if isinstance(item, CaseItem) and item.kind == "bench":
+            first.setdefault(item.candidate.task.name, item.case)
+        else:
+            untimed.add(id(item.candidate))
+    warm: list[WarmUp] = []
+    ks = nodes[0].ks
+    for owner in [*nodes, *partners]:
+        case = first.get(owner.task.name)
+        if case is None:
+            continue
+        evaluator = ks.evaluator(owner.task)
+        if id(owner) not in untimed:
+            warm.append(WarmUp(lambda o=owner: o.worker, evaluator, case))
+        for turn in range(1, owner.turns.count):
+            warm.append(WarmUp(lambda o=owner, t=turn: o.turns.twins.get(t), evaluator, case))
+    return warm
+
+
+class WarmUp:
+    """One worker's first call, made untimed before the rounds (``KsSession.warm_up``).
+    ``worker`` reads the worker as its start left it (None: it did not start)."""
+
+    def __init__(self, worker: Callable[[], Any], evaluator: Any, case: Any) -> None:
+        self.worker, self.evaluator, self.case = worker, evaluator, case
+
+    def run(self) -> None:
+        worker = self.worker()
+        if worker is None or not worker.alive():
+            return  # its round starts it and reports why it does not start
+        try:
+            self.evaluator.first_call(worker, self.case)
+        except CandidateFailure:
+            pass  # the round's own calls meet it again and report it there
 
 
 class Starting(threading.Thread):
