@@ -81,7 +81,8 @@ class _FakeEvaluator:
 
     def bench(self, worker: Any, case: Any, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
-              precise_after: int = 20, trusted: str = "") -> CaseResult:
+              precise_after: int = 20, trusted: str = "", warmup: int | None = None,
+              min_runs: int | None = None) -> CaseResult:
         self.log.append(worker)
         self.samples.setdefault(worker, set()).add(samples)
         if worker == "broken":
@@ -127,7 +128,8 @@ def test_rounds_change_order_and_pair_ratios() -> None:
     assert ev.log == ["cand", "b1", "b2", "b2", "b1", "cand",
                       "b1", "b2", "cand", "cand", "b2", "b1"]
     # trusted baselines verify one output per round; the candidate the task's sample
-    assert ev.samples == {"cand": {None}, "b1": {1}, "b2": {1}}
+    full = ev.task.spec.bench.verify_samples
+    assert ev.samples == {"cand": {full}, "b1": {1}, "b2": {1}}
     # per round 3/1, 4/2, 3/1, 4/2: the geomean of the paired ratios, not of pooled medians
     assert result.baselines["b1"].speedup == pytest.approx(geomean([3.0, 2.0, 3.0, 2.0]))
     assert result.baselines["b2"].speedup == pytest.approx(geomean([1.0, 0.5, 1.0, 0.5]))

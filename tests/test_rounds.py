@@ -14,7 +14,8 @@ from test_baselines import _FakeEvaluator, _FakePartner
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.baselines import Turns
-from pytest_kscientist.harness.rounds import Member, bench_together, order_items, round_order
+from pytest_kscientist.harness.rounds import (Member, bench_together, order_items, round_order,
+                                              spread)
 from pytest_kscientist.harness.session import auto_counts
 from pytest_kscientist.harness.stats import geomean, rounds_centre, spread_interval
 
@@ -34,7 +35,8 @@ def test_members_and_partners_share_mirrored_rounds_and_pair_up() -> None:
     assert b.fellows["a"].speedup == pytest.approx(1 / geomean([2.0, 1.0]))
     assert a.baselines["p"].speedup == pytest.approx(geomean([4.0, 2.0]))
     assert b.baselines["p"].speedup == pytest.approx(2.0)
-    assert ev.samples["a"] == {None} and ev.samples["p"] == {1}  # members keep the full sample
+    full = ev.task.spec.bench.verify_samples  # axpy's 2 a round (of four or fewer rounds)
+    assert ev.samples["a"] == {full} and ev.samples["p"] == {1}  # members keep the full sample
 
 
 def test_a_kernel_beside_is_verified_like_a_candidate() -> None:
@@ -47,7 +49,8 @@ def test_a_kernel_beside_is_verified_like_a_candidate() -> None:
     saved.full_sample = True  # type: ignore[attr-defined]
     bench_together(ev, [Member("a", lambda turn: "a")], [saved, _FakePartner("cublas")],  # type: ignore[list-item]
                    {"n": 1, "seed": 1}, "cpu", budget_s=1.0)
-    assert ev.samples == {"a": {None}, "saved": {None}, "cublas": {1}}
+    full = ev.task.spec.bench.verify_samples
+    assert ev.samples == {"a": {full}, "saved": {full}, "cublas": {1}}
 
 
 def test_rounds_in_two_workers_put_a_workers_bias_into_the_interval() -> None:
@@ -374,3 +377,30 @@ def test_two_kernels_compared_on_a_gpu_get_a_worker_a_round(tmp_path) -> None:
     assert "| 4 workers a kernel (--ks-bench-workers auto: kernels compared)" in output, output
     a = next(c for c in data["candidates"] if c["name"] == "a")
     assert all(case["fellows"]["b"]["speedup"] for case in a["cases"]), a
+
+
+def test_past_four_rounds_each_round_takes_its_share_of_the_minimums() -> None:
+    """Sixteen rounds cost twice the calls of four while every round took the task's whole
+    warm-up, minimum and verified sample; past four a round takes its share of four rounds'
+    (rounded up, at least one where the task asks for any)."""
+    assert [spread(5, r) for r in (1, 2, 4)] == [5, 5, 5]  # as the task gives them
+    assert [spread(5, r) for r in (5, 8, 16, 20, 40)] == [4, 3, 2, 1, 1]
+    assert [spread(2, r) for r in (8, 16)] == [1, 1] and spread(3, 6) == 2
+    assert spread(0, 16) == 0  # no warm-up asked, none made
+
+
+def test_sixteen_rounds_verify_a_share_of_the_sample_each(tmp_path: Path) -> None:
+    """axpy asks for 2 verified outputs a round: four rounds verify 8, sixteen 16 (one each)
+    where they verified 32."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    toml = tmp_path / "axpy" / "task.toml"
+    toml.write_text(toml.read_text().replace("[bench]\n", "[bench]\nrounds = 16\n", 1))
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "good.py")
+    code, output, data = run_pytest(["axpy", "-k", "bench", "--ks-baselines", "none",
+                                     "--kernel", "good.py"], cwd=tmp_path, timeout=300)
+    assert code == 0 and data is not None, output
+    (good,) = [c for c in data["candidates"] if c["name"] == "good"]
+    (bench,) = [c for c in good["cases"] if c["kind"] == "bench"]
+    assert bench["fellows"]["reference"]["rounds"] == 16, bench
+    assert bench["stats"]["verified_runs"] == 16, bench["stats"]
+    assert bench["stats"]["runs"] >= 16 * 2, bench["stats"]  # min_runs 5: 2 a round

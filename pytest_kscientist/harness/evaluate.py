@@ -471,7 +471,8 @@ class Evaluator:
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
-              precise_after: int = PRECISE_AFTER, trusted: str = "") -> CaseResult:
+              precise_after: int = PRECISE_AFTER, trusted: str = "",
+              warmup: int | None = None, min_runs: int | None = None) -> CaseResult:
         """Warm-up, then one request per timed call; verify a secret sample of the calls' whole
         outputs; check the clocks.
 
@@ -481,11 +482,15 @@ class Evaluator:
         calls after which a precise enough median stops the timing (a round of several).
         ``trusted``: who the task's own code timed here is ("the task's reference", a
         baseline), for whom a time below the physical floor is the task's error, not tampering.
+        ``warmup``, ``min_runs``: a round's share of the task's (rounds.spread; default the
+        task's own).
         """
         spec = self.task.spec.bench
         samples = spec.verify_samples if samples is None else samples
+        warmup = spec.warmup if warmup is None else warmup
+        min_runs = spec.min_runs if min_runs is None else min_runs
         warm: list[float] = []
-        for i in range(spec.warmup):
+        for i in range(warmup):
             try:
                 header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
             except WorkerDied:
@@ -501,7 +506,7 @@ class Evaluator:
                 run.probe()
                 continue
             run.call(samples)
-            if len(run.times) >= spec.min_runs and (
+            if len(run.times) >= min_runs and (
                 time.monotonic() - start > budget_s or precise(run.times, precise_after)
             ):
                 break

@@ -97,9 +97,13 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     spec = evaluator.task.spec.bench
     rounds = spec.rounds
     share = budget_s / rounds
+    # Past four rounds a round takes its share of the four rounds' warm-up calls, minimum
+    # and verified outputs (spread), so that more, shorter rounds cost no more calls.
+    warmup, least, samples = (spread(n, rounds)
+                              for n in (spec.warmup, spec.min_runs, spec.verify_samples))
     # Rounds are pooled: each may stop on a precise median after its share of the calls
     # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
-    after = max(spec.min_runs, PRECISE_AFTER // rounds)
+    after = max(least, PRECISE_AFTER // rounds)
     case_id = evaluator.task.case_id(case)
     mine: dict[str, list[CaseResult]] = {m.name: [] for m in members}
     theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
@@ -123,7 +127,8 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
         try:
             mine[who.name].append(turn(lambda: evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                precise_after=after, trusted=who.trusted)))
+                samples=samples, precise_after=after, trusted=who.trusted, warmup=warmup,
+                min_runs=least)))
         except CandidateFailure as exc:
             who.on_failure(exc)
             out[who.name] = Outcome(failure=exc)
@@ -135,8 +140,9 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
             # judge); candidates keep the task's full sample.
             theirs[who.name].append(turn(lambda: evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                samples=None if who.full_sample else 1,
-                precise_after=after, trusted=f"baseline '{who.name}'")))
+                samples=samples if who.full_sample else 1,
+                precise_after=after, trusted=f"baseline '{who.name}'", warmup=warmup,
+                min_runs=least)))
         except CandidateFailure as exc:
             who.failed(case_id, exc)
             failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
@@ -206,6 +212,22 @@ def _one_code(same: Mapping[str, str], out: dict[str, Outcome]) -> None:
                     timings[other] = timing.model_copy(update={
                         "speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0,
                         "round_speedups": [1.0] * len(timing.round_speedups)})
+
+
+# The rounds a task's per-round minimums are written for (``BenchSpec.rounds``' default).
+SPREAD_FROM = 4
+
+
+def spread(per_round: int, rounds: int) -> int:
+    """A round's share of ``per_round`` (a warm-up count, ``min_runs``, ``verify_samples``)
+    when a case has ``rounds`` rounds: as given up to SPREAD_FROM rounds; past them the
+    SPREAD_FROM rounds' total spread over all, rounded up (at least one where the task asks
+    for any). Sixteen rounds read two copies of a kernel within 5% more often than four on
+    the 2-core CPU (notes/timing.md, section 4), but cost twice the calls, mostly outputs
+    verified, while every round took the whole minimum."""
+    if rounds <= SPREAD_FROM or per_round <= 0:
+        return per_round
+    return max(1, -(-per_round * SPREAD_FROM // rounds))
 
 
 def round_order(n: int, r: int) -> list[int]:
