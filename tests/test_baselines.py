@@ -78,6 +78,7 @@ class _FakeEvaluator:
         self.samples: dict[str, set[int | None]] = {}  # worker -> the samples it was asked for
         self.task = load_task(AXPY)
         self.task.spec.bench.rounds = rounds
+        self.device = "cpu"
 
     def bench(self, worker: Any, case: Any, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,

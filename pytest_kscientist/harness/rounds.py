@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure, ReferenceFailed
-from pytest_kscientist.formats.task import Case
+from pytest_kscientist.formats.task import GPU_ROUNDS, Case
 from pytest_kscientist.harness.baselines import Partner, paired, pool, yardstick_only
 from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
@@ -95,15 +95,17 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     """
     same = _usable(same or {}, members, partners)
     spec = evaluator.task.spec.bench
-    rounds = spec.rounds
+    rounds = spec.rounds_on(evaluator.device)
     share = budget_s / rounds
     # Past four rounds a round takes its share of the four rounds' warm-up calls, minimum
     # and verified outputs (spread), so that more, shorter rounds cost no more calls.
     warmup, least, samples = (spread(n, rounds)
                               for n in (spec.warmup, spec.min_runs, spec.verify_samples))
     # Rounds are pooled: each may stop on a precise median after its share of the calls
-    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20).
-    after = max(least, PRECISE_AFTER // rounds)
+    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20), and never
+    # on one call (whose range is nothing); a kernel that spends its round's budget on fewer
+    # stops at ``least``.
+    after = max(least, -(-PRECISE_AFTER // rounds), 2)
     case_id = evaluator.task.case_id(case)
     mine: dict[str, list[CaseResult]] = {m.name: [] for m in members}
     theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
@@ -214,20 +216,20 @@ def _one_code(same: Mapping[str, str], out: dict[str, Outcome]) -> None:
                         "round_speedups": [1.0] * len(timing.round_speedups)})
 
 
-# The rounds a task's per-round minimums are written for (``BenchSpec.rounds``' default).
-SPREAD_FROM = 4
+# The rounds a task's per-round minimums are written for (``BenchSpec.rounds_on``, a GPU's).
+SPREAD_FROM = GPU_ROUNDS
 
 
 def spread(per_round: int, rounds: int) -> int:
     """A round's share of ``per_round`` (a warm-up count, ``min_runs``, ``verify_samples``)
     when a case has ``rounds`` rounds: as given up to SPREAD_FROM rounds; past them the
-    SPREAD_FROM rounds' total spread over all, rounded up (at least one where the task asks
+    SPREAD_FROM rounds' total spread over all, rounded down (at least one where the task asks
     for any). Sixteen rounds read two copies of a kernel within 5% more often than four on
     the 2-core CPU (notes/timing.md, section 4), but cost twice the calls, mostly outputs
     verified, while every round took the whole minimum."""
     if rounds <= SPREAD_FROM or per_round <= 0:
         return per_round
-    return max(1, -(-per_round * SPREAD_FROM // rounds))
+    return max(1, per_round * SPREAD_FROM // rounds)
 
 
 def round_order(n: int, r: int) -> list[int]:

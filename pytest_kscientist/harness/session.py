@@ -439,5 +439,5 @@ def auto_counts(planned: Any, beside: set[tuple[str, str]]) -> dict[str, int]:
                 compared.setdefault(node.task.name, set()).add(node.name)
     for task_name, name in beside:
         compared.setdefault(task_name, set()).add(name)
-    return {name: min(max(task.spec.bench.rounds, 2), 8) for name, task in tasks.items()
+    return {name: min(max(task.spec.bench.rounds_on("cuda"), 2), 8) for name, task in tasks.items()
             if len(compared.get(name, ())) >= 2}
