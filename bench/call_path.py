@@ -38,6 +38,7 @@ from pytest_kscientist.api import (
     load_task,
     make_timer,
     received,
+    round_quota,
     start_worker,
 )
 
@@ -106,9 +107,10 @@ def one_round(ev, worker, case: dict, device_name: str) -> dict[str, float]:  # 
 
     ev._verify_sample = timed_verify
     spec = ev.task.spec.bench
+    rounds = spec.rounds_on(ev.device)
     t0 = time.perf_counter()
-    result = ev.bench(worker, case, device_name, spec.budget_s / spec.rounds,
-                      precise_after=max(spec.min_runs, 20 // spec.rounds))
+    result = ev.bench(worker, case, device_name, spec.budget_s / rounds,
+                      **round_quota(spec, rounds))
     wall = time.perf_counter() - t0
     ev._verify_sample = verify
     stats = result.stats

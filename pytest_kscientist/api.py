@@ -25,6 +25,7 @@ from pytest_kscientist.harness import evaluate as _evaluate
 from pytest_kscientist.harness import mounts as _mounts
 from pytest_kscientist.harness import received as received
 from pytest_kscientist.harness import results as _results
+from pytest_kscientist.harness import rounds as _rounds
 from pytest_kscientist.harness import spawn as _spawn
 from pytest_kscientist.harness import stats as _stats
 from pytest_kscientist.hip import source as _hip_source
@@ -35,7 +36,7 @@ __all__ = [
     "CandidateResult", "Evaluator", "Member", "Point", "Population", "RunResults", "ThreadWatch",
     "Worker", "best_member", "compare", "compose", "confirmed_speedup", "geomean", "load_module",
     "load_reference", "load_task", "make_timer", "median_interval", "read_hip_source", "read_space",
-    "read_tunables", "received", "rewrite_tunables", "sandbox_available", "split",
+    "read_tunables", "received", "rewrite_tunables", "round_quota", "sandbox_available", "split",
     "start_worker", "t95",
 ]
 
@@ -92,6 +93,10 @@ loaded; CandidateFailure when it does not load."""
 
 Evaluator = _evaluate.Evaluator
 """``Evaluator(task, device, salt)``: judges a task's cases for any worker (``check``...)."""
+
+round_quota = _rounds.round_quota
+"""``round_quota(bench_spec, rounds)``: one round's ``warmup``, ``min_runs``, ``samples`` and
+``precise_after``, as ``Evaluator.bench`` takes them in a case of ``rounds`` rounds."""
 
 # ``received``: the pytest side's reading of a worker's answer, ``spec(worker, device)`` (the
 # handovers to ask for, None: every output in its frame) and ``output(worker, meta, payload,

@@ -14,8 +14,13 @@ from test_baselines import _FakeEvaluator, _FakePartner
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.baselines import Turns
-from pytest_kscientist.harness.rounds import (Member, bench_together, order_items, round_order,
-                                              spread)
+from pytest_kscientist.harness.rounds import (
+    Member,
+    bench_together,
+    order_items,
+    round_order,
+    spread,
+)
 from pytest_kscientist.harness.session import auto_counts
 from pytest_kscientist.harness.stats import geomean, rounds_centre, spread_interval
 

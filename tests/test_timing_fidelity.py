@@ -119,7 +119,8 @@ def test_beside_kernel_gives_a_speedup_with_its_interval(beside_run) -> None:
     assert low <= cand["speedups"]["honest_twin"] <= high
     for case in cand["cases"]:
         timing = case["baselines"]["honest_twin"]
-        assert timing["rounds"] == 4 and timing["speedup_low"] <= timing["speedup_high"]
+        # a CPU's sixteen rounds (fp8_gemm sets none)
+        assert timing["rounds"] == 16 and timing["speedup_low"] <= timing["speedup_high"]
         assert case["stats"]["ci_low_us"] <= case["stats"]["median_us"] <= case["stats"][
             "ci_high_us"]
     assert "vs_honest_twin" in output and "±" in output and "x(" in output

@@ -304,8 +304,8 @@ def test_a_hurried_close_takes_holders_a_start_adds_meanwhile() -> None:
     assert sorted(dropped) == ["first", "late"] and not ks.holders
 
 
-# Logs each call's process (a token), wall clock span and size to CALL_LOG; a process's first call takes
-# 1.5 s more, as CUDA's lazy loading or a Triton launcher build does on a GPU.
+# Logs each call's process (a token), wall clock span and size to CALL_LOG; a process's first
+# call takes 1.5 s more, as CUDA's lazy loading or a Triton launcher build does on a GPU.
 FIRST_CALL_SLOW = '''
 import json
 import os

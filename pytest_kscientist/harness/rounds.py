@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kscientist.errors import CandidateFailure, ReferenceFailed
-from pytest_kscientist.formats.task import GPU_ROUNDS, Case
+from pytest_kscientist.formats.task import GPU_ROUNDS, BenchSpec, Case
 from pytest_kscientist.harness.baselines import Partner, paired, pool, yardstick_only
 from pytest_kscientist.harness.evaluate import PRECISE_AFTER, Evaluator
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult
@@ -97,15 +97,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
     spec = evaluator.task.spec.bench
     rounds = spec.rounds_on(evaluator.device)
     share = budget_s / rounds
-    # Past four rounds a round takes its share of the four rounds' warm-up calls, minimum
-    # and verified outputs (spread), so that more, shorter rounds cost no more calls.
-    warmup, least, samples = (spread(n, rounds)
-                              for n in (spec.warmup, spec.min_runs, spec.verify_samples))
-    # Rounds are pooled: each may stop on a precise median after its share of the calls
-    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20), and never
-    # on one call (whose range is nothing); a kernel that spends its round's budget on fewer
-    # stops at ``least``.
-    after = max(least, -(-PRECISE_AFTER // rounds), 2)
+    quota = round_quota(spec, rounds)
     case_id = evaluator.task.case_id(case)
     mine: dict[str, list[CaseResult]] = {m.name: [] for m in members}
     theirs: dict[str, list[CaseResult]] = {p.name: [] for p in partners}
@@ -129,8 +121,7 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
         try:
             mine[who.name].append(turn(lambda: evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                samples=samples, precise_after=after, trusted=who.trusted, warmup=warmup,
-                min_runs=least)))
+                trusted=who.trusted, **quota)))
         except CandidateFailure as exc:
             who.on_failure(exc)
             out[who.name] = Outcome(failure=exc)
@@ -142,9 +133,8 @@ def bench_together(evaluator: Evaluator, members: list[Member], partners: list[P
             # judge); candidates keep the task's full sample.
             theirs[who.name].append(turn(lambda: evaluator.bench(
                 who.live(r), case, device_name, share, tolerate=who.tolerate,
-                samples=samples if who.full_sample else 1,
-                precise_after=after, trusted=f"baseline '{who.name}'", warmup=warmup,
-                min_runs=least)))
+                trusted=f"baseline '{who.name}'",
+                **(quota if who.full_sample else {**quota, "samples": 1}))))
         except CandidateFailure as exc:
             who.failed(case_id, exc)
             failed[who.name] = f"baseline '{who.name}' failed on {case_id}: {exc.reason}"
@@ -230,6 +220,19 @@ def spread(per_round: int, rounds: int) -> int:
     if rounds <= SPREAD_FROM or per_round <= 0:
         return per_round
     return max(1, per_round * SPREAD_FROM // rounds)
+
+
+def round_quota(spec: BenchSpec, rounds: int) -> dict[str, int]:
+    """A round's warm-up calls, least calls, verified outputs (``spread``) and the fewest calls
+    after which a precise median ends it, as ``Evaluator.bench`` takes them."""
+    warmup, least, samples = (spread(n, rounds)
+                              for n in (spec.warmup, spec.min_runs, spec.verify_samples))
+    # Rounds are pooled: each may stop on a precise median after its share of the calls
+    # (a generation of 3 took 86-93 s on the H200 when every round waited for 20), and never
+    # on one call (whose range is nothing); a kernel that spends its round's budget on fewer
+    # stops at ``least``.
+    return {"warmup": warmup, "min_runs": least, "samples": samples,
+            "precise_after": max(least, -(-PRECISE_AFTER // rounds), 2)}
 
 
 def round_order(n: int, r: int) -> list[int]:
