@@ -417,9 +417,9 @@ class CandidateNode(pytest.Collector):
     def live_worker(self) -> Worker:
         """The candidate's worker, spawned and loaded on first use or after a failure (its
         start in the background, when one was begun, waited for first)."""
-        starting, self.starting = self.starting, None
-        if starting is not None:
-            starting.wait()
+        if self.starting is not None:
+            self.starting.wait()  # kept until it has ended: an interrupted wait waits again
+            self.starting = None
         return self._live()
 
     def _live(self) -> Worker:

@@ -96,6 +96,11 @@ class KsSession:
         # The first calls of the workers so begun that would otherwise make theirs in a timed
         # round (starts.WarmUp), made together once they have all started (wait_for_starts).
         self.warm_ups: list[Any] = []
+        # Their threads still running: a wait interrupted (pytest-timeout's alarm, Ctrl-C)
+        # leaves them here, and the next wait joins them before any worker is used again.
+        # (Each an Event the thread sets when done: a Thread.join interrupted by a signal marks
+        # the thread ended while it still runs, CPython's bpo-45274, so a later join returns.)
+        self.warming: list[threading.Event] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
         # (task, candidate) -> its first worker's load_inline calls answered here
@@ -265,9 +270,11 @@ class KsSession:
         With ``warm`` (before a timed call), then make the first calls of the workers that
         would make theirs in the rounds, all at once (``warm_up``)."""
         while self.starting:
-            self.starting.pop().wait()
+            self.starting[-1].wait()  # listed until it has ended: an interrupted wait keeps it
+            self.starting.pop()
         if warm and self.warm_ups:
             self.warm_up()
+        self._join_warming()
 
     def warm_up(self) -> None:
         """The workers' first calls (starts.WarmUp), each in a thread of its own, waited for.
@@ -278,11 +285,18 @@ class KsSession:
         vectoradd's first benchmark with four workers a kernel; here they overlap, and no call
         is timed meanwhile. A call that fails is left for its round to meet again."""
         warm, self.warm_ups = self.warm_ups, []
-        threads = [threading.Thread(target=w.run, name="ks-warm", daemon=True) for w in warm]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        for job in warm:
+            done = threading.Event()
+            threading.Thread(target=_run_then_set, args=(job.run, done), name="ks-warm",
+                             daemon=True).start()
+            self.warming.append(done)
+        self._join_warming()
+
+    def _join_warming(self) -> None:
+        # One at a time, each dropped once ended: an interrupted wait leaves the rest listed.
+        while self.warming:
+            self.warming[0].wait()
+            self.warming.pop(0)
 
     def close_workers(self, hurry: bool = False) -> None:
         """End the candidates' and baselines' workers and any runner started ahead of need.
@@ -423,6 +437,13 @@ def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool |
 
 
 KS_SESSION = pytest.StashKey[KsSession]()
+
+
+def _run_then_set(job: Any, done: threading.Event) -> None:
+    try:
+        job()
+    finally:
+        done.set()
 
 
 def auto_counts(planned: Any, beside: set[tuple[str, str]]) -> dict[str, int]:

@@ -124,18 +124,25 @@ class Starting(threading.Thread):
         super().__init__(name="ks-start", daemon=True)
         self.job, self.gate = job, gate
         self.error: BaseException | None = None
+        # Set when the job has ended. Waited on instead of join(): a join interrupted by a
+        # signal (pytest-timeout's alarm, Ctrl-C) marks the thread ended while it still runs
+        # (CPython's bpo-45274), and a later join returned at once, beside the running start.
+        self.done = threading.Event()
         pending.append(self)
         self.start()
 
     def run(self) -> None:
-        with self.gate:
-            try:
-                self.job()
-            except BaseException as exc:  # noqa: BLE001 - raised again where it is waited for
-                self.error = exc
+        try:
+            with self.gate:
+                try:
+                    self.job()
+                except BaseException as exc:  # noqa: BLE001 - raised again where waited for
+                    self.error = exc
+        finally:
+            self.done.set()
 
     def wait(self) -> None:
-        self.join()
+        self.done.wait()
         error, self.error = self.error, None
         if error is not None:
             raise error
