@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import CANDIDATES, run_pytest
@@ -357,12 +358,32 @@ def test_workers_make_their_first_calls_together_before_the_rounds(
     assert max(b for b, _ in first.values()) < min(e for _, e in first.values()), first
 
 
+class _Alarm(Exception):
+    pass
+
+
+def _interrupted(wait: Any) -> None:
+    """Call ``wait`` and stop it after 0.3 s by a signal whose handler raises, as
+    pytest-timeout's alarm does."""
+    import signal
+
+    def ring(*_: object) -> None:
+        raise _Alarm
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(_Alarm):
+            wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_first_calls_left_running_by_an_interrupted_wait_are_joined_by_the_next() -> None:
     """pytest-timeout's alarm (or Ctrl-C) can stop the first bench item while it waits for the
     workers' first calls; the next item must not send a worker its request while a first call
     is still running in it (its answer would go to that request). The next wait joins them."""
-    import signal
-
     from pytest_kscientist.harness.session import KsSession
 
     ks = object.__new__(KsSession)
@@ -374,21 +395,8 @@ def test_first_calls_left_running_by_an_interrupted_wait_are_joined_by_the_next(
             release.wait(10)
             ended.set()
 
-    class Alarm(Exception):
-        pass
-
-    def ring(*_: object) -> None:
-        raise Alarm
-
     ks.warm_ups = [Slow()]
-    previous = signal.signal(signal.SIGALRM, ring)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        with pytest.raises(Alarm):
-            ks.wait_for_starts()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    _interrupted(ks.wait_for_starts)
     assert len(ks.warming) == 1 and not ended.is_set()  # still running, still listed
     threading.Timer(0.3, release.set).start()
     ks.wait_for_starts(warm=False)  # the close's wait: it too waits for them
@@ -399,8 +407,6 @@ def test_a_start_whose_wait_was_interrupted_is_waited_for_again() -> None:
     """A wait for a worker's start stopped by a signal (pytest-timeout's alarm) marked the
     start's thread ended while it ran on (a Thread.join interrupted so, CPython's bpo-45274):
     the next wait returned at once, beside the start still running."""
-    import signal
-
     from pytest_kscientist.harness.session import KsSession
     from pytest_kscientist.harness.starts import Starting
 
@@ -412,21 +418,8 @@ def test_a_start_whose_wait_was_interrupted_is_waited_for_again() -> None:
         release.wait(10)
         ended.set()
 
-    class Alarm(Exception):
-        pass
-
-    def ring(*_: object) -> None:
-        raise Alarm
-
     Starting(start, threading.BoundedSemaphore(2), ks.starting)
-    previous = signal.signal(signal.SIGALRM, ring)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        with pytest.raises(Alarm):
-            ks.wait_for_starts()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    _interrupted(ks.wait_for_starts)
     assert len(ks.starting) == 1 and not ended.is_set()
     threading.Timer(0.3, release.set).start()
     ks.wait_for_starts()
