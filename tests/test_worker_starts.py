@@ -358,6 +358,30 @@ def test_workers_make_their_first_calls_together_before_the_rounds(
     assert max(b for b, _ in first.values()) < min(e for _, e in first.values()), first
 
 
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="workers start in the background only with two CPUs or more")
+def test_a_worker_that_checks_first_is_left_to_its_checks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate's own worker makes its first call in its checks; its twins, which run no
+    check, make theirs together before the rounds."""
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("CALL_LOG", str(calls))
+    project = tmp_path / "project"
+    shutil.copytree(AXPY, project / "axpy")
+    (project / "slow_start.py").write_text(FIRST_CALL_SLOW)
+    code, out, _ = run_pytest(["axpy", "--kernel", "slow_start.py", "--ks-bench-workers", "3",
+                               "--ks-baselines", "none"], project, timeout=120)
+    assert code == 0, out
+    first: dict[str, tuple[float, float, int]] = {}
+    for process, began, ended, n in (json.loads(line) for line in calls.read_text().splitlines()):
+        first.setdefault(process, (began, ended, n))
+    checks = [f for f in first.values() if f[2] != 4096]
+    twins = [f for f in first.values() if f[2] == 4096]
+    assert len(checks) == 1 and len(twins) == 2, first  # its own worker checked first
+    assert max(b for b, _, _ in twins) < min(e for _, e, _ in twins), twins  # together
+
+
 class _Alarm(Exception):
     pass
 

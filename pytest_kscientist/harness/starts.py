@@ -71,7 +71,7 @@ def _warm_ups(items: list[Any], nodes: list[CandidateNode], partners: list[Any]
     """The workers begun here whose first call would be a timed round's, each with the case
     of its first benchmark: every twin, and the own worker of a kernel with no item but its
     benchmarks (the reference, a baseline, a candidate under ``-k bench``). A worker that
-    checks first is warm by then, and its checks use it from the main thread meanwhile."""
+    ran checks (every check item comes before the first benchmark) has made its first call."""
     first: dict[str, Any] = {}  # task name -> the case of its first benchmark item
     untimed: set[int] = set()  # ids of the nodes with an item other than a benchmark
     for item in items:
