@@ -464,9 +464,10 @@ class Evaluator:
     def first_call(self, worker: Worker, case: Case) -> None:
         """One untimed call of ``case`` in a worker whose next call would be timed, its output
         neither fetched nor judged: what a process pays on its kernel's first call (on the
-        H100, 4-5 s for GPU MODE vectoradd's reference, 2 s for fp8_gemm's) is then paid before
-        the rounds, by every worker at once (``KsSession.warm_up``), not in them one worker
-        after another. Raises CandidateFailure as a call does; the rounds meet it again."""
+        H100, 4-5 s for GPU MODE vectoradd's reference, up to 2.2 s in fp8_gemm's) is then
+        paid before the rounds, by every worker at once (``KsSession.warm_up``), not in them
+        one worker after another. Raises CandidateFailure as a call does; the rounds meet it
+        again."""
         _ask(worker, "call", case=case, seed=self.fresh_seed(case))
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,

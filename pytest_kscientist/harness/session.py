@@ -280,10 +280,11 @@ class KsSession:
         """The workers' first calls (starts.WarmUp), each in a thread of its own, waited for.
 
         A process pays for its kernel's first call: CUDA's lazy loading of its code, library
-        handles, a Triton launcher (on an H100, 4-5 s for GPU MODE vectoradd's reference, 2 s
-        for fp8_gemm's). Made in the rounds, those costs came one worker after another, 24 s of
-        vectoradd's first benchmark with four workers a kernel; here they overlap, and no call
-        is timed meanwhile. A call that fails is left for its round to meet again."""
+        handles, a Triton launcher (on an H100, 4-5 s for GPU MODE vectoradd's reference, up to
+        2.2 s in fp8_gemm's). Made in the rounds, those costs came one worker after another
+        (24 s of vectoradd's first benchmark with four workers a kernel); here they overlap,
+        and no call is timed meanwhile. A call that fails is left for its round to meet
+        again."""
         warm, self.warm_ups = self.warm_ups, []
         for job in warm:
             done = threading.Event()
