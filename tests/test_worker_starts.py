@@ -330,6 +330,22 @@ def custom_kernel(data):
 '''
 
 
+def _logged_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str,
+                args: list[str]) -> tuple[int, str, list[Any]]:
+    """axpy with ``kernel`` (source) as ``kernel.py`` and ``args``; its exit code, output and
+    the calls it logged to CALL_LOG (outside the run's folder, which the sandbox keeps
+    read-only)."""
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("CALL_LOG", str(calls))
+    project = tmp_path / "project"
+    shutil.copytree(AXPY, project / "axpy")
+    (project / "kernel.py").write_text(kernel)
+    code, out, _ = run_pytest(["axpy", "--kernel", "kernel.py", "--ks-baselines", "none",
+                               *args], project, timeout=120)
+    made = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+    return code, out, made
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                     reason="workers start in the background only with two CPUs or more")
 def test_workers_make_their_first_calls_together_before_the_rounds(
@@ -339,16 +355,9 @@ def test_workers_make_their_first_calls_together_before_the_rounds(
     vectoradd folder's first benchmark with four workers a kernel. The workers whose first call
     would be a round's (here every one: twins, and a kernel with no check selected) now make
     it untimed, all at once, before the rounds; without that no two first calls overlap."""
-    calls = tmp_path / "calls.log"  # outside the run's folder, which the sandbox keeps read-only
-    monkeypatch.setenv("CALL_LOG", str(calls))
-    project = tmp_path / "project"
-    shutil.copytree(AXPY, project / "axpy")
-    (project / "slow_start.py").write_text(FIRST_CALL_SLOW)
-    code, out, _ = run_pytest(["axpy", "--kernel", "slow_start.py", "-k", "bench",
-                               "--ks-bench-workers", "3", "--ks-baselines", "none"],
-                              project, timeout=120)
+    code, out, made = _logged_run(tmp_path, monkeypatch, FIRST_CALL_SLOW,
+                                  ["-k", "bench", "--ks-bench-workers", "3"])
     assert code == 0, out
-    made = [json.loads(line) for line in calls.read_text().splitlines()]
     first: dict[str, tuple[float, float]] = {}
     for process, began, ended, _ in made:
         first.setdefault(process, (began, ended))
@@ -365,21 +374,53 @@ def test_a_worker_that_checks_first_is_left_to_its_checks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate's own worker makes its first call in its checks; its twins, which run no
     check, make theirs together before the rounds."""
-    calls = tmp_path / "calls.log"
-    monkeypatch.setenv("CALL_LOG", str(calls))
-    project = tmp_path / "project"
-    shutil.copytree(AXPY, project / "axpy")
-    (project / "slow_start.py").write_text(FIRST_CALL_SLOW)
-    code, out, _ = run_pytest(["axpy", "--kernel", "slow_start.py", "--ks-bench-workers", "3",
-                               "--ks-baselines", "none"], project, timeout=120)
+    code, out, made = _logged_run(tmp_path, monkeypatch, FIRST_CALL_SLOW,
+                                  ["--ks-bench-workers", "3"])
     assert code == 0, out
     first: dict[str, tuple[float, float, int]] = {}
-    for process, began, ended, n in (json.loads(line) for line in calls.read_text().splitlines()):
+    for process, began, ended, n in made:
         first.setdefault(process, (began, ended, n))
     checks = [f for f in first.values() if f[2] != 4096]
     twins = [f for f in first.values() if f[2] == 4096]
     assert len(checks) == 1 and len(twins) == 2, first  # its own worker checked first
     assert max(b for b, _, _ in twins) < min(e for _, e, _ in twins), twins  # together
+
+
+
+# Hangs on its first call of the benchmark's size in a process (axpy's checks are smaller),
+# logging each call's process and size to CALL_LOG first.
+HANGS_FIRST = '''
+import json
+import os
+import time
+import uuid
+
+PROCESS = uuid.uuid4().hex
+
+
+def custom_kernel(data):
+    x, y, out = data
+    with open(os.environ["CALL_LOG"], "a") as log:
+        log.write(json.dumps([PROCESS, x.numel()]) + "\\n")
+    if x.numel() == 4096:
+        time.sleep(60)
+    out.copy_(2 * x + y)
+    return out
+'''
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="workers start in the background only with two CPUs or more")
+def test_a_kernel_that_hangs_on_its_first_call_waits_out_one_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its workers' first calls hang together before the rounds, each killed after
+    --ks-timeout; that hang is the round's verdict, not a fresh worker started in the round
+    to hang for another --ks-timeout."""
+    code, out, made = _logged_run(tmp_path, monkeypatch, HANGS_FIRST,
+                                  ["-k", "bench", "--ks-bench-workers", "2", "--ks-timeout", "3"])
+    assert code == 1 and "first call, made before the rounds" in out, out
+    # the two workers' first calls only: none started again to call once more
+    assert len({process for process, _ in made}) == 2 and len(made) == 2, made
 
 
 class _Alarm(Exception):

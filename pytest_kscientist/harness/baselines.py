@@ -126,6 +126,15 @@ class Turns:
 
     count: int = 1
     twins: dict[int, Worker] = field(default_factory=dict)
+    # turn -> how its worker hung on its first call, made before the rounds (starts.WarmUp):
+    # raised by that turn's round (``hung_first``), not started again to hang once more.
+    hung: dict[int, CandidateFailure] = field(default_factory=dict)
+
+    def hung_first(self, turn: int) -> None:
+        """Raise, once, the hang of round ``turn``'s worker on its first call."""
+        failure = self.hung.pop(turn % self.count, None)
+        if failure is not None:
+            raise failure
 
     def worker(self, turn: int, own: Worker, start: Callable[[], Worker]) -> Worker:
         which = turn % self.count
@@ -188,6 +197,7 @@ class Partner:
 
     def live(self, turn: int = 0) -> Worker:
         """The worker of round ``turn`` (``turns``), started on first use."""
+        self.turns.hung_first(turn)
         if self.worker is None or not self.worker.alive():
             self.worker = self._start()
         return self.turns.worker(turn, self.worker, self._start)

@@ -456,6 +456,7 @@ class CandidateNode(pytest.Collector):
     def round_worker(self, turn: int) -> Worker:
         """The worker of timing round ``turn`` (``turns``; turn 0's is the one its checks ran
         in; a load failure is the candidate's, shown as at every item)."""
+        self.turns.hung_first(turn)
         return self.turns.worker(turn, self.live_worker(), self._start)
 
     def start_early(self) -> None:

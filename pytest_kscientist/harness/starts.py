@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.harness.items import ROUND_ROLES, CandidateItem, CaseItem
+from pytest_kscientist.harness.spawn import WorkerDied
 
 if TYPE_CHECKING:
     from pytest_kscientist.harness.collect import CandidateNode
@@ -88,19 +89,26 @@ def _warm_ups(items: list[Any], nodes: list[CandidateNode], partners: list[Any]
         if case is None:
             continue
         evaluator = ks.evaluator(owner.task)
+        turns = owner.turns
         if id(owner) not in untimed:
-            warm.append(WarmUp(lambda o=owner: o.worker, evaluator, case))
-        for turn in range(1, owner.turns.count):
-            warm.append(WarmUp(lambda o=owner, t=turn: o.turns.twins.get(t), evaluator, case))
+            warm.append(WarmUp(lambda o=owner: o.worker, evaluator, case, turns.hung, 0))
+        for turn in range(1, turns.count):
+            warm.append(WarmUp(lambda t=turn, tw=turns: tw.twins.get(t), evaluator, case,
+                               turns.hung, turn))
     return warm
 
 
 class WarmUp:
     """One worker's first call, made untimed before the rounds (``KsSession.warm_up``).
-    ``worker`` reads the worker as its start left it (None: it did not start)."""
+    ``worker`` reads the worker as its start left it (None: it did not start); a hang there
+    goes into ``hung`` under ``turn`` (its kernel's ``Turns.hung``), the verdict of the
+    round that turn's worker takes, which does not start another to wait out its
+    ``--ks-timeout`` again."""
 
-    def __init__(self, worker: Callable[[], Any], evaluator: Any, case: Any) -> None:
+    def __init__(self, worker: Callable[[], Any], evaluator: Any, case: Any,
+                 hung: dict[int, CandidateFailure], turn: int) -> None:
         self.worker, self.evaluator, self.case = worker, evaluator, case
+        self.hung, self.turn = hung, turn
 
     def run(self) -> None:
         worker = self.worker()
@@ -108,6 +116,10 @@ class WarmUp:
             return  # its round starts it and reports why it does not start
         try:
             self.evaluator.first_call(worker, self.case)
+        except WorkerDied as exc:
+            if exc.hung:
+                self.hung[self.turn] = WorkerDied(
+                    f"first call, made before the rounds: {exc.reason}", exc.detail, hung=True)
         except CandidateFailure:
             pass  # the round's own calls meet it again and report it there
 
