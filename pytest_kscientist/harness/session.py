@@ -284,7 +284,7 @@ class KsSession:
         2.2 s in fp8_gemm's). Made in the rounds, those costs came one worker after another
         (24 s of vectoradd's first benchmark with four workers a kernel); here they overlap,
         and no call is timed meanwhile. A call that fails is left for its round to meet
-        again."""
+        again; one that hangs is that round's verdict (``Turns.hung``)."""
         warm, self.warm_ups = self.warm_ups, []
         for job in warm:
             done = threading.Event()
