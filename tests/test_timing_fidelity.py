@@ -146,13 +146,15 @@ def test_a_large_output_wrong_in_a_few_elements_fails_its_benchmark(tmp_path: Pa
         "benchmarks = [{ n = 4096, seed = 3 }]", "benchmarks = [{ n = 300000, seed = 3 }]")
     (task / "task.toml").write_text(spec)
     sloppy = tmp_path / "sloppy.py"
+    # Off by 1 there, not zeroed: a zeroed element whose reference lies within 1e-6 of 0 passes
+    # (2999 of 3000 in one run of the suite).
     sloppy.write_text(
         "import torch\n\n"
         "def custom_kernel(data):\n"
         "    x, y, out = data\n"
         "    torch.add(y, x, alpha=2, out=out)\n"
         "    if x.numel() > 100000:\n"
-        "        out[::100] = 0.0  # 1% wrong, only on the large benchmark\n"
+        "        out[::100] += 1.0  # 1% wrong, only on the large benchmark\n"
         "    return out\n")
     code, output, data = run_pytest(
         [str(task), "-k", "bench", f"--kernel={sloppy}", f"--kernel={task / 'seeds/good.py'}"],
