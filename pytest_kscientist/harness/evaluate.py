@@ -461,14 +461,11 @@ class Evaluator:
         public = case.get("seed", 0)
         return seed_for(self.task.form, public, derive_seed(public, self.salt, index))
 
-    def first_call(self, worker: Worker, case: Case) -> None:
-        """One untimed call of ``case`` in a worker whose next call would be timed, its output
-        neither fetched nor judged: what a process pays on its kernel's first call (on the
-        H100, 4-5 s for GPU MODE vectoradd's reference, up to 2.2 s in fp8_gemm's) is then
-        paid before the rounds, by every worker at once (``KsSession.warm_up``), not in them
-        one worker after another. Raises CandidateFailure as a call does; the rounds meet it
-        again."""
-        _ask(worker, "call", case=case, seed=self.fresh_seed(case))
+    def untimed_call(self, worker: Worker, case: Case) -> dict[str, Any]:
+        """One call of ``case`` whose output is neither fetched nor judged and whose time is
+        not kept (its header): a benchmark's warm-up, and a worker's first call made before the
+        rounds (starts.WarmUp). Raises CandidateFailure as a call does."""
+        return _ask(worker, "call", case=case, seed=self.fresh_seed(case))[0]
 
     def bench(self, worker: Worker, case: Case, device_name: str, budget_s: float,
               tolerate: bool = False, samples: int | None = None,
@@ -493,7 +490,7 @@ class Evaluator:
         warm: list[float] = []
         for i in range(warmup):
             try:
-                header, _ = _ask(worker, "call", case=case, seed=self.fresh_seed(case))
+                header = self.untimed_call(worker, case)
             except WorkerDied:
                 raise  # the worker's own verdict (hung, crashed): no context to add
             except CandidateFailure as exc:

@@ -96,11 +96,8 @@ class KsSession:
         # The first calls of the workers so begun that would otherwise make theirs in a timed
         # round (starts.WarmUp), made together once they have all started (wait_for_starts).
         self.warm_ups: list[Any] = []
-        # Their threads still running: a wait interrupted (pytest-timeout's alarm, Ctrl-C)
-        # leaves them here, and the next wait joins them before any worker is used again.
-        # (Each an Event the thread sets when done: a Thread.join interrupted by a signal marks
-        # the thread ended while it still runs, CPython's bpo-45274, so a later join returns.)
-        self.warming: list[threading.Event] = []
+        # Those first calls begun (starts.Starting), until waited for (``_wait_all``).
+        self.warming: list[Any] = []
         # (task, candidate) -> seconds its first worker's import took (CandidateResult.load_s).
         self.loads: dict[tuple[str, str], float] = {}
         # (task, candidate) -> its first worker's load_inline calls answered here
@@ -268,16 +265,14 @@ class KsSession:
         """Wait until every worker start begun in the background has ended: before a timed call
         (no build beside it), and before the session closes its workers (none started after).
         With ``warm`` (before a timed call), then make the first calls of the workers that
-        would make theirs in the rounds, all at once (``warm_up``)."""
-        while self.starting:
-            self.starting[-1].wait()  # listed until it has ended: an interrupted wait keeps it
-            self.starting.pop()
+        would make theirs in the rounds, all at once (``_begin_warm_ups``)."""
+        _wait_all(self.starting)
         if warm and self.warm_ups:
-            self.warm_up()
-        self._join_warming()
+            self._begin_warm_ups()
+        _wait_all(self.warming)
 
-    def warm_up(self) -> None:
-        """The workers' first calls (starts.WarmUp), each in a thread of its own, waited for.
+    def _begin_warm_ups(self) -> None:
+        """Begin the workers' first calls (starts.WarmUp), each in a thread of its own.
 
         A process pays for its kernel's first call: CUDA's lazy loading of its code, library
         handles, a Triton launcher (on an H100, 4-5 s for GPU MODE vectoradd's reference, up to
@@ -285,19 +280,12 @@ class KsSession:
         (24 s of vectoradd's first benchmark with four workers a kernel); here they overlap,
         and no call is timed meanwhile. A call that fails is left for its round to meet
         again; one that hangs is that round's verdict (``Turns.hung``)."""
-        warm, self.warm_ups = self.warm_ups, []
-        for job in warm:
-            done = threading.Event()
-            threading.Thread(target=_run_then_set, args=(job.run, done), name="ks-warm",
-                             daemon=True).start()
-            self.warming.append(done)
-        self._join_warming()
+        from pytest_kscientist.harness.starts import Starting  # starts imports this module
 
-    def _join_warming(self) -> None:
-        # One at a time, each dropped once ended: an interrupted wait leaves the rest listed.
-        while self.warming:
-            self.warming[0].wait()
-            self.warming.pop(0)
+        warm, self.warm_ups = self.warm_ups, []
+        gate = threading.BoundedSemaphore(len(warm))  # all at once
+        for job in warm:
+            Starting(job.run, gate, self.warming, name="ks-warm")
 
     def close_workers(self, hurry: bool = False) -> None:
         """End the candidates' and baselines' workers and any runner started ahead of need.
@@ -388,19 +376,18 @@ class KsSession:
     def write_json(self, path: Path, interrupted: bool = False) -> None:
         """Write one RunResults per task (a list when several tasks ran or none), atomically;
         ``interrupted``: the session was stopped before its items ran."""
-        runs = [
-            RunResults(
+        runs = []
+        for name in self.task_names():
+            workers, fewer_from = self.rounds_workers(name)
+            runs.append(RunResults(
                 task=name, task_path=self._task_path(name), profile=self.profile,
                 salt=self.salt, started_at=self.started_at, machine=self.machine(),
                 candidates=list(self.results.get(name, {}).values()),
                 baselines=self.baselines.get(name, []),
                 task_validation=self.validations.get(name),
                 item_seconds=self.item_seconds.get(name, {}), interrupted=interrupted,
-                bench_workers=self.rounds_workers(name)[0],
-                fewer_workers_from=self.rounds_workers(name)[1],
-            ).model_dump(mode="json")
-            for name in self.task_names()
-        ]
+                bench_workers=workers, fewer_workers_from=fewer_from,
+            ).model_dump(mode="json"))
         body = runs[0] if len(runs) == 1 else runs
         text = json.dumps(body, indent=2)
         if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -440,11 +427,13 @@ def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool |
 KS_SESSION = pytest.StashKey[KsSession]()
 
 
-def _run_then_set(job: Any, done: threading.Event) -> None:
-    try:
-        job()
-    finally:
-        done.set()
+def _wait_all(pending: list[Any]) -> None:
+    """Wait for every background job of ``pending`` (starts.Starting), raising its error; each
+    stays listed until it has ended, so a wait that a signal interrupts (pytest-timeout's
+    alarm, Ctrl-C) is taken up by the next, before any of their workers is used."""
+    while pending:
+        pending[-1].wait()
+        pending.pop()
 
 
 def auto_counts(planned: Any, beside: set[tuple[str, str]]) -> dict[str, int]:

@@ -89,51 +89,48 @@ def _warm_ups(items: list[Any], nodes: list[CandidateNode], partners: list[Any]
         if case is None:
             continue
         evaluator = ks.evaluator(owner.task)
-        turns = owner.turns
-        if id(owner) not in untimed:
-            warm.append(WarmUp(lambda o=owner: o.worker, evaluator, case, turns.hung, 0))
-        for turn in range(1, turns.count):
-            warm.append(WarmUp(lambda t=turn, tw=turns: tw.twins.get(t), evaluator, case,
-                               turns.hung, turn))
+        first_turn = 1 if id(owner) in untimed else 0  # its own worker ran checks
+        warm += [WarmUp(owner, turn, evaluator, case)
+                 for turn in range(first_turn, owner.turns.count)]
     return warm
 
 
 class WarmUp:
-    """One worker's first call, made untimed before the rounds (``KsSession.warm_up``).
-    ``worker`` reads the worker as its start left it (None: it did not start); a hang there
-    goes into ``hung`` under ``turn`` (its kernel's ``Turns.hung``), the verdict of the
-    round that turn's worker takes, which does not start another to wait out its
-    ``--ks-timeout`` again."""
+    """The first call of round ``turn``'s worker of ``owner`` (a candidate node or a
+    baseline's Partner), made untimed before the rounds (``KsSession._begin_warm_ups``), in
+    the worker its start left (none: its round starts one and says why that fails). A hang
+    there goes into its ``Turns.hung``: the verdict of that turn's round, which does not
+    start another worker to wait out ``--ks-timeout`` again."""
 
-    def __init__(self, worker: Callable[[], Any], evaluator: Any, case: Any,
-                 hung: dict[int, CandidateFailure], turn: int) -> None:
-        self.worker, self.evaluator, self.case = worker, evaluator, case
-        self.hung, self.turn = hung, turn
+    def __init__(self, owner: Any, turn: int, evaluator: Any, case: Any) -> None:
+        self.owner, self.turn, self.evaluator, self.case = owner, turn, evaluator, case
 
     def run(self) -> None:
-        worker = self.worker()
+        turns = self.owner.turns
+        worker = turns.twins.get(self.turn) if self.turn else self.owner.worker
         if worker is None or not worker.alive():
-            return  # its round starts it and reports why it does not start
+            return
         try:
-            self.evaluator.first_call(worker, self.case)
+            self.evaluator.untimed_call(worker, self.case)
         except WorkerDied as exc:
             if exc.hung:
-                self.hung[self.turn] = WorkerDied(
+                turns.hung[self.turn] = WorkerDied(
                     f"first call, made before the rounds: {exc.reason}", exc.detail, hung=True)
         except CandidateFailure:
             pass  # the round's own calls meet it again and report it there
 
 
 class Starting(threading.Thread):
-    """A worker's start in the background (``start_workers``), one of ``gate``'s at a time,
-    listed in ``pending`` (its session's ``KsSession.starting``) until waited for.
+    """A worker's start in the background (``start_workers``), or its first call (``WarmUp``),
+    one of ``gate``'s at a time, listed in ``pending`` (its session's ``KsSession.starting``,
+    ``warming``) until waited for.
 
     A daemon: an interrupted session does not wait for a build to end (the worker it was
     starting dies with this process, through its lifeline)."""
 
     def __init__(self, job: Callable[[], None], gate: threading.BoundedSemaphore,
-                 pending: list[Any]) -> None:
-        super().__init__(name="ks-start", daemon=True)
+                 pending: list[Any], name: str = "ks-start") -> None:
+        super().__init__(name=name, daemon=True)
         self.job, self.gate = job, gate
         self.error: BaseException | None = None
         # Set when the job has ended. Waited on instead of join(): a join interrupted by a
