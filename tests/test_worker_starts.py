@@ -370,10 +370,11 @@ def test_workers_make_their_first_calls_together_before_the_rounds(
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                     reason="workers start in the background only with two CPUs or more")
-def test_a_worker_that_checks_first_is_left_to_its_checks(
+def test_a_checked_candidates_twins_make_their_first_calls_together(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A candidate's own worker makes its first call in its checks; its twins, which run no
-    check, make theirs together before the rounds."""
+    check, make theirs together before the rounds. (Whether the own worker is given a first
+    call too cannot be seen here: it would come after its checks, beside the rounds' calls.)"""
     code, out, made = _logged_run(tmp_path, monkeypatch, FIRST_CALL_SLOW,
                                   ["--ks-bench-workers", "3"])
     assert code == 0, out
