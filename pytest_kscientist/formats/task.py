@@ -129,7 +129,7 @@ class BenchSpec(BaseModel):
         sixteen on a CPU and four on a GPU. On the 2-core CPU two copies of a kernel read within
         5% on every shape in 27 of 27 runs with sixteen rounds, 25 of 27 with four, both misses
         beside a bursty load (notes/timing.md, section 4): a burst of the machine's falls into
-        more, shorter turns. On a GPU four hold (worst shape 0.8-2.5% on an H200)."""
+        more, shorter turns. On a GPU four hold (worst shape 0.76-2.49% on an H200)."""
         if self.rounds is not None:
             return self.rounds
         return CPU_ROUNDS if device.startswith("cpu") else GPU_ROUNDS
