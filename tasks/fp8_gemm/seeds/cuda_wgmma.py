@@ -769,7 +769,8 @@ def _build(**fast):
         name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
-        extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3"],
+        # --split-compile=0: nvcc optimises the kernels on every core (the same machine code)
+        extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3", "--split-compile=0"],
         **fast,
     )
 
