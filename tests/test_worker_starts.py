@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from helpers import CANDIDATES, run_pytest
 
-from pytest_kscientist.harness.spawn import Spares
+from pytest_kscientist.harness.spawn import RunnerProcess, Spares
 
 AXPY = Path(__file__).parent / "data" / "axpy"
 
@@ -71,7 +71,8 @@ def test_each_worker_is_loaded_once_the_loads_overlap_and_each_source_builds_in_
     (pytester.path / "variant.py").write_text(LOGGED + "# a knob moved\n")
     result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
                                            "one.py", "--kernel", "two.py",
-                                           "--kernel", "variant.py")
+                                           "--kernel", "variant.py",
+                                           "--ks-bench-workers", "1")  # a GPU's auto is 4
     result.assert_outcomes(passed=1 + 1 + 3 * 3)  # validation, reference bench, 3 x 3 items
     loads = _loads(log)
     # one load per candidate: its checks and its benchmark shared the worker
@@ -153,6 +154,84 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
             process.discard()
         spares.close()
     assert spares._ready == {}
+
+
+def test_a_runner_adopted_is_the_one_its_first_worker_takes() -> None:
+    """A runner started before the session knew its device (KsSession.start_early, on a GPU)
+    is handed to the spares for the mounts and environment it was started with: the first
+    take of those gets it, a second adoption of the same key discards the first runner."""
+    env = {"PATH": "/usr/bin:/bin", "KS_TEST": "adopt"}
+    spares = Spares(ahead=False)
+    early = [RunnerProcess(None, env), RunnerProcess(None, env)]
+    try:
+        spares.adopt(None, env, early[0])
+        spares.adopt(None, env, early[1])
+        assert early[0].proc.wait(timeout=10) is not None  # discarded
+        assert spares.take(None, dict(env)) is early[1]
+        assert spares._ready == {}
+    finally:
+        for process in early:
+            process.discard()
+        spares.close()
+
+
+# A -p plugin for a session run in a subprocess: logs each runner process started, the end of
+# collection and the runner each worker took, with the (system-wide) monotonic clock.
+EARLY_PROBE = """
+import json, os, time
+from pytest_kscientist.harness import spawn
+
+
+def _log(**row):
+    with open(os.environ["PROBE_LOG"], "a") as f:
+        f.write(json.dumps({"t": time.monotonic(), **row}) + "\\n")
+
+
+_runner_init, _worker_init = spawn.RunnerProcess.__init__, spawn.Worker.__init__
+
+
+def runner_init(self, *args, **kwargs):
+    _runner_init(self, *args, **kwargs)
+    _log(event="runner", pid=self.proc.pid)
+
+
+def worker_init(self, *args, **kwargs):
+    _worker_init(self, *args, **kwargs)
+    _log(event="worker", pid=self.process.proc.pid)
+
+
+spawn.RunnerProcess.__init__, spawn.Worker.__init__ = runner_init, worker_init
+
+
+def pytest_collection_finish(session):
+    _log(event="collected")
+"""
+
+
+@pytest.mark.gpu
+def test_a_gpu_session_starts_its_kernels_runner_while_it_collects(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a GPU a --kernel file's first worker takes a runner started while its task was
+    collected, so the runner's import of torch runs beside pytest's own (collection imports
+    torch to find the device). On an H100 host a CUDA seed's first check waited 3.7 s for its
+    runner, begun after 3.1 s of collection."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm device")
+    log = tmp_path / "probe.log"
+    monkeypatch.setenv("PROBE_LOG", str(log))
+    (pytester.path / "early_probe.py").write_text(EARLY_PROBE)
+    shutil.copy(AXPY / "seeds" / "good.py", pytester.path / "one.py")
+    result = pytester.runpytest_subprocess(
+        str(AXPY), "-p", "no:cacheprovider", "-p", "early_probe", "--kernel", "one.py",
+        "--ks-device", "cuda", "--ks-profile", "full", "--ks-skip-reference")
+    assert result.ret == 0, result.stdout.str()
+    rows = _loads(log)
+    collected = next(r["t"] for r in rows if r["event"] == "collected")
+    started = {r["pid"]: r["t"] for r in rows if r["event"] == "runner"}
+    first = next(r for r in rows if r["event"] == "worker")
+    assert started[first["pid"]] < collected, rows
 
 
 @pytest.mark.parametrize(("listing", "shows"), [
@@ -253,7 +332,8 @@ def test_checks_run_beside_a_slow_load_and_timing_waits_for_every_load(
     # calls behind late's build
     result = pytester.runpytest_subprocess(str(AXPY), "-p", "no:cacheprovider", "--kernel",
                                            "early.py", "--kernel", "late.py",
-                                           "-k", "not (late and check)")
+                                           "-k", "not (late and check)",
+                                           "--ks-bench-workers", "1")  # a GPU's auto is 4
     result.assert_outcomes(passed=1 + 1 + 3 + 1)  # validation, reference bench, early, late
     (late,) = _loads(loads)
     made = [json.loads(line) for line in calls.read_text().splitlines()]
@@ -288,7 +368,7 @@ def test_a_hurried_close_takes_holders_a_start_adds_meanwhile() -> None:
     from pytest_kscientist.harness.session import KsSession
 
     ks = object.__new__(KsSession)
-    ks.partners, ks.holders = {}, set()
+    ks.partners, ks.holders, ks.early_runners = {}, set(), None
     dropped: list[str] = []
 
     class Holder:

@@ -21,7 +21,12 @@ from pytest_kscientist.formats.task import Task
 from pytest_kscientist.harness.baselines import Partner, Turns
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
-from pytest_kscientist.harness.mounts import extension_root, quiet_prefix
+from pytest_kscientist.harness.mounts import (
+    build_folder,
+    extension_root,
+    quiet_prefix,
+    sandbox_plan,
+)
 from pytest_kscientist.harness.results import (
     SOURCE_KEPT_BYTES,
     BaselineInfo,
@@ -35,10 +40,17 @@ from pytest_kscientist.harness.results import (
 from pytest_kscientist.harness.rounds import Lineup
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
-from pytest_kscientist.harness.spawn import Spares, clean_environment, gpu_visible
+from pytest_kscientist.harness.spawn import (
+    RunnerProcess,
+    Spares,
+    clean_environment,
+    gpu_visible,
+)
 from pytest_kscientist.options import Settings, option_name
 
 REFERENCE_NAME = "reference"
+# The most --kernel files whose runners a GPU session starts while it collects (start_early).
+EARLY_RUNNERS = 4
 
 
 def _import_torch() -> Any:
@@ -104,6 +116,10 @@ class KsSession:
         # (CandidateResult.inline_builds).
         self.inline_builds: dict[tuple[str, str], list[Any]] = {}
         self._builds: Any = None  # shared_builds()
+        # Runner processes started while the first task file was collected, on a GPU (its
+        # --kernel files' own: start_early), as (mounts, environment, process), until the
+        # session's spares take them.
+        self.early_runners: list[tuple[Any, dict[str, str], Any]] | None = None
         self._builds_lock = threading.Lock()
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
@@ -244,22 +260,50 @@ class KsSession:
     def spares(self) -> Spares:
         """Runner processes started ahead of need (GPU runs only: worker.Spares); on the CPU,
         sandboxed workers forked from a zygote (harness/forked.py)."""
-        return Spares.for_device(self.device.startswith("cuda"))
+        spares = Spares.for_device(self.device.startswith("cuda"))
+        early, self.early_runners = self.early_runners or [], []
+        for mounts, env, process in early:
+            if spares.ahead:
+                spares.adopt(mounts, env, process)
+            else:  # the device files were there, but torch found no GPU
+                process.discard()
+        return spares
 
     def start_early(self, spec_path: Path) -> None:
-        """Start the zygote of the CPU workers of ``spec_path``'s task now, where this process
-        has not imported torch yet and the device is surely the CPU: its import of torch then
-        runs beside this process's own (in collection, for the device) instead of after it,
-        and every worker is forked from it (harness/forked.py). On the 2-core CPU a session's
-        start spent 1.1-1.7 s importing torch here, then 1.2 s more for its workers'
-        (2026-12-04, when two runners were started early instead)."""
+        """Begin the workers' start while ``spec_path`` is collected, before this process
+        imports torch (to find the device and the profile).
+
+        On the CPU (surely the device): start the zygote of its workers. Its import of torch
+        then runs beside this process's own instead of after it, and every worker is forked
+        from it (harness/forked.py). On the 2-core CPU a session's start spent 1.1-1.7 s
+        importing torch here, then 1.2 s more for its workers' (2026-12-04, when two runners
+        were started early instead). On a GPU: ``_runners_early``."""
         wanted = self.settings.device
-        if ("torch" in sys.modules or "spares" in self.__dict__ or wanted not in ("auto", "cpu")
-                or (wanted == "auto" and gpu_visible())):
+        if wanted != "cpu" and (wanted != "auto" or gpu_visible()):
+            self._runners_early(spec_path, wanted)
+            return
+        if "torch" in sys.modules or "spares" in self.__dict__:
             return
         spares = self.spares = Spares.for_device(gpu=False)  # the device will be the CPU
         if quiet_prefix(spec_path) is not None:  # the sandbox works: its workers are forked
             spares.start_zygote(clean_environment("cpu"))
+
+    def _runners_early(self, spec_path: Path, wanted: str) -> None:
+        """On a GPU, for the first task file collected: start the runner of each --kernel file
+        (at most ``EARLY_RUNNERS``), sandboxed as its first worker will be, for that worker
+        to take (``spares``). Its import of torch then runs beside this process's collection.
+        On an H100 host a CUDA seed's first check waited 3.7 s for its runner's start, begun
+        after 3.1 s of collection, most of that this process's own import of torch."""
+        if self.early_runners is not None or "spares" in self.__dict__:
+            return
+        self.early_runners = []
+        device = "cuda:0" if wanted in ("auto", "cuda") else wanted
+        env = clean_environment(device)
+        for source in dict.fromkeys(self.settings.kernels[:EARLY_RUNNERS]):
+            mounts, why, cache_why = sandbox_plan(spec_path, build_folder(source))
+            if why is not None or cache_why is not None:
+                return  # its worker warns of it when it starts; not from collection
+            self.early_runners.append((mounts, env, RunnerProcess(mounts, env)))
 
     def wait_for_starts(self, warm: bool = True) -> None:
         """Wait until every worker start begun in the background has ended: before a timed call
@@ -305,6 +349,9 @@ class KsSession:
             partner.close()
         if "spares" in self.__dict__:
             self.spares.close()
+        for _, _, process in self.early_runners or []:  # the session never took spares
+            process.discard()
+        self.early_runners = []
 
     def saved_folder(self) -> Path:
         """A folder for this session's copies of saved kernels (--ks-compare), removed at its

@@ -387,6 +387,15 @@ class Spares:
                     self._starting.discard(key)
         return process
 
+    def adopt(self, mounts: Mounts | None, env: dict[str, str], process: RunnerProcess) -> None:
+        """Keep ``process``, started with ``mounts`` and ``env`` before this session knew its
+        device (``KsSession.start_early``), for the first worker that takes those."""
+        key = (mounts, tuple(sorted(env.items())))
+        with self._lock:
+            process, self._ready[key] = self._ready.get(key), process
+        if process is not None:
+            process.discard()
+
     def close(self) -> None:
         with self._lock:
             ready, self._ready = list(self._ready.values()), {}
