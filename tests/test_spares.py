@@ -11,7 +11,13 @@ from helpers import REPO
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
 from pytest_kscientist.harness.mounts import quiet_prefix, sandbox_prefix
-from pytest_kscientist.harness.spawn import Spares, Worker, _spawn_mounts, clean_environment
+from pytest_kscientist.harness.spawn import (
+    RunnerProcess,
+    Spares,
+    Worker,
+    _spawn_mounts,
+    clean_environment,
+)
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 
@@ -82,7 +88,33 @@ def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool
 
     session = KsSession.__new__(KsSession)
     session.__dict__["device"] = device
+    session.early_runners = None
     assert session.spares.ahead is ahead and session.spares.fork is not ahead
+
+
+@pytest.mark.parametrize("device, kept", [("cpu", False), ("cuda:0", True)])
+def test_runners_started_in_collection_go_to_a_gpu_sessions_spares(device: str,
+                                                                     kept: bool) -> None:
+    """KsSession.start_early on a GPU starts --kernel files' runners before the device is
+    known: the session's spares adopt them where the device is a GPU, and discard them where
+    torch found none (the device files were there, the build is CPU-only)."""
+    from pytest_kscientist.harness.session import KsSession
+
+    env = {"PATH": "/usr/bin:/bin", "KS_TEST": "early"}
+    session = KsSession.__new__(KsSession)
+    session.__dict__["device"] = device
+    early = RunnerProcess(None, env)
+    session.early_runners = [(None, env, early)]
+    try:
+        spares = session.spares
+        assert session.early_runners == []
+        if kept:
+            assert spares.take(None, dict(env)) is early and early.proc.poll() is None
+        else:
+            assert early.proc.wait(timeout=10) is not None and spares._ready == {}
+    finally:
+        early.discard()
+        session.spares.close()
 
 
 def test_the_zygote_started_early_forks_the_first_workers() -> None:
