@@ -117,6 +117,37 @@ def test_runners_started_in_collection_go_to_a_gpu_sessions_spares(device: str,
         session.spares.close()
 
 
+def test_a_gpu_session_starts_one_runner_early_for_each_sandbox_of_its_kernels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KsSession._runners_early (start_early on a GPU): a --kernel file that builds an
+    extension has a sandbox of its own (its build folder writable), so its runner is started;
+    two files that build nothing share one sandbox, so one runner serves them (its first
+    worker's take starts the next). Each is pinned to the GPU the session will use."""
+    from types import SimpleNamespace
+
+    from pytest_kscientist.harness.session import KsSession
+
+    if quiet_prefix(FP8 / "task.toml") is None:
+        pytest.skip("the worker sandbox does not work here")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    plain = "def custom_kernel(data):\n    return data\n"
+    for name, text in (("a", plain), ("b", plain + "# b\n"),
+                       ("c", "from torch.utils.cpp_extension import load_inline\n" + plain)):
+        (tmp_path / f"{name}.py").write_text(text)
+    session = KsSession.__new__(KsSession)
+    session.early_runners = None
+    session.settings = SimpleNamespace(kernels=tuple(tmp_path / f"{n}.py" for n in "abc"))
+    session._runners_early(FP8 / "task.toml", "cuda:1")
+    try:
+        (plain_mounts, env, _), (own_mounts, _, _) = session.early_runners
+        assert plain_mounts != own_mounts and env["CUDA_VISIBLE_DEVICES"] == "1"
+        session._runners_early(FP8 / "task.toml", "cuda:1")  # a second task file: none more
+        assert len(session.early_runners) == 2
+    finally:
+        for _, _, process in session.early_runners:
+            process.discard()
+
+
 def test_the_zygote_started_early_forks_the_first_workers() -> None:
     """KsSession.start_early: the zygote started before any worker is asked for (beside the
     pytest process's own import of torch) forks the task's sandboxed workers."""

@@ -22,6 +22,7 @@ from pytest_kscientist.harness.baselines import Partner, Turns
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.mounts import (
+    Mounts,
     build_folder,
     extension_root,
     quiet_prefix,
@@ -119,7 +120,7 @@ class KsSession:
         # Runner processes started while the first task file was collected, on a GPU (its
         # --kernel files' own: start_early), as (mounts, environment, process), until the
         # session's spares take them.
-        self.early_runners: list[tuple[Any, dict[str, str], Any]] | None = None
+        self.early_runners: list[tuple[Mounts | None, dict[str, str], RunnerProcess]] | None = None
         self._builds_lock = threading.Lock()
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
@@ -299,11 +300,14 @@ class KsSession:
         self.early_runners = []
         device = "cuda:0" if wanted in ("auto", "cuda") else wanted
         env = clean_environment(device)
-        for source in dict.fromkeys(self.settings.kernels[:EARLY_RUNNERS]):
+        for source in self.settings.kernels[:EARLY_RUNNERS]:
             mounts, why, cache_why = sandbox_plan(spec_path, build_folder(source))
             if why is not None or cache_why is not None:
                 return  # its worker warns of it when it starts; not from collection
-            self.early_runners.append((mounts, env, RunnerProcess(mounts, env)))
+            if all(mounts != started for started, _, _ in self.early_runners):
+                # one a sandbox: files that build nothing (or the same bytes) share theirs, and
+                # their first worker's take starts the next (Spares.take)
+                self.early_runners.append((mounts, env, RunnerProcess(mounts, env)))
 
     def wait_for_starts(self, warm: bool = True) -> None:
         """Wait until every worker start begun in the background has ended: before a timed call
