@@ -259,8 +259,9 @@ class KsSession:
 
     @cached_property
     def spares(self) -> Spares:
-        """Runner processes started ahead of need (GPU runs only: worker.Spares); on the CPU,
-        sandboxed workers forked from a zygote (harness/forked.py)."""
+        """Runner processes started ahead of need (GPU runs only: worker.Spares), the ones
+        started in collection among them (``_runners_early``); on the CPU, sandboxed workers
+        forked from a zygote (harness/forked.py)."""
         spares = Spares.for_device(self.device.startswith("cuda"))
         early, self.early_runners = self.early_runners or [], []
         for mounts, env, process in early:
