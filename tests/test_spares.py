@@ -92,6 +92,25 @@ def test_the_session_starts_runners_ahead_only_on_a_gpu(device: str, ahead: bool
     assert session.spares.ahead is ahead and session.spares.fork is not ahead
 
 
+def test_a_runner_adopted_is_the_one_its_first_worker_takes() -> None:
+    """A runner started before the session knew its device (KsSession.start_early, on a GPU)
+    is handed to the spares for the mounts and environment it was started with: the first
+    take of those gets it, a second adoption of the same key discards the first runner."""
+    env = {"PATH": "/usr/bin:/bin", "KS_TEST": "adopt"}
+    spares = Spares(ahead=False)
+    early = [RunnerProcess(None, env), RunnerProcess(None, env)]
+    try:
+        spares.adopt(None, env, early[0])
+        spares.adopt(None, env, early[1])
+        assert early[0].proc.wait(timeout=10) is not None  # discarded
+        assert spares.take(None, dict(env)) is early[1]
+        assert spares._ready == {}
+    finally:
+        for process in early:
+            process.discard()
+        spares.close()
+
+
 @pytest.mark.parametrize("device, kept", [("cpu", False), ("cuda:0", True)])
 def test_runners_started_in_collection_go_to_a_gpu_sessions_spares(device: str,
                                                                      kept: bool) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from helpers import CANDIDATES, run_pytest
 
-from pytest_kscientist.harness.spawn import RunnerProcess, Spares
+from pytest_kscientist.harness.spawn import Spares
 
 AXPY = Path(__file__).parent / "data" / "axpy"
 
@@ -154,25 +154,6 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
             process.discard()
         spares.close()
     assert spares._ready == {}
-
-
-def test_a_runner_adopted_is_the_one_its_first_worker_takes() -> None:
-    """A runner started before the session knew its device (KsSession.start_early, on a GPU)
-    is handed to the spares for the mounts and environment it was started with: the first
-    take of those gets it, a second adoption of the same key discards the first runner."""
-    env = {"PATH": "/usr/bin:/bin", "KS_TEST": "adopt"}
-    spares = Spares(ahead=False)
-    early = [RunnerProcess(None, env), RunnerProcess(None, env)]
-    try:
-        spares.adopt(None, env, early[0])
-        spares.adopt(None, env, early[1])
-        assert early[0].proc.wait(timeout=10) is not None  # discarded
-        assert spares.take(None, dict(env)) is early[1]
-        assert spares._ready == {}
-    finally:
-        for process in early:
-            process.discard()
-        spares.close()
 
 
 # A -p plugin for a session run in a subprocess: logs each runner process started, the end of

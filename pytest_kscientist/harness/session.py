@@ -140,7 +140,7 @@ class KsSession:
         torch = _import_torch()
         available = torch.cuda.is_available()
         if wanted == "auto":
-            return "cuda:0" if available else "cpu"
+            return _gpu_named("auto") if available else "cpu"
         named = option_name(self.config, "ks_device")  # the flag, or ks_device (ini)
         if not available:
             raise pytest.UsageError(
@@ -151,7 +151,7 @@ class KsSession:
             raise pytest.UsageError(
                 f"{named} {wanted}: torch sees {torch.cuda.device_count()} CUDA device(s) "
                 f"here, cuda:0 to cuda:{torch.cuda.device_count() - 1}; pick one of those")
-        return "cuda:0" if wanted == "cuda" else wanted
+        return _gpu_named(wanted)
 
     @cached_property
     def device_name(self) -> str:
@@ -294,13 +294,13 @@ class KsSession:
         """On a GPU, for the first task file collected: start the runner of each --kernel file
         (at most ``EARLY_RUNNERS``), sandboxed as its first worker will be, for that worker
         to take (``spares``). Its import of torch then runs beside this process's collection.
-        On an H100 host a CUDA seed's first check waited 3.7 s for its runner's start, begun
-        after 3.1 s of collection, most of that this process's own import of torch."""
-        if self.early_runners is not None or "spares" in self.__dict__:
+        On an H100 host a CUDA seed's first check waited 3.4-3.7 s for its runner's start,
+        begun after 3.1-5.8 s of collection, most of that this process's own import of
+        torch."""
+        if self.early_runners is not None:  # begun, or the spares were made (they take them)
             return
         self.early_runners = []
-        device = "cuda:0" if wanted in ("auto", "cuda") else wanted
-        env = clean_environment(device)
+        env = clean_environment(_gpu_named(wanted))  # as ``device`` will name it
         for source in self.settings.kernels[:EARLY_RUNNERS]:
             mounts, why, cache_why = sandbox_plan(spec_path, build_folder(source))
             if why is not None or cache_why is not None:
@@ -477,6 +477,12 @@ def baseline_verified(name: str, per_task: dict[str, CandidateResult]) -> bool |
 
 
 KS_SESSION = pytest.StashKey[KsSession]()
+
+
+def _gpu_named(wanted: str) -> str:
+    """The GPU a --ks-device of ``wanted`` ("auto", "cuda", "cuda:N") runs on where it has one,
+    as ``KsSession.device`` names it; the workers' environment pins that one."""
+    return "cuda:0" if wanted in ("auto", "cuda") else wanted
 
 
 def _wait_all(pending: list[Any]) -> None:

@@ -367,7 +367,7 @@ class Spares:
             forked = self._forked(env, mounts)
             if forked is not None:
                 return forked
-        key = (mounts, tuple(sorted(env.items())))
+        key = self._key(mounts, env)
         with self._lock:
             process = self._ready.pop(key, None)
         if process is not None and process.proc.poll() is not None:
@@ -387,10 +387,15 @@ class Spares:
                     self._starting.discard(key)
         return process
 
+    @staticmethod
+    def _key(mounts: Mounts | None, env: dict[str, str]) -> tuple[Any, ...]:
+        """The kind of runner ``mounts`` and ``env`` make: one ready a kind."""
+        return (mounts, tuple(sorted(env.items())))
+
     def adopt(self, mounts: Mounts | None, env: dict[str, str], process: RunnerProcess) -> None:
         """Keep ``process``, started with ``mounts`` and ``env`` before this session knew its
         device (``KsSession.start_early``), for the first worker that takes those."""
-        key = (mounts, tuple(sorted(env.items())))
+        key = self._key(mounts, env)
         with self._lock:
             process, self._ready[key] = self._ready.get(key), process
         if process is not None:
