@@ -11,7 +11,8 @@ per shape it reads one's speedup over two from the rounds both were timed in (``
 ``--ks-json``) with its interval, and whether the two medians' intervals overlap. Runs after
 the first add the README's gate, ``--ks-compare run0.json --ks-max-regression 5%``, which
 must pass for both copies. A last run makes ``aa_two`` 10% slower (it spins for a tenth of
-its own time after each call) and the gate must fail it (``--no-slower``: not run).
+its own time after each call; on a GPU the spin is calibrated per shape) and the gate must
+fail it (``--no-slower``: not run).
 ``--shapes`` narrows the benchmarks with a pytest ``-k`` expression over case ids (their
 gates are then deselected). ``--workers N`` times each kernel in N workers
 (``--ks-bench-workers``; left out: the harness's ``auto``, a worker a round on a GPU).
@@ -37,6 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "tasks" / "fp8_gemm"
 
 # Appended to a copy of the kernel: the same result, a tenth of its own time spent after it.
+# On a GPU the tenth is a spin kernel queued after the call, calibrated per shape against the
+# call as events time it: the spin's launch alone costs a few us, so a spin sized by the clock
+# rate alone made a 20 us call 2.7x slower (the slower run read 1.40-1.50x on H100s).
 SLOWER = '''
 
 import time as _time
@@ -44,50 +48,62 @@ import time as _time
 import torch as _torch
 
 _honest = custom_kernel
-_own_us = {}
+_spin = {}  # shape -> the spin's cycles (GPU) or seconds (CPU)
+
+
+def _event_us(call, data, reps=15):
+    start = _torch.cuda.Event(enable_timing=True)
+    end = _torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        _torch.cuda.synchronize()
+        _torch.cuda._sleep(400_000)  # the queue busy while the call is launched, as timed
+        start.record()
+        call(data)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[reps // 2]
+
+
+def _spun(cycles):
+    def call(data):
+        out = _honest(data)
+        _torch.cuda._sleep(cycles)
+        return out
+    return call
+
+
+def _calibrate(data):
+    for _ in range(3):  # the first calls of a shape may compile
+        _honest(data)
+    own = _event_us(_honest, data)
+    want = 0.1 * own
+    probe = 100_000
+    rate = probe / max(_event_us(_spun(probe), data) - _event_us(_spun(0), data), 1e-3)
+    cycles = max(0, int((want - (_event_us(_spun(0), data) - own)) * rate))
+    for _ in range(2):  # correct by what the spun call adds, as events time it
+        extra = _event_us(_spun(cycles), data) - own
+        cycles = max(0, int(cycles + (want - extra) * rate))
+    return cycles
 
 
 def custom_kernel(data):
     key = tuple(t.shape for t in data if hasattr(t, "shape"))
-    cuda = data[0].is_cuda
-    if key not in _own_us:
+    if data[0].is_cuda:
+        if key not in _spin:
+            _spin[key] = _calibrate(data)
+        return _spun(_spin[key])(data)
+    if key not in _spin:
         _honest(data)  # the first call of a shape may compile: measure the second
-        if cuda:
-            start = _torch.cuda.Event(enable_timing=True)
-            end = _torch.cuda.Event(enable_timing=True)
-            _torch.cuda.synchronize()
-            start.record()
-            _honest(data)
-            end.record()
-            _torch.cuda.synchronize()
-            _own_us[key] = start.elapsed_time(end) * 1e3
-        else:
-            began = _time.perf_counter()
-            _honest(data)
-            _own_us[key] = (_time.perf_counter() - began) * 1e6
+        began = _time.perf_counter()
+        _honest(data)
+        _spin[key] = (_time.perf_counter() - began) * 0.1
     out = _honest(data)
-    if cuda:
-        _torch.cuda._sleep(int(_own_us[key] * 0.1 * _CYCLES_PER_US))
-    else:
-        until = _time.perf_counter() + _own_us[key] * 1e-7
-        while _time.perf_counter() < until:
-            pass
+    until = _time.perf_counter() + _spin[key]
+    while _time.perf_counter() < until:
+        pass
     return out
-
-
-def _cycles_per_us():
-    if not _torch.cuda.is_available():
-        return 0.0
-    start, end = _torch.cuda.Event(enable_timing=True), _torch.cuda.Event(enable_timing=True)
-    _torch.cuda._sleep(1000)
-    start.record()
-    _torch.cuda._sleep(2_000_000)
-    end.record()
-    _torch.cuda.synchronize()
-    return 2_000_000 / (start.elapsed_time(end) * 1e3)
-
-
-_CYCLES_PER_US = _cycles_per_us()
 '''
 
 
