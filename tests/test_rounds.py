@@ -160,6 +160,59 @@ def test_turns_give_each_round_its_worker_and_start_twins_once() -> None:
     ahead.close()
 
 
+
+def test_twins_closed_while_another_starts_in_the_background() -> None:
+    """On an H100 a failed check closed its kernel's twins while the others still started in
+    the background: the close met the dict growing ("dictionary changed size during
+    iteration", the item's verdict), and the twin that started during it was kept past it."""
+    import threading
+
+    closing, stored = threading.Event(), threading.Event()
+
+    class FakeWorker:
+        def __init__(self, name: str, slow_close: bool = False) -> None:
+            self.name, self.up, self.slow_close = name, True, slow_close
+
+        def alive(self) -> bool:
+            return self.up
+
+        def close(self) -> None:
+            if self.slow_close:  # the background start ends while this close runs
+                closing.set()
+                stored.wait(5)
+            self.up = False
+
+    turns = Turns(3)
+    first = turns.worker(1, None, lambda: FakeWorker("twin1", slow_close=True))  # type: ignore[arg-type]
+    late = FakeWorker("twin2")
+
+    def start_late() -> FakeWorker:
+        closing.wait(5)
+        return late
+
+    def ahead() -> None:
+        turns.start_ahead(2, start_late)  # type: ignore[arg-type]
+        stored.set()
+
+    thread = threading.Thread(target=ahead)
+    thread.start()
+    turns.close()
+    thread.join(5)
+    assert not first.up and not late.up, "a twin outlived the close"
+    assert turns.twins == {}
+    # started afresh after the close: kept as before
+    assert turns.worker(2, None, lambda: FakeWorker("again")).name == "again"  # type: ignore[arg-type]
+    # two starts of one turn (a round beside its start ahead): one is kept, the other closed
+    extra = FakeWorker("extra")
+    turns.twins.pop(2).close()
+    kept = FakeWorker("kept")
+
+    def racing() -> FakeWorker:
+        turns.twins[2] = kept  # the other start stored its twin first
+        return extra
+
+    assert turns.worker(2, None, racing) is kept and not extra.up  # type: ignore[arg-type]
+
 def test_the_spread_interval_is_students_t_on_the_rounds_logs() -> None:
     assert spread_interval([1.1]) is None  # one round: no spread to read
     low, high = spread_interval([1.0, 1.0, 1.0])  # type: ignore[misc]

@@ -11,6 +11,7 @@ ratio alike.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,13 +123,21 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
 class Turns:
     """The workers a kernel's timing rounds go to in turn (--ks-bench-workers): round ``r``
     takes turn ``r % count``; turn 0 is the kernel's own worker (its owner keeps it), the
-    others its twins, each started on first use and again after it died."""
+    others its twins, each started on first use and again after it died.
+
+    Twins start in the background (``start_ahead``, starts.start_workers) while a failed check
+    may close them all (``close``): a close under way saw the dict grow (on an H100, "dictionary
+    changed size during iteration" as the item's verdict), and a twin whose start straddled a
+    close was kept past it. So the dict is read and changed under a lock, and a twin begun
+    before the last close is closed instead of kept."""
 
     count: int = 1
     twins: dict[int, Worker] = field(default_factory=dict)
     # turn -> how its worker hung on its first call, made before the rounds (starts.WarmUp):
     # raised by that turn's round (``hung_first``), not started again to hang once more.
     hung: dict[int, CandidateFailure] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _closes: int = field(default=0, repr=False, compare=False)  # how many closes so far
 
     def hung_first(self, turn: int) -> None:
         """Raise, once, the hang of round ``turn``'s worker on its first call."""
@@ -140,10 +149,21 @@ class Turns:
         which = turn % self.count
         if not which:
             return own
-        twin = self.twins.get(which)
-        if twin is None or not twin.alive():
-            twin = self.twins[which] = start()
-        return twin
+        with self._lock:
+            twin, closes = self.twins.get(which), self._closes
+        if twin is not None and twin.alive():
+            return twin
+        fresh = start()
+        with self._lock:
+            kept = self.twins.get(which)
+            if closes == self._closes and (kept is None or kept is twin or not kept.alive()):
+                self.twins[which] = fresh
+                return fresh
+        fresh.close()  # closed while it started, or another start of this turn came first
+        if closes != self._closes:
+            raise CandidateFailure(f"twin {which}'s start ended after its kernel's workers "
+                                   "were closed: not kept")
+        return kept  # type: ignore[return-value]  # alive, stored by the other start
 
     def start_ahead(self, turn: int, start: Callable[[], Worker]) -> None:
         """Start twin ``turn`` now (starts.start_workers, in the background); a failure is left
@@ -153,14 +173,24 @@ class Turns:
         except CandidateFailure:
             pass  # nothing was kept: the round starts it
 
+    def twin(self, turn: int) -> Worker | None:
+        """Round ``turn``'s twin as started so far (None: not started)."""
+        with self._lock:
+            return self.twins.get(turn)
+
     def live(self, own: Worker | None) -> list[Worker]:
         """The kernel's workers now: ``own`` (turn 0's, kept by its owner) and its twins."""
-        return [w for w in (own, *self.twins.values()) if w is not None]
+        with self._lock:
+            twins = list(self.twins.values())
+        return [w for w in (own, *twins) if w is not None]
 
     def close(self) -> None:
-        for twin in self.twins.values():
+        with self._lock:
+            twins = list(self.twins.values())
+            self.twins.clear()
+            self._closes += 1
+        for twin in twins:
             twin.close()
-        self.twins.clear()
 
 
 @dataclass

@@ -107,7 +107,7 @@ class WarmUp:
 
     def run(self) -> None:
         turns = self.owner.turns
-        worker = turns.twins.get(self.turn) if self.turn else self.owner.worker
+        worker = turns.twin(self.turn) if self.turn else self.owner.worker
         if worker is None or not worker.alive():
             return
         try:
