@@ -315,3 +315,31 @@ def test_a_kernelbench_model_changing_its_input_fails_validation(tmp_path: Path)
     assert verdict.error is not None and "the reference changes input 0 of case " in \
         verdict.error, verdict.error
     assert verdict.error.endswith("compute on a copy"), verdict.error
+
+
+def test_a_problems_own_check_gets_the_output_on_its_inputs_device() -> None:
+    """On a GPU the output was moved to the session's device whatever the problem's inputs: a
+    GPU MODE problem drawing them on the CPU failed every candidate ("Expected all tensors to
+    be on the same device"), and a named tuple's move raised TypeError. Here the inputs sit
+    on the meta device while the session is the CPU's."""
+    import collections
+    import types
+
+    import torch
+
+    from pytest_kscientist.harness import received
+    from pytest_kscientist.harness.evaluate import Evaluator
+
+    seen = []
+    problem = types.SimpleNamespace(
+        check_implementation=lambda data, out: (seen.append(out) or True, ""))
+    task = types.SimpleNamespace(form="gpumode", module=problem)
+    evaluator = Evaluator(task, "cpu", salt=1)  # type: ignore[arg-type]
+    data = ({"n": 3}, [torch.empty(3, device="meta")])
+    evaluator._own_check(data, torch.zeros(3))
+    assert seen[-1].device.type == "meta"
+    pair = collections.namedtuple("Pair", "a b")(torch.zeros(2), torch.ones(2))
+    moved = received.to_device(pair, "meta")
+    assert type(moved) is type(pair) and moved.b.device.type == "meta"
+    assert received.device_of({"x": 1, "y": (2, torch.zeros(1))}).type == "cpu"
+    assert received.device_of([1, "a"]) is None

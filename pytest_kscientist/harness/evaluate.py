@@ -251,8 +251,11 @@ class Evaluator:
         return {k: float(v) for k, v in need.items()}
 
     def _own_check(self, data: Any, out: Any) -> None:
-        """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE)."""
-        out = received.to_device(out, self.device)
+        """Judge with the problem's ``check_implementation(data, output)`` (GPU MODE), the
+        output on the device of the inputs it is checked against: a problem drawing them on
+        the CPU had every output moved to the GPU, and its check failed each candidate with
+        "Expected all tensors to be on the same device"."""
+        out = received.to_device(out, received.device_of(data) or self.device)
         try:
             message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output

@@ -97,11 +97,32 @@ def _parts(meta: dict[str, Any], payload: bytes, offset: int, take: Any) -> tupl
 
 
 def to_device(out: Any, device: Any) -> Any:
-    """``out`` where it is judged: on the device the reference was computed on."""
-    if device is None or str(device) == "cpu":
+    """``out`` where it is judged, part by part (a tuple, a named tuple or a list of tensors):
+    on ``device``, where the reference was computed or the problem's own check finds its
+    inputs (None: left where it is)."""
+    if device is None:
         return out
     # Judge where the reference was computed: on a 2-core host one 22M-element output took
     # 1.5 s to judge (in float64), and a GPU benchmark judges three per side.
     if isinstance(out, (tuple, list)):
-        return type(out)(t.to(device) for t in out)
+        moved = [to_device(part, device) for part in out]
+        # a named tuple takes its fields one by one (on a GPU one raised TypeError here)
+        return type(out)(*moved) if hasattr(out, "_fields") else type(out)(moved)
     return out.to(device)
+
+
+def device_of(data: Any) -> Any:
+    """The device of the first torch tensor in ``data`` (itself, or inside its tuples, lists
+    and dicts, breadth first); None where it holds none."""
+    import torch
+
+    todo = [data]
+    while todo:
+        item = todo.pop(0)
+        if isinstance(item, (tuple, list)):
+            todo += item
+        elif isinstance(item, dict):
+            todo += item.values()
+        elif isinstance(item, torch.Tensor):
+            return item.device
+    return None
