@@ -147,7 +147,8 @@ def test_attribution_tells_a_dead_branch_kernel_from_one_that_runs(
     task = _task(pytester.path)
     out = pytester.path / "r.json"
     result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", "-k", "check",
-                                           "--ks-attribution", "--ks-json", str(out))
+                                           "--ks-attribution", "--ks-json", str(out),
+                                           "--ks-device", "cpu")  # interpreted: the CPU's
     result.assert_outcomes(passed=4)
     text = result.stdout.str()
     assert "kernels of own_kernel: own " in text and "(axpy_kernel " in text

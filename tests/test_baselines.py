@@ -174,7 +174,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any, Path]:
         ["axpy", "-v", "--ks-min-speedup", "loop_add=0.01", "--ks-min-speedup", "prepared=1000",
          "--ks-min-speedup", "wrong_base=0.5", "--ks-min-speedup", "gpu_only=2",
          "--benchmark-json", "pb.json", "--benchmark-autosave",
-         "--benchmark-storage", "file://./bstore"],
+         "--benchmark-storage", "file://./bstore", "--ks-device", "cpu"],  # gpu_only skipped
         cwd=root, timeout=300,
     )
     return code, output, data, root

@@ -373,7 +373,8 @@ def test_a_kernel_out_of_memory_in_its_own_worker_still_fails(tmp_path: Path) ->
     (tmp_path / "greedy.py").write_text(GREEDY.replace("elif not checked:", "else:"))
     shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "a.py")
     code, output, _ = run_pytest(
-        ["axpy", "--ks-baselines", "none", "--kernel", "greedy.py", "--kernel", "a.py"],
+        ["axpy", "--ks-baselines", "none", "--kernel", "greedy.py", "--kernel", "a.py",
+         "--ks-bench-workers", "1"],  # a GPU's auto would give two kernels four each
         cwd=tmp_path, timeout=300)
     assert code == 1, output
     assert "greedy bench n4096-s3: warm-up call 0: OutOfMemoryError: CUDA out of memory" in output
@@ -467,7 +468,8 @@ def test_a_cpu_takes_sixteen_rounds_each_verifying_a_share_of_the_sample(tmp_pat
     toml.write_text("".join(line for line in lines if not line.startswith("rounds =")))
     shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "good.py")
     code, output, data = run_pytest(["axpy", "-k", "bench", "--ks-baselines", "none",
-                                     "--kernel", "good.py"], cwd=tmp_path, timeout=300)
+                                     "--kernel", "good.py", "--ks-device", "cpu"],
+                                    cwd=tmp_path, timeout=300)
     assert code == 0 and data is not None, output
     (good,) = [c for c in data["candidates"] if c["name"] == "good"]
     (bench,) = [c for c in good["cases"] if c["kind"] == "bench"]

@@ -354,5 +354,6 @@ def test_the_threads_torch_compile_leaves_are_not_flagged(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.splitlines()[-1])
     assert seen["found"] == [None, None, None]
-    assert {"InductorSubproc", "subproc_worker_timer"} <= set(seen["threads"])
+    # (torch 2.13 also leaves its timer, "subproc_worker_timer"; torch 2.11 on an H100 did not)
+    assert "InductorSubproc" in seen["threads"], seen
     assert any(name.startswith("ThreadPoolExecutor") for name in seen["threads"])
