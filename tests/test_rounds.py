@@ -476,3 +476,86 @@ def test_a_cpu_takes_sixteen_rounds_each_verifying_a_share_of_the_sample(tmp_pat
     assert bench["fellows"]["reference"]["rounds"] == 16, bench
     assert bench["stats"]["verified_runs"] == 16, bench["stats"]
     assert bench["stats"]["runs"] >= 16, bench["stats"]  # min_runs 5: 1 a round
+
+
+class _Node:
+    """collect.CandidateNode's start paths on fakes (its pytest Node parts left out)."""
+    from pytest_kscientist.harness import collect as _collect
+
+    _live = _collect.CandidateNode._live
+    _start = _collect.CandidateNode._start
+    _start_twin = _collect.CandidateNode._start_twin
+    _spawn = _collect.CandidateNode._spawn
+    start_early = _collect.CandidateNode.start_early
+    timeable = _collect.CandidateNode.timeable
+
+    def __init__(self) -> None:
+        import types
+
+        self.ks = types.SimpleNamespace(
+            inline_builds={}, device="cpu", settings=types.SimpleNamespace(timeout_s=1),
+            evaluator=lambda task: types.SimpleNamespace(init_seed=0), spares=None,
+            shared_builds=None, holders=set(), loads={})
+        self.task = types.SimpleNamespace(name="t")
+        self.source, self.entry, self.prepare, self.name = None, "custom_kernel", None, "good"
+        self.worker = self.load_failure = self.failed_check = self.skip_reason = None
+        self.load_shown = False
+        self.turns = Turns(2)
+
+
+def test_a_twins_failed_start_is_its_rounds_not_the_kernels(monkeypatch) -> None:
+    """A twin's start that failed in the background (CUDA out of memory at load) was recorded
+    as the kernel's load failure: every later item of a kernel whose own worker had passed
+    its checks failed "failed to load", and a broken kernel's first item lost its traceback."""
+    from pytest_kscientist.harness import collect
+
+    class Up:
+        load_s = None
+
+        def alive(self) -> bool:
+            return True
+
+        def close(self) -> None:
+            pass
+
+    def start_worker(*args, **kwargs):
+        if twin_fails:
+            raise CandidateFailure("failed to load: CUDA out of memory", "Traceback (twin)")
+        return Up()
+
+    monkeypatch.setattr(collect, "start_worker", start_worker)
+    node, twin_fails = _Node(), False
+    node.start_early()
+    own = node._live()
+    twin_fails = True
+    node.turns.start_ahead(1, node._start_twin)  # in the background in a session
+    assert node.load_failure is None and node._live() is own
+    with pytest.raises(CandidateFailure, match="out of memory"):  # its round says so
+        node.turns.worker(1, own, node._start_twin)  # type: ignore[arg-type]
+    assert node.load_failure is None
+    # a kernel that is not timed (a failed check) starts no twin
+    node.failed_check, started = "wrong result", []
+    monkeypatch.setattr(collect, "start_worker", lambda *a, **k: started.append(1) or Up())
+    node.turns.start_ahead(1, node._start_twin)
+    assert started == [] and node.turns.twin(1) is None
+
+
+def test_an_unexpected_error_of_a_background_start_is_that_kernels(monkeypatch) -> None:
+    """An OSError of a worker's start (a full disk, too many open files) raised in the
+    background went to whichever item waited next, another kernel's, or out of the session's
+    end with no --ks-json; it is the load failure of the kernel whose start raised it."""
+    from pytest_kscientist.harness import collect
+
+    def start_worker(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(collect, "start_worker", start_worker)
+    node = _Node()
+    node.start_early()  # raised nothing
+    assert node.load_failure is not None and not node.load_shown
+    assert node.load_failure.reason == ("failed to start its worker: OSError: [Errno 28] No space "
+                                        "left on device")
+    assert "Traceback" in node.load_failure.detail
+    with pytest.raises(CandidateFailure, match="No space left"):
+        node._live()
+    node.turns.start_ahead(1, lambda: start_worker())  # a twin's: left for its round

@@ -556,3 +556,23 @@ def test_a_start_whose_wait_was_interrupted_is_waited_for_again() -> None:
     threading.Timer(0.3, release.set).start()
     ks.wait_for_starts()
     assert ended.is_set() and not ks.starting
+
+
+def test_a_broken_kernels_twins_leave_its_traceback_to_its_first_item(tmp_path: Path) -> None:
+    """With twins (--ks-bench-workers 3, a GPU's auto), each twin's failed start in the
+    background marked the load failure shown: no item showed the kernel's traceback, each
+    said "(details under the first failed item of zbroken)". (Its items come after a slow
+    kernel's checks, so its twins have failed by then.)"""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "zbroken.py").write_text(
+        "def helper():\n    return 1 / 0\n\n\nVALUE = helper()\n\n\n"
+        "def custom_kernel(data):\n    return data[2]\n")
+    (tmp_path / "slow.py").write_text(
+        "import time\n\n\ndef custom_kernel(data):\n    time.sleep(1.0)\n    x, y, out = data\n"
+        "    return out.copy_(2 * x + y)\n")
+    code, out, _ = run_pytest(["axpy", "--kernel", "slow.py", "--kernel", "zbroken.py", "-k",
+                               "check", "--ks-bench-workers", "3", "--ks-baselines", "none"],
+                              tmp_path, timeout=300)
+    assert code == 1, out
+    assert "in helper\n    return 1 / 0\n" in out and "ZeroDivisionError: division by zero" in out
+    assert out.count("(details under the first failed item of zbroken)") == 1, out

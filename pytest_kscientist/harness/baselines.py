@@ -170,8 +170,8 @@ class Turns:
         for the round that needs the twin, which starts it again and fails as its kernel."""
         try:
             self.worker(turn, None, start)  # type: ignore[arg-type]  # turn >= 1: no own
-        except CandidateFailure:
-            pass  # nothing was kept: the round starts it
+        except Exception:  # noqa: BLE001 - nothing was kept: the round starts it, and says why
+            pass
 
     def twin(self, turn: int) -> Worker | None:
         """Round ``turn``'s twin as started so far (None: not started)."""
@@ -230,26 +230,44 @@ class Partner:
         self.turns.hung_first(turn)
         if self.worker is None or not self.worker.alive():
             self.worker = self._start()
-        return self.turns.worker(turn, self.worker, self._start)
+        return self.turns.worker(turn, self.worker, self._start_twin)
 
     def _start(self) -> Worker:
+        """Its own worker: a failure to load marks it ``broken`` for the session."""
         if self.broken:
             raise CandidateFailure(self.broken)
-        entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
         try:
-            return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
-                                self.device, self.timeout_s, self.init_seed, self.spares,
-                                self.builds, self.answered)
+            return self._spawn()
         except CandidateFailure as exc:
             self.broken = exc.reason
             raise
 
+    def _start_twin(self) -> Worker:
+        """A timing twin (Turns): a failure is its round's, never ``broken`` (a twin that ran
+        out of device memory at load would have retired the baseline for the session)."""
+        if self.broken:
+            raise CandidateFailure(self.broken)
+        return self._spawn()
+
+    def _spawn(self) -> Worker:
+        entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
+        return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
+                            self.device, self.timeout_s, self.init_seed, self.spares,
+                            self.builds, self.answered)
+
+    def timeable(self) -> bool:
+        """Whether its rounds can be timed: not ``broken``."""
+        return not self.broken
+
     def start_early(self) -> None:
-        """Start the worker now (starts.start_workers); a failure is kept in ``broken``."""
+        """Start the worker now (starts.start_workers); a failure is kept in ``broken``, an
+        unexpected error too (raised in the background, it was another item's verdict)."""
         try:
             self.live()
         except CandidateFailure:
             pass
+        except Exception as exc:  # noqa: BLE001 - the baseline's, said where it is skipped
+            self.broken = f"failed to start its worker: {type(exc).__name__}: {exc}"
 
     def failed(self, case_id: str, exc: CandidateFailure) -> None:
         self.errors[case_id] = exc.reason

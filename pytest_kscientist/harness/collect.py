@@ -439,17 +439,31 @@ class CandidateNode(pytest.Collector):
         return self.worker
 
     def _start(self) -> Worker:
+        """Its own worker (turn 0's): a failure to load is the candidate's, shown at its items."""
         try:
-            # Its first load's load_inline answers are its record's (results.InlineBuild).
-            answered = self.ks.inline_builds.setdefault((self.task.name, self.name), [])
-            worker = start_worker(self.task, self.source, self.entry, self.prepare,
-                                  self.ks.device, self.ks.settings.timeout_s,
-                                  self.ks.evaluator(self.task).init_seed, self.ks.spares,
-                                  self.ks.shared_builds, answered)
+            return self._spawn()
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True
             raise
+
+    def _start_twin(self) -> Worker:
+        """A timing twin (Turns): a failure is its round's, not the candidate's load failure.
+        As ``_start``, a twin whose start failed in the background (CUDA out of memory at
+        load, 16 starts past one timeout) failed every later item of a kernel whose own worker
+        had passed its checks, and a broken kernel's twins hid the traceback of its load."""
+        if not self.timeable():
+            raise CandidateFailure(f"{self.name} is not timed ({self.load_failure or ''}"
+                                   f"{self.failed_check or ''}{self.skip_reason or ''})")
+        return self._spawn()
+
+    def _spawn(self) -> Worker:
+        # Its first load's load_inline answers are its record's (results.InlineBuild).
+        answered = self.ks.inline_builds.setdefault((self.task.name, self.name), [])
+        worker = start_worker(self.task, self.source, self.entry, self.prepare,
+                              self.ks.device, self.ks.settings.timeout_s,
+                              self.ks.evaluator(self.task).init_seed, self.ks.spares,
+                              self.ks.shared_builds, answered)
         self.ks.holders.add(self)  # closed at the session's end if its last item never ran
         return worker
 
@@ -457,13 +471,21 @@ class CandidateNode(pytest.Collector):
         """The worker of timing round ``turn`` (``turns``; turn 0's is the one its checks ran
         in; a load failure is the candidate's, shown as at every item)."""
         self.turns.hung_first(turn)
-        return self.turns.worker(turn, self.live_worker(), self._start)
+        return self.turns.worker(turn, self.live_worker(), self._start_twin)
 
     def start_early(self) -> None:
-        """Start and load the worker now (start_workers); a failure waits for the first item."""
+        """Start and load the worker now (start_workers); a failure waits for the first item.
+        Whatever the start raised is this candidate's: raised in the background, an
+        unexpected error (an OSError of the process start, a TypeError on a malformed build
+        request) went to whichever item waited next, another kernel's or the session's end."""
         try:
             self._live()
         except CandidateFailure:
+            self.load_shown = False
+        except Exception as exc:  # noqa: BLE001 - kept as its load failure, traceback and all
+            self.load_failure = CandidateFailure(
+                f"failed to start its worker: {type(exc).__name__}: {exc}",
+                "".join(traceback.format_exception(exc)))
             self.load_shown = False
 
     def timeable(self) -> bool:

@@ -60,7 +60,7 @@ def start_workers(items: list[Any], jobs: int) -> int:
     twins = 0
     for owner in [*(n for n in nodes if n.role in ROUND_ROLES), *partners]:
         for turn in range(1, owner.turns.count):
-            Starting(functools.partial(owner.turns.start_ahead, turn, owner._start), gate,
+            Starting(functools.partial(owner.turns.start_ahead, turn, owner._start_twin), gate,
                      pending)
             twins += 1
     nodes[0].ks.warm_ups += _warm_ups(items, nodes, partners)
@@ -108,8 +108,8 @@ class WarmUp:
     def run(self) -> None:
         turns = self.owner.turns
         worker = turns.twin(self.turn) if self.turn else self.owner.worker
-        if worker is None or not worker.alive():
-            return
+        if worker is None or not worker.alive() or not self.owner.timeable():
+            return  # none, or not to be timed (a failed check closed it, or may yet)
         try:
             self.evaluator.untimed_call(worker, self.case)
         except WorkerDied as exc:
