@@ -411,3 +411,64 @@ def test_a_cuda_build_without_a_toolkit_says_so() -> None:
     message = _failure("add_cuda", f"OSError: {NO_CUDA}")
     assert message.endswith('KS_REQUIRES = "cuda" in the file skips it elsewhere)'), message
     assert "no CUDA toolkit" not in _failure("add_cuda", "x.cu(3): error: expected a ;")
+
+
+def test_two_first_builds_at_once_replace_torchs_steps_once() -> None:
+    """Both threads passed the check that torch's steps were not yet replaced, and the second
+    wrapped the first's wrapper: its signature (*args, **kwargs) declined every later build as
+    Unsupported. The fake holds one thread between its check and its patch until the other
+    has patched, or half a second has passed."""
+    import threading
+
+    from pytest_kscientist.harness import shared_builds as sb
+
+    def _jit_compile(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags,
+                     extra_include_paths, build_directory, verbose, with_cuda, is_python_module,
+                     is_standalone, keep_intermediates=True):
+        return "original"
+
+    def write_and_build(name, sources, extra_cflags, extra_cuda_cflags, extra_ldflags,
+                        extra_include_paths, build_directory, verbose, with_cuda,
+                        is_standalone=False):
+        return "built"
+
+    a_patched, b_checked = threading.Event(), threading.Event()
+
+    class Extension:
+        _run_ninja_build = staticmethod(lambda build_directory, verbose, error_prefix: None)
+        _write_ninja_file_and_build_library = staticmethod(write_and_build)
+
+        def __init__(self) -> None:
+            self._jit, self.reads = _jit_compile, {}
+
+        @property
+        def _jit_compile(self):
+            me = threading.current_thread().name
+            self.reads[me] = self.reads.get(me, 0) + 1
+            if me == "B" and self.reads[me] == 2:  # B is past its check: A patches now
+                b_checked.set()
+                a_patched.wait(0.5)
+            if me == "A" and self.reads[me] == 1:
+                b_checked.wait(0.5)  # A checks after B
+            return self._jit
+
+        @_jit_compile.setter
+        def _jit_compile(self, value) -> None:
+            self._jit = value
+            if threading.current_thread().name == "A":
+                a_patched.set()
+
+    extension = Extension()
+    threads = [threading.Thread(target=sb.SharedBuilds._intercept, args=(extension,), name=n)
+               for n in "BA"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert extension._jit.ks_original is _jit_compile  # one wrapper, over torch's own
+    sb._BUILDING.partial = Path("partial")  # as a build thread: the wrapper builds
+    try:
+        assert extension._jit_compile("m", [], [], [], [], [], "d", False, True, True,
+                                      False) is None
+    finally:
+        sb._BUILDING.partial = None

@@ -127,6 +127,9 @@ class _Building(threading.local):
 # Per thread; the same object for every session of the process, as torch's functions it
 # answers are patched once (SharedBuilds._intercept).
 _BUILDING = _Building()
+# Two first builds at once both passed the check that torch's steps were not yet replaced,
+# and the second wrapped the first's wrapper: every later build was declined as Unsupported.
+_INTERCEPTING = threading.Lock()
 
 
 class BuildTimeout(RuntimeError):
@@ -269,8 +272,12 @@ class SharedBuilds:
         """In this session's build threads only, make load_inline's last step build without
         importing (the module's initialisers would run candidate code in this process) and
         without torch's versioning by name, and run ninja in the sandbox under the deadline."""
-        if hasattr(cpp_extension._jit_compile, "ks_original"):
-            return  # intercepted already
+        with _INTERCEPTING:  # the check and the patch as one step
+            if not hasattr(cpp_extension._jit_compile, "ks_original"):  # not yet
+                SharedBuilds._patch(cpp_extension)
+
+    @staticmethod
+    def _patch(cpp_extension: Any) -> None:
         import inspect
 
         jit, ninja = cpp_extension._jit_compile, cpp_extension._run_ninja_build
