@@ -559,3 +559,27 @@ def test_an_unexpected_error_of_a_background_start_is_that_kernels(monkeypatch) 
     with pytest.raises(CandidateFailure, match="No space left"):
         node._live()
     node.turns.start_ahead(1, lambda: start_worker())  # a twin's: left for its round
+
+
+def test_only_a_kernels_own_worker_notes_its_build_answers(monkeypatch) -> None:
+    """Its twins load beside its own worker, each found the record list empty when it began,
+    and each noted its answers: one build read as "built", "reused", "reused"."""
+    from pytest_kscientist.harness import collect
+
+    given = []
+
+    class Up:
+        load_s = None
+
+        def alive(self) -> bool:
+            return True
+
+    def start_worker(*args, **kwargs):
+        given.append(args[-1])  # ``answered``: where the load's build answers are noted
+        return Up()
+
+    monkeypatch.setattr(collect, "start_worker", start_worker)
+    node = _Node()
+    node.turns.start_ahead(1, node._start_twin)
+    node.start_early()
+    assert given == [None, node.ks.inline_builds[("t", "good")]]

@@ -237,7 +237,7 @@ class Partner:
         if self.broken:
             raise CandidateFailure(self.broken)
         try:
-            return self._spawn()
+            return self._spawn(self.answered)
         except CandidateFailure as exc:
             self.broken = exc.reason
             raise
@@ -247,13 +247,13 @@ class Partner:
         out of device memory at load would have retired the baseline for the session)."""
         if self.broken:
             raise CandidateFailure(self.broken)
-        return self._spawn()
+        return self._spawn(None)  # its load_inline answers are its own worker's to note
 
-    def _spawn(self) -> Worker:
+    def _spawn(self, answered: list[Any] | None) -> Worker:
         entry, prepare = ("run", "prepare") if self.spec.prepare else (self.task.entry, None)
         return start_worker(self.task, self.task.baseline_path(self.spec), entry, prepare,
                             self.device, self.timeout_s, self.init_seed, self.spares,
-                            self.builds, self.answered)
+                            self.builds, answered)
 
     def timeable(self) -> bool:
         """Whether its rounds can be timed: not ``broken``."""

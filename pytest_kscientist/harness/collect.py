@@ -441,7 +441,7 @@ class CandidateNode(pytest.Collector):
     def _start(self) -> Worker:
         """Its own worker (turn 0's): a failure to load is the candidate's, shown at its items."""
         try:
-            return self._spawn()
+            return self._spawn(own=True)
         except CandidateFailure as exc:
             self.load_failure = exc
             self.load_shown = True
@@ -455,11 +455,13 @@ class CandidateNode(pytest.Collector):
         if not self.timeable():
             raise CandidateFailure(f"{self.name} is not timed ({self.load_failure or ''}"
                                    f"{self.failed_check or ''}{self.skip_reason or ''})")
-        return self._spawn()
+        return self._spawn(own=False)
 
-    def _spawn(self) -> Worker:
-        # Its first load's load_inline answers are its record's (results.InlineBuild).
-        answered = self.ks.inline_builds.setdefault((self.task.name, self.name), [])
+    def _spawn(self, own: bool) -> Worker:
+        # Its own first load's load_inline answers are its record's (results.InlineBuild); a
+        # twin's, loading beside it, were kept too (a build and its reuses, for one build).
+        answered = (self.ks.inline_builds.setdefault((self.task.name, self.name), [])
+                    if own else None)
         worker = start_worker(self.task, self.source, self.entry, self.prepare,
                               self.ks.device, self.ks.settings.timeout_s,
                               self.ks.evaluator(self.task).init_seed, self.ks.spares,
