@@ -215,6 +215,9 @@ CALL = {"name": "m", "cpp_sources": ["#include <Python.h>\n#include \"local.h\" 
     ({"extra_cflags": ["-O3 -include x.h"]}, "not one plain flag"),
     ({"extra_include_paths": ["/tmp"]}, "include paths"),
     ({"name": "not a name"}, "not an identifier"),
+    # a worker's request is untrusted: a value of another kind raised TypeError in pytest
+    ({"extra_cflags": 5}, "extra_cflags is int, not a list"),
+    ({"cuda_sources": "__global__ void k() {}"}, "cuda_sources is str, not a list"),
 ])
 def test_what_the_pytest_process_declines_to_build(change: dict, why: str | None) -> None:
     found = declined_because({**CALL, **change}, [], ENVIRONMENT)
@@ -472,3 +475,40 @@ def test_two_first_builds_at_once_replace_torchs_steps_once() -> None:
                                       False) is None
     finally:
         sb._BUILDING.partial = None
+
+
+def test_a_request_the_pytest_process_cannot_read_is_declined(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the worker's build request makes SharedBuilds raise is declined (the worker
+    builds it in its own folder), not an error of the pytest process's item."""
+    import types
+
+    from pytest_kscientist.harness import baselines
+
+    class Asking:
+        shares_builds = True
+        load_s = None
+
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def keep_caches_of(self, source) -> None:
+            pass
+
+        def request(self, op, timeout=None, interim=None, **fields):
+            self.reply = interim({"args": {"name": "m"}}, 0.0)
+            return {"ok": True}, b""
+
+    def answer(request, deadline):
+        raise TypeError("'int' object is not iterable")
+
+    task = types.SimpleNamespace(describe=lambda: {}, spec=types.SimpleNamespace(
+        output_index=None), spec_path=tmp_path)
+    noted: list = []
+    (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return data\n")
+    monkeypatch.setattr(baselines, "Worker", Asking)
+    worker = baselines.start_worker(task, tmp_path / "k.py", "custom_kernel", None, "cpu", 1.0,
+                                    builds=lambda: types.SimpleNamespace(answer=answer),
+                                    answered=noted)
+    assert worker.reply == {"declined": True}
+    assert noted[0].outcome == "declined" and "TypeError" in noted[0].why, noted

@@ -21,7 +21,7 @@ from typing import Any
 from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.mounts import build_folder
-from pytest_kscientist.harness.results import BaselineTiming, CaseResult
+from pytest_kscientist.harness.results import BaselineTiming, CaseResult, InlineBuild
 from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
 from pytest_kscientist.harness.stats import (
     geomean,
@@ -98,7 +98,14 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
         noted = answered if answered is not None and not answered else None
 
         def build(request: dict[str, Any], deadline: float) -> dict[str, Any]:
-            reply, record = shared.answer(request, deadline)
+            try:
+                reply, record = shared.answer(request, deadline)
+            except Exception as exc:  # noqa: BLE001 - the request is the worker's: untrusted
+                # declined, so the worker builds it in its own folder as torch would
+                reply = {"declined": True}
+                record = InlineBuild(module="?", outcome="declined",
+                                     why=f"the request could not be read ({type(exc).__name__}: "
+                                         f"{str(exc)[:200]})")
             if noted is not None:
                 noted.append(record)
             return reply

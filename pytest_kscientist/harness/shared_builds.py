@@ -70,6 +70,9 @@ def declined_because(args: dict[str, Any], arch: list[str], environment: dict[st
         return "its module name is not an identifier"
     if any(args.get(key) for key in ("extra_include_paths", "sycl_sources", "with_sycl")):
         return "it names include paths or SYCL sources"
+    for key in (*SOURCES, *FLAGS):  # the worker sends lists (inline_builds.normalised)
+        if not isinstance(args.get(key) or [], list):
+            return f"{key} is {type(args.get(key)).__name__}, not a list"
     for key in FLAGS:
         for flag in args.get(key) or []:
             if not isinstance(flag, str) or not FLAG.fullmatch(flag.strip()):
