@@ -245,3 +245,26 @@ def test_a_users_own_malloc_settings_win(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "5")
     env = clean_environment("cuda:1")
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(64 << 20) and env["MALLOC_TRIM_THRESHOLD_"] == "5"
+
+
+@pytest.mark.parametrize(("parent", "device", "worker"), [
+    ({}, "cuda:1", {"CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "1"}),
+    ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0", {"CUDA_VISIBLE_DEVICES": "3"}),
+    ({"CUDA_VISIBLE_DEVICES": "2, 3"}, "cuda:1", {"CUDA_VISIBLE_DEVICES": "3"}),
+    ({"CUDA_VISIBLE_DEVICES": "MIG-5c3a9f0e-1111"}, "cuda:0",
+     {"CUDA_VISIBLE_DEVICES": "MIG-5c3a9f0e-1111"}),
+    ({"HIP_VISIBLE_DEVICES": "4,5"}, "cuda:1", {"HIP_VISIBLE_DEVICES": "5"}),
+])
+def test_a_worker_sees_the_gpu_this_process_numbers_so(
+        monkeypatch: pytest.MonkeyPatch, parent: dict, device: str, worker: dict) -> None:
+    """Under a job's CUDA_VISIBLE_DEVICES=2,3 the pytest process's cuda:1 is GPU 3; its
+    workers were given "1", and under a UUID or a MIG slice "0": another GPU than the one the
+    reference ran on."""
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in parent.items():
+        monkeypatch.setenv(name, value)
+    env = clean_environment(device)
+    shown = {name: env[name] for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+             if name in env}
+    assert shown == worker

@@ -105,9 +105,7 @@ def clean_environment(device: str) -> dict[str, str]:
         if tunable not in env.get("GLIBC_TUNABLES", ""):
             env.setdefault(name, value)
     if device.startswith("cuda"):
-        index = device.partition(":")[2] or "0"
-        env["CUDA_VISIBLE_DEVICES"] = index
-        env["HIP_VISIBLE_DEVICES"] = index
+        env.update(visible_devices(device.partition(":")[2] or "0"))
     else:
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -117,6 +115,26 @@ def clean_environment(device: str) -> dict[str, str]:
         for name in THREAD_VARIABLES:
             env[name] = str(CPU_THREADS)
     return env
+
+
+def visible_devices(index: str) -> dict[str, str]:
+    """The variables that show a worker only the GPU this process numbers ``index``. Torch
+    numbers the GPUs its ``CUDA_VISIBLE_DEVICES`` (on ROCm ``HIP_VISIBLE_DEVICES``) lists: under
+    a job's ``CUDA_VISIBLE_DEVICES=2,3`` cuda:1 is the list's "3" (an index, a GPU-... or
+    MIG-... UUID), where the worker was given "1", another GPU, perhaps a colleague's. A
+    variable this process has is read through; one it lacks is set to ``index`` only where it
+    has neither (the other pins the device: ROCm reads both)."""
+    found = {}
+    listed = {name: os.environ.get(name, "") for name in ("CUDA_VISIBLE_DEVICES",
+                                                           "HIP_VISIBLE_DEVICES")}
+    for name, value in listed.items():
+        entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+        if entries:
+            found[name] = entries[int(index)] if index.isdigit() and int(index) < len(
+                entries) else index
+        elif not any(listed.values()):
+            found[name] = index
+    return found
 
 
 def process_cpu_clock(pid: int) -> int:
