@@ -21,7 +21,8 @@ KB = FORMATS / "kernelbench"
 def test_gpumode_folder_runs_its_seeds_and_judges_with_its_own_check(tmp_path: Path) -> None:
     wrong = SCALE / "solutions" / "wrong"
     code, out, data = run_pytest(
-        [str(SCALE), "--kernel", str(SCALE / "solutions/correct/torch_ops.py"),
+        [str(SCALE), "--ks-device", "cpu", "--kernel",  # it draws on the CPU
+         str(SCALE / "solutions/correct/torch_ops.py"),
          "--kernel", str(wrong / "no_square.py"), "--kernel", str(wrong / "peeks.py")], tmp_path)
     assert code == 1, out
     reasons = case_reasons(data)
@@ -76,8 +77,8 @@ def test_two_problems_in_one_session_keep_their_own_task_module(tmp_path: Path) 
         (folder / "solutions" / "correct").mkdir(parents=True)
         (folder / "solutions" / "correct" / "mine.py").write_text(
             f"def custom_kernel(data):\n    return {body}\n")
-    code, out, data = run_pytest([str(tmp_path / "double_py"), str(tmp_path / "inc_py")],
-                                 tmp_path)
+    code, out, data = run_pytest([str(tmp_path / "double_py"), str(tmp_path / "inc_py"),
+                                  "--ks-device", "cpu"], tmp_path)  # they draw on the CPU
     assert code == 0, out
     assert "4 passed" in out  # each problem's check and its task::validate
 

@@ -11,6 +11,9 @@ from helpers import case_reasons, run_pytest
 
 from pytest_kscientist.formats import gpumode
 
+# These problems draw their inputs on the CPU (GPU MODE's generate_input takes no device):
+# on a GPU machine they run with --ks-device cpu, as a user would run them.
+ON_CPU = ("--ks-device", "cpu")
 TASK_PY = "import torch\ninput_t = torch.Tensor\noutput_t = torch.Tensor\n"
 FILES = ('files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n'
          '  - {"name": "task.py", "source": "task.py"}\n'
@@ -107,7 +110,8 @@ def test_the_folders_gpu_modes_eval_accepts_collect_and_pass(tmp_path: Path) -> 
     folders = [_ragged(tmp_path), _seedless(tmp_path), _grouped(tmp_path),
                _folder(tmp_path, "spd_py", SPD, "tests:\n  - {\"n\": 6, \"seed\": 3}\n"
                        "benchmarks: []\n", {"cholesky.py": CHOLESKY})]
-    code, out, data = run_pytest([*map(str, folders), "--ks-bench-budget", "0.05"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, *map(str, folders), "--ks-bench-budget", "0.05"],
+                                 tmp_path)
     assert code == 0, out
     reasons = {(run["task"], *key): value for run in data for key, value
                in case_reasons(run).items()}
@@ -129,7 +133,7 @@ def test_the_folders_gpu_modes_eval_accepts_collect_and_pass(tmp_path: Path) -> 
 def test_a_result_cached_by_address_fails_the_rerun_of_a_redrawn_case(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "spd_py", SPD, "tests:\n  - {\"n\": 6, \"seed\": 3}\n"
                      "benchmarks: []\n", {"cached.py": CACHED})
-    code, out, data = run_pytest([str(folder)], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(folder)], tmp_path)
     assert code == 1, out
     outcome, reason = case_reasons(data)[("cached", "n6-s3")]
     assert outcome == "failed"
@@ -163,7 +167,7 @@ def test_drawn_seeds_stay_in_the_range_of_the_problems_own(tmp_path: Path) -> No
                                     "    out[...] = x\n    return out\n",
                          "sort.py": "import torch\n\ndef custom_kernel(data):\n    x, out = data\n"
                                     "    out[...] = torch.sort(x)[0]\n    return out\n"})
-    code, out, data = run_pytest([str(folder), "-k", "check or validate"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(folder), "-k", "check or validate"], tmp_path)
     assert code == 1, out
     outcomes = {key: outcome for key, (outcome, _) in case_reasons(data).items()}
     assert outcomes == {("copy", "size64-s4242"): "failed", ("copy", "size100-s5236"): "failed",
@@ -233,7 +237,7 @@ def test_two_folders_of_one_name_keep_a_record_each(tmp_path: Path) -> None:
     second = _folder(tmp_path / "pmpp_v2", "twice_py",
                      draw + double.replace("* 2", "* 3") + MATCH, cases)
     (tmp_path / "k.py").write_text("def custom_kernel(data):\n    return data * 2\n")
-    code, out, data = run_pytest([str(first), str(second), "--kernel", "k.py"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(first), str(second), "--kernel", "k.py"], tmp_path)
     assert code == 1, out  # right for the first, wrong for the second
     assert [(run["task"], run["task_path"]) for run in data] == [
         ("twice_py", str(first)), ("pmpp_v2/twice_py", str(second))], data
@@ -279,7 +283,7 @@ def test_a_seedless_case_seeds_numpy_as_gpu_modes_set_seed(tmp_path: Path) -> No
         "def ref_kernel(data):\n    return data * 2\n\n" + MATCH),
         "tests:\n  - {\"size\": 16}\nbenchmarks: []\n",
         {"double.py": "def custom_kernel(data):\n    return data * 2\n"})
-    code, out, data = run_pytest([str(folder), "-k", "check or validate"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(folder), "-k", "check or validate"], tmp_path)
     assert code == 0, out
     assert case_reasons(data[0] if isinstance(data, list) else data)[("double", "size16")] == (
         "passed", ""), out
@@ -321,7 +325,7 @@ def test_a_check_raising_in_the_problems_own_code_is_the_tasks_fault(tmp_path: P
         "        raise ValueError('ref does not support 64')\n    return data * 2\n\n" + MATCH),
         "tests:\n  - {\"n\": 100, \"seed\": 1}\n  - {\"n\": 64, \"seed\": 2}\nbenchmarks: []\n",
         submission="def custom_kernel(data):\n    return data * 2\n")
-    code, out, data = run_pytest([str(raising), "-k", "check"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(raising), "-k", "check"], tmp_path)
     assert code == 1, out
     reasons = case_reasons(data)
     assert reasons[("submission", "n100-s1")] == ("passed", ""), reasons
@@ -336,7 +340,7 @@ def _validated(root: Path, name: str, reference: str) -> tuple[int, str]:
     doubling submission; its task::validate item run: (exit code, output)."""
     folder = _folder(root, name, SEEDED_DRAW + reference, ONE_CASE,
                      submission="def custom_kernel(data):\n    return data * 2\n")
-    code, out, _ = run_pytest([str(folder), "-k", "validate"], root)
+    code, out, _ = run_pytest([*ON_CPU, str(folder), "-k", "validate"], root)
     return code, out
 
 
@@ -372,7 +376,7 @@ def test_a_named_tuple_output_keeps_its_names_for_the_problems_check(tmp_path: P
          "swapped.py": "import collections\nimport torch\n\nOut = collections.namedtuple('Out', "
                        "'indices values')\n\ndef custom_kernel(data):\n"
                        "    v, i = torch.topk(*data)\n    return Out(v, i)\n"})
-    code, out, data = run_pytest([str(folder), "--ks-bench-budget", "0.05"], tmp_path)
+    code, out, data = run_pytest([*ON_CPU, str(folder), "--ks-bench-budget", "0.05"], tmp_path)
     assert code == 1, out
     reasons = case_reasons(data)
     for name in ("topk", "mine", "reference"):

@@ -409,3 +409,20 @@ def test_a_reference_returning_what_no_kernel_may_fails_validation(tmp_path: Pat
     assert verdict.error.startswith(said), verdict.error
     assert "so the reference node's benchmarks fail on it; return a tensor of its own" in \
         verdict.error, verdict.error
+
+
+def test_a_gpu_mode_problem_may_keep_some_inputs_off_the_runs_device() -> None:
+    """GPU MODE's nvfp4 problems keep their reference scale factors on the CPU by design
+    (``sfa_ref_cpu``), and their generate_input takes no device: validation refused every one
+    on a GPU. It now needs one input on the run's device (here "meta" stands for the GPU)."""
+    import torch
+
+    from pytest_kscientist.harness.task_validation import _off_device
+
+    on, cpu = torch.empty(4, device="meta"), torch.ones(4)
+    assert _off_device((on, on, cpu, cpu, on), "meta", "m4", gpumode=True) == ""
+    assert "input 2 of case m4" in _off_device((on, on, cpu), "meta", "m4")  # a native task
+    found = _off_device((cpu, 3, cpu), "meta", "m4", gpumode=True)
+    assert found == ("generate_input put every input of case m4 on cpu, none on meta, the run's "
+                     "device: its kernels would be timed on a device their inputs are not on; "
+                     "run it with --ks-device cpu"), found

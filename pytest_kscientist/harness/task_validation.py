@@ -115,7 +115,7 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
                          f"{type(exc).__name__}: {str(exc)[:200]}")
         return verdict
     problem = (forms.output_problem(data[0], task.spec.output_index)
-               or _off_device(data[0], device, verdict.case_id)
+               or _off_device(data[0], device, verdict.case_id, task.form == "gpumode")
                or _unjudgeable(task, data[0], outputs[0], device, verdict.case_id))
     if problem:
         verdict.error = problem
@@ -192,12 +192,21 @@ def validate(task: Task, case: Case, device: str, others: tuple[Case, ...] = ())
     return verdict
 
 
-def _off_device(data: Any, device: str, case_id: str) -> str:
+def _off_device(data: Any, device: str, case_id: str, gpumode: bool = False) -> str:
     """Which of the inputs ``generate_input`` drew lies on another device than the run's
-    ("" when none): a kernel handed it would be judged and timed there."""
+    ("" when none): a kernel handed it would be judged and timed there. A GPU MODE problem's
+    generate_input takes no device and may keep some inputs on the CPU by design (the nvfp4
+    problems' scale factors, ``sfa_ref_cpu``): it needs one input on the run's device."""
     import torch
 
     want = torch.device(device).type
+    tensors = [leaf for leaf in forms.leaves(data) if isinstance(leaf, torch.Tensor)]
+    if gpumode:
+        if not tensors or any(t.device.type == want for t in tensors):
+            return ""
+        return (f"generate_input put every input of case {case_id} on {tensors[0].device}, "
+                f"none on {device}, the run's device: its kernels would be timed on a device "
+                f"their inputs are not on; run it with --ks-device {tensors[0].device.type}")
     for i, leaf in enumerate(forms.leaves(data)):
         if isinstance(leaf, torch.Tensor) and leaf.device.type != want:
             return (f"generate_input put input {i} of case {case_id} ({tuple(leaf.shape)}) on "
