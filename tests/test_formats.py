@@ -344,3 +344,37 @@ def test_a_problems_own_check_gets_the_output_on_its_inputs_device() -> None:
     assert type(moved) is type(pair) and moved.b.device.type == "meta"
     assert received.device_of({"x": 1, "y": (2, torch.zeros(1))}).type == "cpu"
     assert received.device_of([1, "a"]) is None
+
+
+def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
+    """Only the draw ran with the run's GPU current: on --ks-device cuda:1 (an evolve's second
+    child session) a GPU MODE reference's ``.cuda()`` and its check ran on cuda:0, so every
+    kernel failed "Expected all tensors to be on the same device"."""
+    import contextlib
+    import types
+
+    import torch
+
+    from pytest_kscientist.harness.evaluate import Evaluator
+
+    now = ["cuda:0"]
+
+    @contextlib.contextmanager
+    def device(which):
+        before, now[0] = now[0], str(which)
+        try:
+            yield
+        finally:
+            now[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    seen = {}
+    problem = types.SimpleNamespace(
+        ref_kernel=lambda data: seen.setdefault("ref_kernel", now[0]),
+        check_implementation=lambda data, out: (seen.setdefault("check", now[0]), ""))
+    task = types.SimpleNamespace(form="gpumode", module=problem)
+    evaluator = Evaluator(task, "cuda:1", salt=1)  # type: ignore[arg-type]
+    data = (torch.empty(2, device="meta"),)  # the check's output goes where its inputs are
+    evaluator.reference_output(data)
+    evaluator._own_check(data, torch.zeros(2, device="meta"))
+    assert seen == {"ref_kernel": "cuda:1", "check": "cuda:1"} and now == ["cuda:0"]

@@ -15,6 +15,7 @@ Imports the standard library only; torch inside the functions.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import sys
 import types
@@ -139,15 +140,21 @@ def input_maker(problem: dict[str, Any], module: Any) -> Callable[..., Any]:
     raise ValueError(f"unknown task format {form!r}; expected one of {FORMS}")
 
 
+def current(device: str) -> Any:
+    """A context in which ``device`` is torch's current device (a GPU's; nothing on the CPU).
+    GPU MODE problems draw and compute on "cuda" (``.cuda()``, ``device="cuda"``: the nvfp4
+    references, amd/mla-decode's utils), which means the current device, cuda:0 unless set."""
+    if not device.startswith("cuda"):
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(device)
+
+
 def _gpumode_inputs(generate: Callable[..., Any]) -> Callable[..., Any]:
     def draw(case: dict[str, Any], seed: int, device: str) -> Any:
-        import torch
-
-        # GPU MODE problems draw on "cuda", the current device; make it the run's device.
-        if device.startswith("cuda"):
-            with torch.cuda.device(device):
-                return _gpumode_draw(generate, case, seed)
-        return _gpumode_draw(generate, case, seed)
+        with current(device):
+            return _gpumode_draw(generate, case, seed)
 
     return draw
 

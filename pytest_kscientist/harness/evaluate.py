@@ -201,17 +201,20 @@ class Evaluator:
                 "generate_input") from None
 
     def reference_output(self, data: Any) -> Any:
-        """The reference's output for ``data``, on the run's device (judged there)."""
-        if self.task.form != "kernelbench":
-            return self.reference.ref_kernel(data)
-        import torch
+        """The reference's output for ``data``, on the run's device (judged there; that
+        device the current one, as for its draw: on cuda:1 a reference's ``.cuda()`` went to
+        cuda:0, and every kernel was judged against tensors on another device)."""
+        with forms.current(self.device):
+            if self.task.form != "kernelbench":
+                return self.reference.ref_kernel(data)
+            import torch
 
-        if self._model is None:
-            self._model = forms.build_model(self.reference.Model,
-                                            self.reference.get_init_inputs, self.init_seed,
-                                            self.device)
-        with torch.no_grad():
-            return self._model(*data)
+            if self._model is None:
+                self._model = forms.build_model(self.reference.Model,
+                                                self.reference.get_init_inputs, self.init_seed,
+                                                self.device)
+            with torch.no_grad():
+                return self._model(*data)
 
     def expected(self, case: Case, seed: int) -> Any:
         """The reference output for ``seed``, left on the run's device (judged there)."""
@@ -257,7 +260,8 @@ class Evaluator:
         "Expected all tensors to be on the same device"."""
         out = received.to_device(out, received.device_of(data) or self.device)
         try:
-            message = check_message(self.reference.check_implementation(data, out))
+            with forms.current(self.device):
+                message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
             if _raised_in(self.task, exc, ("ref_kernel", "generate_input")):
                 raise _reference_failed(self.task, exc) from None  # not the output's doing
