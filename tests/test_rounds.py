@@ -583,3 +583,33 @@ def test_only_a_kernels_own_worker_notes_its_build_answers(monkeypatch) -> None:
     node.turns.start_ahead(1, node._start_twin)
     node.start_early()
     assert given == [None, node.ks.inline_builds[("t", "good")]]
+
+
+def test_this_process_running_out_of_device_memory_is_nobodys_verdict(monkeypatch) -> None:
+    """On a GPU the pytest process's own allocations (an output handed over, moved here,
+    judged in float64 chunks) ran out beside the workers: the handover's read as the honest
+    kernel's failure ("output handover refused"), the judging's escaped the item bare; neither
+    let the rounds retire their twins and try again."""
+    import os
+    import types
+
+    import torch
+
+    from pytest_kscientist.errors import ReferenceFailed
+    from pytest_kscientist.harness.evaluate import Evaluator
+    from pytest_kscientist.protocol import cuda_share, handover
+
+    def full(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(handover, "their_fd", lambda pid, number: os.dup(0))
+    monkeypatch.setattr(cuda_share, "take", full)
+    with pytest.raises(CandidateFailure) as taken:
+        handover.take({"kind": "cuda", "fd": 5, "size": 1 << 21}, 1 << 20, 4242, "cuda:0")
+    assert taken.value.out_of_memory and "the pytest process ran out" in taken.value.reason
+    task = types.SimpleNamespace(form="native", module=None, reference="reference.py")
+    evaluator = Evaluator(task, "cpu", salt=1)  # type: ignore[arg-type]
+    monkeypatch.setattr(evaluator, "_judge", full)
+    with pytest.raises(ReferenceFailed) as judged:
+        evaluator._verdict(None, torch.zeros(1), expected=torch.zeros(1))
+    assert judged.value.out_of_memory and "judging an output" in str(judged.value)

@@ -416,11 +416,25 @@ class Evaluator:
     def _verdict(self, data: Any, out: Any, misses: list[Mismatch] | None = None,
                  expected: Any = None) -> None:
         """Judge a checked output for ``data``: by the problem's own check where it has one,
-        else against ``expected`` (the reference's output for ``data``, computed if None)."""
-        if self.own_check:
-            self._own_check(data, out)
-            return
-        self._judge(self._expected_for(data) if expected is None else expected, out, misses)
+        else against ``expected`` (the reference's output for ``data``, computed if None).
+        This process's own device memory running out while it judges (the output moved here,
+        compared in float64 chunks) is nobody's verdict: it raised bare, out of the item and
+        the case's rounds, where the rounds retire their twins and try again for it."""
+        try:
+            if self.own_check:
+                self._own_check(data, out)
+                return
+            self._judge(self._expected_for(data) if expected is None else expected, out,
+                        misses)
+        except Exception as exc:
+            if not _out_of_memory(exc) or isinstance(exc, (CandidateFailure, ReferenceFailed)):
+                raise
+            raise ReferenceFailed(
+                f"the pytest process ran out of device memory judging an output ({exc!s:.160}), "
+                "beside the workers (each holds its inputs, outputs and allocator cache), so "
+                "the candidate was not judged; run fewer kernels a session or "
+                "--ks-bench-workers 1", (str(self.task.reference), 1),
+                out_of_memory=True) from None
 
     def _expected_for(self, data: Any) -> Any:
         """The reference's output for ``data``; its error is the task's (ReferenceFailed)."""
@@ -758,10 +772,15 @@ def _task_raised(task: Task, exc: Exception, who: str, then: str) -> ReferenceFa
                            f"{where[0]}:{where[1]}){then}", where)
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's OutOfMemoryError (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
+
+
 def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
     """The reference's error on a check's inputs: the candidate was not judged on them."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+    if _out_of_memory(exc):
         failed = _task_raised(
             task, exc, "the task's reference",
             " in the pytest process, where it judges outputs: the device's memory ran out "

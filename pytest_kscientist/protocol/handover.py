@@ -188,6 +188,12 @@ def take(desc: Any, nbytes: int, pid: int | None, device: str) -> Any:
             try:
                 return cuda_share.take(fd, size, nbytes, device)
             except (cuda_share.CudaError, RuntimeError) as exc:
+                if type(exc).__name__ == "OutOfMemoryError":  # torch's, this process's
+                    # not the candidate's doing: the rounds retire their twins and try again
+                    raise CandidateFailure(
+                        f"the pytest process ran out of device memory taking the output "
+                        f"({nbytes} bytes) beside the workers: {str(exc)[:160]}",
+                        out_of_memory=True) from None
                 raise _refused(f"CUDA allocation {number}: {exc}") from None
         return _mapped(fd, number, nbytes)
     finally:
