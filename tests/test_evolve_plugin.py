@@ -387,6 +387,11 @@ def test_devices_split_a_generation_over_parallel_sessions(pytester: pytest.Pyte
         (["--ks-devices", "gpu0"], "--ks-devices expects comma-separated cuda:N or cpu entries, "
          "or all; got 'gpu0' in 'gpu0'; e.g. cuda:0,cuda:1"),
         (["--ks-devices", "cuda:0,cuda:0"], "--ks-devices names a GPU twice in 'cuda:0,cuda:0'"),
+        # one GPU, two spellings: two sessions on it, and torch refused "cuda:01" in the child
+        (["--ks-devices", "cuda:1,cuda:01"],
+         "--ks-devices names a GPU twice in 'cuda:1,cuda:01'"),
+        (["--ks-devices", "cuda:\u00b2"], "got 'cuda:\u00b2' in"),  # isdigit() took it
+        (["--ks-devices", "cpu,cuda:0"], "--ks-devices 'cpu,cuda:0' mixes cpu with GPUs"),
         # it wrote and evaluated generation 0 before the child session refused it (exit 3)
         (["--ks-devices", "cuda:9,cuda:0"], "--ks-devices names cuda:9, but torch sees "),
         (["--ks-devices", "cpu,cpu", "--ks-device", "cpu"],
@@ -565,3 +570,19 @@ def test_child_sessions_get_the_parents_timing_flags(pytester: pytest.Pytester) 
     joined = " ".join(args)
     assert "--ks-bench-budget 0.5" in joined and "--ks-bench-workers 2" in joined, args
     assert "--ks-skip-reference" in args and "--ks-baselines none" in joined, args
+
+
+def test_devices_of_different_gpu_models_are_a_usage_error(monkeypatch) -> None:
+    """Each generation's kernels are ranked together whichever session timed them: on an
+    H100 beside an A100 the second's were recorded as the first's machine."""
+    import torch
+
+    from pytest_kscientist.evolve.run_options import _one_model
+
+    models = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA A100-SXM4-80GB", 2: "NVIDIA H100 80GB HBM3"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: models[index])
+    assert _one_model(("cuda:0", "cuda:2"), "--ks-devices", "cuda:0,cuda:2") == ("cuda:0",
+                                                                                   "cuda:2")
+    with pytest.raises(pytest.UsageError, match="names GPUs of different models .cuda:0 NVIDIA "
+                       "H100 80GB HBM3, cuda:1 NVIDIA A100-SXM4-80GB.: their sessions"):
+        _one_model(("cuda:0", "cuda:1"), "--ks-devices", "all")

@@ -378,3 +378,28 @@ def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
     evaluator.reference_output(data)
     evaluator._own_check(data, torch.zeros(2, device="meta"))
     assert seen == {"ref_kernel": "cuda:1", "check": "cuda:1"} and now == ["cuda:0"]
+
+
+def test_a_kernelbench_draw_on_cuda_n_has_cuda_n_current(monkeypatch) -> None:
+    """get_inputs() that says .cuda() drew on cuda:0 in an evolve's cuda:1 session (only
+    torch.device was entered), beside the other session's timing."""
+    import contextlib
+
+    import torch
+
+    from pytest_kscientist.formats import forms
+
+    now = ["cuda:0"]
+
+    @contextlib.contextmanager
+    def device(which):
+        before, now[0] = now[0], str(which)
+        try:
+            yield
+        finally:
+            now[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    seen = []
+    draw = forms._kernelbench_inputs(lambda: seen.append(now[0]) or [])
+    assert draw({}, 1, "cuda:1") == [] and seen == ["cuda:1"]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +40,9 @@ EVOLVE_OPTIONS = (
            "task (default: <rootdir>/population; the ini twin is relative to the ini file)",
            "DIR", ini="ks_population", group="evolve"),
     Option("--ks-devices", "evaluate each --evolve generation in parallel child sessions, one "
-           "per device: comma-separated cuda:N (or cpu) entries, or 'all' for every CUDA device "
-           "(default: one session)", "LIST", ini="ks_devices", group="devices"),
+           "per device: comma-separated cuda:N entries (GPUs of one model) or cpu entries, or "
+           "'all' for every CUDA device (default: one session)", "LIST", ini="ks_devices",
+           group="devices"),
 )
 _BY_DEST = {option.dest: option for option in EVOLVE_OPTIONS}
 
@@ -115,13 +117,21 @@ def _devices(config: pytest.Config) -> tuple[str, ...]:
                 f"{name} all: this machine has no CUDA device; name devices (e.g. cpu,cpu) or "
                 "leave the option out"
             )
-        return tuple(f"cuda:{i}" for i in range(count))
-    devices = tuple(d.strip() for d in raw.split(","))
-    bad = [d for d in devices if d != "cpu" and not (d.startswith("cuda:") and d[5:].isdigit())]
+        return _one_model(tuple(f"cuda:{i}" for i in range(count)), name, raw)
+    given = [d.strip() for d in raw.split(",")]
+    bad = [d for d in given if d != "cpu" and not re.fullmatch(r"cuda:[0-9]+", d)]
     if bad:
         raise pytest.UsageError(
             f"{name} expects comma-separated cuda:N or cpu entries, or all; got '{bad[0]}' in "
             f"'{raw}'; e.g. cuda:0,cuda:1"
+        )
+    # cuda:01 is cuda:1 (and torch refuses the spelling in the child, after generation 0)
+    devices = tuple(d if d == "cpu" else f"cuda:{int(d[5:])}" for d in given)
+    if "cpu" in devices and len(set(devices)) > 1:
+        raise pytest.UsageError(
+            f"{name} '{raw}' mixes cpu with GPUs: the sessions would time other profiles on "
+            "other machines, and their kernels would be ranked together; name GPUs only, or "
+            "cpu entries only"
         )
     gpus = [d for d in devices if d != "cpu"]
     if len(set(gpus)) != len(gpus):
@@ -140,7 +150,22 @@ def _devices(config: pytest.Config) -> tuple[str, ...]:
             raise pytest.UsageError(
                 f"{name} names {missing[0]}, but torch sees {have} here; name devices it "
                 "sees, all, or cpu entries")
+        return _one_model(devices, name, raw)
     return devices
+
+
+def _one_model(gpus: tuple[str, ...], name: str, raw: str) -> tuple[str, ...]:
+    """``gpus``, where they are of one model: each generation's kernels are ranked together
+    whichever session timed them (the seeds of generation 0 are dealt across the sessions)."""
+    import torch
+
+    models = {d: torch.cuda.get_device_name(int(d[5:])) for d in gpus}
+    if len(set(models.values())) > 1:
+        seen = ", ".join(f"{d} {m}" for d, m in models.items())
+        raise pytest.UsageError(
+            f"{name} {raw} names GPUs of different models ({seen}): their sessions' times "
+            "would be ranked together as one machine's; name GPUs of one model")
+    return gpus
 
 
 def validate(config: pytest.Config) -> None:

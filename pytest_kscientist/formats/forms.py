@@ -185,8 +185,9 @@ def _kernelbench_inputs(get_inputs: Callable[[], Any]) -> Callable[..., Any]:
         import torch
 
         # Seeded as KernelBench seeds its trials; drawn on the run's device (19_ReLU's
-        # 4096x393216 input took 17.7 s on a 2-core host CPU; every timed call draws afresh).
-        with torch.device(device):
+        # 4096x393216 input took 17.7 s on a 2-core host CPU; every timed call draws afresh),
+        # that GPU current for a get_inputs that says .cuda() or device="cuda".
+        with current(device), torch.device(device):
             torch.manual_seed(seed)
             inputs = list(get_inputs())
         return [t.to(device) if _isinstance(t, torch.Tensor) else t for t in inputs]
