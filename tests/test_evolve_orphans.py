@@ -408,3 +408,29 @@ def test_interrupted():
     pytester.runpytest_subprocess("-p", "pytest_kscientist.evolve.child_exit",
                                   f"--ks-json={results}")
     assert child_exit.exit_status(results) == pytest.ExitCode.INTERRUPTED
+
+
+def test_a_child_session_that_says_nothing_for_too_long_is_stopped(tmp_path: Path) -> None:
+    """Without --ks-time-limit the loop waited for a child session forever, one wedged in its
+    own process (a stuck device under the reference) too; one whose log keeps growing runs
+    on, whatever it takes."""
+    from pytest_kscientist.evolve.sessions import Silent, wait_speaking
+
+    def child(code: str, log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "w") as out:
+            return subprocess.Popen([sys.executable, "-u", "-c", code], stdout=out)
+
+    talking = tmp_path / "talking.log"
+    proc = child("import time\nfor _ in range(8):\n    print('.')\n    time.sleep(0.5)\n",
+                 talking)
+    assert wait_speaking(proc, talking, None, quiet_s=2.5) == 0  # 4 s, never 2.5 s quiet
+    stuck = tmp_path / "stuck.log"
+    proc = child("import time\nprint('collected 3 items')\ntime.sleep(60)\n", stuck)
+    began = time.monotonic()
+    try:
+        with pytest.raises(Silent):
+            wait_speaking(proc, stuck, None, quiet_s=1.0)
+        assert time.monotonic() - began < 15
+    finally:
+        proc.kill()
+        proc.wait()

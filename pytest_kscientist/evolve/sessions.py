@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ from pytest_kscientist.evolve.orphans import SessionStarted
 from pytest_kscientist.evolve.population import EvaluationRecord, now
 from pytest_kscientist.harness.results import CandidateResult, RunResults
 from pytest_kscientist.harness.spawn import Lifeline
+from pytest_kscientist.options import resolve
 
 # Flags of the parent run that state facts about how to evaluate, passed on to each child.
 PASS_THROUGH = {
@@ -45,6 +47,12 @@ PASS_THROUGH = {
     "ks_kernelbench_tol": "--ks-kernelbench-tol",
 }
 GRACE_S = 10.0
+# A child session whose log has not grown for this long is stopped as hung: its workers each
+# answer within --ks-timeout (a load within five of it, a build included), so a child that
+# says nothing for six of them and five minutes more is stuck in its own process (a wedged
+# device under the reference, say); without --ks-time-limit the run waited for it forever.
+QUIET_TIMEOUTS, QUIET_MARGIN_S = 6, 300.0
+POLL_S = 2.0
 CHILD_EXIT = "pytest_kscientist.evolve.child_exit"  # records how a child session ended
 NO_HYPOTHESIS_PLUGIN = ("-p", "no:hypothesispytest")
 
@@ -140,6 +148,7 @@ class ChildSession:
         self.benchmarks = tuple(benchmarks)
         self.proc: subprocess.Popen[bytes] | None = None
         self.on_start: Callable[[SessionStarted], None] | None = None
+        self.quiet_s: float | None = None  # stopped as hung after this long without output
 
     def on_session_start(self, callback: Callable[[SessionStarted], None]) -> None:
         """Call ``callback`` with each child session's process once it has started."""
@@ -174,8 +183,10 @@ class ChildSession:
             # Interleaved baselines triple a generation's bench time on a GPU (each side gets
             # the budget) and the loop ranks on geomean: time them only when asked for.
             args += ["--ks-baselines", "none"]
-        return cls(task_dir, log_dir, args, cwd=config.invocation_params.dir,
-                   benchmarks=benchmarks)
+        child = cls(task_dir, log_dir, args, cwd=config.invocation_params.dir,
+                    benchmarks=benchmarks)
+        child.quiet_s = QUIET_TIMEOUTS * resolve(config).timeout_s + QUIET_MARGIN_S
+        return child
 
     def evaluate(self, kernels: list[Path], timeout_s: float | None,
                  beside: tuple[Path, ...] = (), extra: tuple[str, ...] = ()) -> RunResults:
@@ -208,7 +219,8 @@ class ChildSession:
             try:
                 proc = self.proc = subprocess.Popen(
                     lifeline.command(cmd, group=False), stdout=log, stderr=subprocess.STDOUT,
-                    cwd=self.cwd, pass_fds=(lifeline.read_fd,)
+                    cwd=self.cwd, pass_fds=(lifeline.read_fd,),
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},  # its log shows it is alive
                 )
             except BaseException:
                 lifeline.cut()
@@ -219,23 +231,30 @@ class ChildSession:
                 if self.on_start is not None:
                     self.on_start(SessionStarted(proc.pid, json_path,
                                                  tuple(k.stem for k in kernels)))
-                code = proc.wait(timeout=timeout_s)
+                code = wait_speaking(proc, log_path, timeout_s, self.quiet_s)
             except subprocess.TimeoutExpired:
                 _stop(proc)
                 raise EvaluationError(
                     f"time limit reached while evaluating (child session stopped; log {log_path})",
                     code=0,
                 ) from None
+            except Silent as silent:
+                _stop(proc)
+                raise EvaluationError(
+                    f"child pytest session{' ' + self.tag if self.tag else ''} printed nothing for "
+                    f"{silent.quiet_s:.0f} s and was stopped as hung (its workers answer within "
+                    f"--ks-timeout; a "
+                    f"longer --ks-timeout allows longer silences); last lines of {log_path}:\n  "
+                    + "\n  ".join(_tail(log_path))) from None
             except BaseException:
                 _stop(proc)
                 raise
             finally:
                 lifeline.cut()
         if code not in (0, 1) or not json_path.exists():
-            tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             raise EvaluationError(
                 f"child pytest session exited with code {code} without results; last lines of "
-                f"{log_path}:\n  " + "\n  ".join(tail[-8:])
+                f"{log_path}:\n  " + "\n  ".join(_tail(log_path))
             )
         try:
             return RunResults.model_validate_json(json_path.read_text(encoding="utf-8"))
@@ -268,6 +287,8 @@ class ParallelSessions:
                          benchmarks=benchmarks)
             for i, device in enumerate(devices)
         ]
+        for session in sessions:
+            session.quiet_s = base.quiet_s
         return cls(sessions, salt_given=config.getoption("ks_salt", default=None) is not None)
 
     def on_session_start(self, callback: Callable[[SessionStarted], None]) -> None:
@@ -346,6 +367,41 @@ def same_as_entries(kernels: Sequence[Path], beside: Sequence[Path],
             if len(ids) > len(best) and other.stem != kernel.stem:
                 best, out[kernel.stem] = ids, {"as": other.stem, "cases": ids}
     return out
+
+
+class Silent(Exception):
+    """A child session's log did not grow for ``quiet_s`` seconds."""
+
+    def __init__(self, quiet_s: float) -> None:
+        super().__init__(f"silent for {quiet_s:.0f} s")
+        self.quiet_s = quiet_s
+
+
+def wait_speaking(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float | None,
+                  quiet_s: float | None) -> int:
+    """``proc``'s exit code once it ends: TimeoutExpired past ``timeout_s``, Silent once its log
+    at ``log_path`` has not grown for ``quiet_s`` (None: no such limit)."""
+    end = None if timeout_s is None else time.monotonic() + timeout_s
+    size, heard = -1, time.monotonic()
+    while True:
+        step = POLL_S if end is None else max(0.0, min(POLL_S, end - time.monotonic()))
+        try:
+            return proc.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            if end is not None and time.monotonic() >= end:
+                raise
+        try:
+            grown = log_path.stat().st_size
+        except OSError:
+            grown = size
+        if grown != size:
+            size, heard = grown, time.monotonic()
+        elif quiet_s is not None and time.monotonic() - heard > quiet_s:
+            raise Silent(quiet_s)
+
+
+def _tail(log_path: Path, lines: int = 8) -> list[str]:
+    return log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
