@@ -453,8 +453,9 @@ class CandidateNode(pytest.Collector):
         load, 16 starts past one timeout) failed every later item of a kernel whose own worker
         had passed its checks, and a broken kernel's twins hid the traceback of its load."""
         if not self.timeable():
-            raise CandidateFailure(f"{self.name} is not timed ({self.load_failure or ''}"
-                                   f"{self.failed_check or ''}{self.skip_reason or ''})")
+            why = (self.load_failure.reason if self.load_failure is not None
+                   else self.failed_check or self.skip_reason)
+            raise CandidateFailure(f"{self.name} is not timed: {why}")
         return self._spawn(own=False)
 
     def _spawn(self, own: bool) -> Worker:
