@@ -346,16 +346,11 @@ def test_a_problems_own_check_gets_the_output_on_its_inputs_device() -> None:
     assert received.device_of([1, "a"]) is None
 
 
-def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
-    """Only the draw ran with the run's GPU current: on --ks-device cuda:1 (an evolve's second
-    child session) a GPU MODE reference's ``.cuda()`` and its check ran on cuda:0, so every
-    kernel failed "Expected all tensors to be on the same device"."""
+def _current_device(monkeypatch) -> list[str]:
+    """torch.cuda.device faked on a CPU torch: the list's one entry is the current device."""
     import contextlib
-    import types
 
     import torch
-
-    from pytest_kscientist.harness.evaluate import Evaluator
 
     now = ["cuda:0"]
 
@@ -368,6 +363,19 @@ def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
             now[0] = before
 
     monkeypatch.setattr(torch.cuda, "device", device)
+    return now
+
+def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
+    """Only the draw ran with the run's GPU current: on --ks-device cuda:1 (an evolve's second
+    child session) a GPU MODE reference's ``.cuda()`` and its check ran on cuda:0, so every
+    kernel failed "Expected all tensors to be on the same device"."""
+    import types
+
+    import torch
+
+    from pytest_kscientist.harness.evaluate import Evaluator
+
+    now = _current_device(monkeypatch)
     seen = {}
     problem = types.SimpleNamespace(
         ref_kernel=lambda data: seen.setdefault("ref_kernel", now[0]),
@@ -383,23 +391,9 @@ def test_on_cuda_n_the_reference_runs_with_cuda_n_current(monkeypatch) -> None:
 def test_a_kernelbench_draw_on_cuda_n_has_cuda_n_current(monkeypatch) -> None:
     """get_inputs() that says .cuda() drew on cuda:0 in an evolve's cuda:1 session (only
     torch.device was entered), beside the other session's timing."""
-    import contextlib
-
-    import torch
-
     from pytest_kscientist.formats import forms
 
-    now = ["cuda:0"]
-
-    @contextlib.contextmanager
-    def device(which):
-        before, now[0] = now[0], str(which)
-        try:
-            yield
-        finally:
-            now[0] = before
-
-    monkeypatch.setattr(torch.cuda, "device", device)
+    now = _current_device(monkeypatch)
     seen = []
     draw = forms._kernelbench_inputs(lambda: seen.append(now[0]) or [])
     assert draw({}, 1, "cuda:1") == [] and seen == ["cuda:1"]
