@@ -613,3 +613,10 @@ def test_this_process_running_out_of_device_memory_is_nobodys_verdict(monkeypatc
     with pytest.raises(ReferenceFailed) as judged:
         evaluator._verdict(None, torch.zeros(1), expected=torch.zeros(1))
     assert judged.value.out_of_memory and "judging an output" in str(judged.value)
+    # a GPU MODE problem's own check running out in this process: not a wrong result either
+    problem = types.SimpleNamespace(check_implementation=full)
+    evaluator = Evaluator(types.SimpleNamespace(form="gpumode", module=problem,  # type: ignore[arg-type]
+                                                reference=Path("reference.py")), "cpu", salt=1)
+    with pytest.raises(ReferenceFailed) as judged:
+        evaluator._verdict((torch.zeros(1),), torch.zeros(1))
+    assert judged.value.out_of_memory

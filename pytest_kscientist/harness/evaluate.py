@@ -263,6 +263,8 @@ class Evaluator:
             with forms.current(self.device):
                 message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
+            if _out_of_memory(exc):
+                raise  # this process's memory, not the output's doing (``_verdict``)
             if _raised_in(self.task, exc, ("ref_kernel", "generate_input")):
                 raise _reference_failed(self.task, exc) from None  # not the output's doing
             parts = out if isinstance(out, (tuple, list)) else [out]
