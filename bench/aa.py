@@ -39,8 +39,9 @@ TASK = ROOT / "tasks" / "fp8_gemm"
 
 # Appended to a copy of the kernel: the same result, a tenth of its own time spent after it.
 # On a GPU the tenth is a spin kernel queued after the call, calibrated per shape against the
-# call as events time it: the spin's launch alone costs a few us, so a spin sized by the clock
-# rate alone made a 20 us call 2.7x slower (the slower run read 1.39-1.50x on H100s).
+# call as events time it: sized from one event-timed call (the host's launch latency in it) and
+# the clock rate, with the spin's own launch on top, it made a 20 us call 2.7x slower (the
+# slower run read 1.39-1.50x on H100s and an H200; calibrated, 1.109 on an H100).
 SLOWER = '''
 
 import time as _time
