@@ -429,6 +429,14 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--ks-solutions cannot be combined with --kernel or --evolve: "
                                 "each picks the candidates; drop one")
     compare_path, compare_runs, max_regression = _comparison(config)
+    if (json_path is not None and compare_path is not None
+            and json_path.resolve() == compare_path.resolve()):
+        # The run wrote its results over the saved run it was gated on: a rerun of the failed
+        # job then compared the slow kernel with itself, and passed.
+        raise pytest.UsageError(
+            f"--ks-json {json_path} is the file {option_name(config, 'ks_compare')} compares "
+            "with: this run would write over the saved run it is gated on; write its results "
+            "to another file, e.g. --ks-json results.json")
     min_speedup = _min_speedups(*_named(config, "ks_min_speedup"))
     skip_reference = bool(opt.ks_skip_reference)
     if skip_reference and any(name == "reference" for name, _ in min_speedup):

@@ -123,6 +123,23 @@ def test_an_ini_compare_path_is_read_relative_to_the_ini_file(pytester: pytest.P
         result.stderr.str())
 
 
+
+def test_the_saved_run_cannot_be_the_file_the_run_writes(pytester: pytest.Pytester) -> None:
+    """--ks-json and --ks-compare on one file: the gate failed the slow kernel, then the run
+    wrote its results over the saved run, so a rerun of the failed job passed."""
+    shutil.copytree(AXPY, pytester.path / "axpy")
+    saved = pytester.runpytest_subprocess("axpy", "-k", "check", "-p", "no:cacheprovider",
+                                          "--ks-json", "saved.json")
+    assert saved.ret == 0, saved.stdout.str()
+    before = (pytester.path / "saved.json").read_text()
+    result = pytester.runpytest_subprocess("axpy", "-p", "no:cacheprovider", "--ks-json",
+                                           "./saved.json", "--ks-compare", "saved.json",
+                                           "--ks-max-regression", "5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ks-json saved.json is the file --ks-compare compares with: this run would write " \
+        "over the saved run it is gated on" in result.stderr.str()
+    assert (pytester.path / "saved.json").read_text() == before
+
 def test_left_out_baselines_are_not_collected(pytester: pytest.Pytester) -> None:
     with_baselines(pytester.path / "axpy", ["loop_add", "prepared"])
     result = pytester.runpytest("axpy", "--collect-only", "-q", "--ks-baselines", "prepared")
