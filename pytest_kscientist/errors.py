@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class KsError(Exception):
     """Base class of pytest-kscientist errors."""
@@ -51,3 +53,9 @@ class ReferenceFailed(KsError):
 
 class GateFailure(KsError):
     """A performance gate (``--ks-min-speedup``, ``--ks-max-regression``) was not met."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's OutOfMemoryError (torch not imported here: not that)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))

@@ -16,14 +16,13 @@ import math
 import os
 import secrets
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_kscientist.errors import CandidateFailure, ReferenceFailed
+from pytest_kscientist.errors import CandidateFailure, ReferenceFailed, is_out_of_memory
 from pytest_kscientist.formats import forms
 from pytest_kscientist.formats.task import REFERENCE_NEEDS, REPORT_MAX_SHARE, Case, Task
 from pytest_kscientist.harness import attribution, received
@@ -263,7 +262,7 @@ class Evaluator:
             with forms.current(self.device):
                 message = check_message(self.reference.check_implementation(data, out))
         except Exception as exc:  # noqa: BLE001 - the problem's code, on the candidate's output
-            if _out_of_memory(exc):
+            if is_out_of_memory(exc):
                 raise  # this process's memory, not the output's doing (``_verdict``)
             if _raised_in(self.task, exc, ("ref_kernel", "generate_input")):
                 raise _reference_failed(self.task, exc) from None  # not the output's doing
@@ -429,7 +428,7 @@ class Evaluator:
             self._judge(self._expected_for(data) if expected is None else expected, out,
                         misses)
         except Exception as exc:
-            if not _out_of_memory(exc) or isinstance(exc, (CandidateFailure, ReferenceFailed)):
+            if not is_out_of_memory(exc) or isinstance(exc, (CandidateFailure, ReferenceFailed)):
                 raise
             raise ReferenceFailed(
                 f"the pytest process ran out of device memory judging an output ({exc!s:.160}), "
@@ -774,15 +773,9 @@ def _task_raised(task: Task, exc: Exception, who: str, then: str) -> ReferenceFa
                            f"{where[0]}:{where[1]}){then}", where)
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is torch's OutOfMemoryError (without importing torch)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
-
-
 def _reference_failed(task: Task, exc: Exception) -> ReferenceFailed:
     """The reference's error on a check's inputs: the candidate was not judged on them."""
-    if _out_of_memory(exc):
+    if is_out_of_memory(exc):
         failed = _task_raised(
             task, exc, "the task's reference",
             " in the pytest process, where it judges outputs: the device's memory ran out "

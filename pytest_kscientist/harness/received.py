@@ -112,17 +112,9 @@ def to_device(out: Any, device: Any) -> Any:
 
 
 def device_of(data: Any) -> Any:
-    """The device of the first torch tensor in ``data`` (itself, or inside its tuples, lists
-    and dicts, breadth first); None where it holds none."""
+    """The device of the first torch tensor among ``data``'s leaves (``forms.leaves``: itself,
+    or inside its tuples, lists and dicts); None where it holds none."""
     import torch
 
-    todo = [data]
-    while todo:
-        item = todo.pop(0)
-        if isinstance(item, (tuple, list)):
-            todo += item
-        elif isinstance(item, dict):
-            todo += item.values()
-        elif isinstance(item, torch.Tensor):
-            return item.device
-    return None
+    return next((leaf.device for leaf in forms.leaves(data) if isinstance(leaf, torch.Tensor)),
+                None)

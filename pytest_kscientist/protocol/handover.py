@@ -29,7 +29,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from pytest_kscientist.errors import CandidateFailure
+from pytest_kscientist.errors import CandidateFailure, is_out_of_memory
 from pytest_kscientist.protocol import cuda_share
 
 # cuda_share is imported above, not in the functions: the worker hides the package from
@@ -188,7 +188,7 @@ def take(desc: Any, nbytes: int, pid: int | None, device: str) -> Any:
             try:
                 return cuda_share.take(fd, size, nbytes, device)
             except (cuda_share.CudaError, RuntimeError) as exc:
-                if type(exc).__name__ == "OutOfMemoryError":  # torch's, this process's
+                if is_out_of_memory(exc):  # torch's, in this process
                     # not the candidate's doing: the rounds retire their twins and try again
                     raise CandidateFailure(
                         f"the pytest process ran out of device memory taking the output "
