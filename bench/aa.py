@@ -40,8 +40,8 @@ TASK = ROOT / "tasks" / "fp8_gemm"
 # Appended to a copy of the kernel: the same result, a tenth of its own time spent after it.
 # On a GPU the tenth is a spin kernel queued after the call, calibrated per shape against the
 # call as events time it: sized from one event-timed call (the host's launch latency in it) and
-# the clock rate, with the spin's own launch on top, it made a 20 us call 2.7x slower (the
-# slower run read 1.39-1.50x on H100s and an H200; calibrated, 1.109 on an H100).
+# the clock rate, with the spin's own launch on top, it made m1024-n4096-k512 2.66x slower
+# (the slower run read 1.39-1.50x on H100s and an H200; calibrated, 1.109 on an H100).
 SLOWER = '''
 
 import time as _time
@@ -81,8 +81,9 @@ def _calibrate(data):
     own = _event_us(_honest, data)
     want = 0.1 * own
     probe = 100_000
-    rate = probe / max(_event_us(_spun(probe), data) - _event_us(_spun(0), data), 1e-3)
-    cycles = max(0, int((want - (_event_us(_spun(0), data) - own)) * rate))
+    bare = _event_us(_spun(0), data)  # the spin's launch alone
+    rate = probe / max(_event_us(_spun(probe), data) - bare, 1e-3)
+    cycles = max(0, int((want - (bare - own)) * rate))
     for _ in range(2):  # correct by what the spun call adds, as events time it
         extra = _event_us(_spun(cycles), data) - own
         cycles = max(0, int(cycles + (want - extra) * rate))
