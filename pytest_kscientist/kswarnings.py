@@ -32,3 +32,8 @@ class KsGateDeselected(KsWarning):
 class KsGateUndecided(KsWarning):
     """A regression gate passed although its measured change is past the limit, because the
     change's interval still holds no change: too few calls to decide."""
+
+
+class KsNoSavedRun(KsWarning):
+    """The saved run the ini file's ``ks_compare`` names does not exist (yet): this run
+    compares with nothing, its regression gate included."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import sys
@@ -171,13 +172,16 @@ CORE_OPTIONS = (
            "twin takes several, space-separated)", "NAME=FACTOR", ini="ks_min_speedup",
            ini_default=[], ini_type="args", action="append", group="gates"),
     Option("--ks-compare", "compare each candidate with its result in PATH, a --ks-json file of "
-           "an earlier run; the file it ran there (saved in PATH) is timed beside it as "
-           "<stem>_saved", "PATH", ini="ks_compare", group="gates"),
+           "an earlier run (a renamed file is found by its text); the file it ran there (saved "
+           "in PATH) is timed beside it as <stem>_saved; a report without "
+           "--ks-max-regression. The ini twin's file not there yet warns and compares with "
+           "nothing", "PATH", ini="ks_compare", group="gates"),
     Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower than in "
-           "--ks-compare (geomean over common benchmarks, against its saved file timed beside "
-           "it, else through the reference timed in both runs); it fails only when the "
-           "change's 95%% interval excludes no change, e.g. 5%%", "PERCENT",
-           ini="ks_max_regression", group="gates"),
+           "--ks-compare, or not in it (geomean over common benchmarks, against its saved file "
+           "timed beside it, else through the reference timed in both runs on one machine, "
+           "which also overrules the saved copy where the two disagree); it fails only when "
+           "the change's 95%% interval excludes no change, e.g. 5%% (below 1, write the %%)",
+           "PERCENT", ini="ks_max_regression", group="gates"),
 )
 
 
@@ -580,25 +584,23 @@ def _min_speedups(raw: list[str], option: str) -> tuple[tuple[str, float], ...]:
 
 
 def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], float | None]:
+    for dest in ("ks_compare", "ks_max_regression"):
+        if config.getoption(dest, default=None) == "":
+            # An unset CI variable (--ks-max-regression "$LIMIT") dropped the gate in silence.
+            flag = _BY_DEST[dest].flag
+            raise pytest.UsageError(
+                f"{flag} was given an empty value, expected "
+                f"{'a --ks-json file' if dest == 'ks_compare' else 'a percentage'}; the "
+                f"variable it was set from is empty? e.g. {flag} "
+                f"{'baseline.json' if dest == 'ks_compare' else '5%'}")
     raw_path, path_name = _named(config, "ks_compare")
     raw_max, max_name = _named(config, "ks_max_regression")
-    max_regression = None
-    if raw_max:
-        text = raw_max.strip().removesuffix("%")
-        try:
-            max_regression = float(text) / 100.0
-        except ValueError:
-            max_regression = -1.0
-        if not max_regression >= 0:
-            raise pytest.UsageError(
-                f"{max_name} expects a non-negative percentage, got '{raw_max}'; "
-                "e.g. --ks-max-regression 5%"
-            )
-        if not raw_path:
-            raise pytest.UsageError(
-                f"{max_name} {raw_max} needs --ks-compare PATH (ini: ks_compare), the "
-                "--ks-json file of the run to compare with; add it"
-            )
+    max_regression = _percentage(raw_max, max_name) if raw_max else None
+    if max_regression is not None and not raw_path:
+        raise pytest.UsageError(
+            f"{max_name} {raw_max} needs --ks-compare PATH (ini: ks_compare), the "
+            "--ks-json file of the run to compare with; add it"
+        )
     if not raw_path:
         return None, (), max_regression
     from pytest_kscientist.harness.gates import read_saved
@@ -606,7 +608,39 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
     path = Path(raw_path).expanduser()
     if path_name != "--ks-compare" and config.inipath is not None:
         path = config.inipath.parent / path  # an ini value is relative to its file
+        if not path.exists() and max_name != "--ks-max-regression":
+            # A project's ini names the saved run every run reads: before the run that saves
+            # it, and on a checkout without it, every run (--help too) was a usage error.
+            from pytest_kscientist.kswarnings import KsNoSavedRun
+
+            gate = f" and judges no {max_name} gate" if max_regression is not None else ""
+            config.issue_config_time_warning(KsNoSavedRun(
+                f"{path_name} {path}: no such file yet, so this run compares with no saved "
+                f"run{gate}; save one with --ks-json {raw_path} (from the ini file's folder), "
+                "or pass --ks-compare to make a missing file an error"), stacklevel=2)
+            return None, (), None
     return path, tuple(read_saved(path, path_name)), max_regression
+
+
+def _percentage(raw: str, name: str) -> float:
+    """``--ks-max-regression``'s value as a fraction (5% -> 0.05); a usage error for anything
+    but a finite non-negative percentage, and for a bare number below 1 (0.05 reads as 0.05%,
+    and is as often meant as a fraction of 5%)."""
+    text = str(raw).strip()
+    marked = text.endswith("%")
+    try:
+        value = float(text.removesuffix("%").strip())
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise pytest.UsageError(
+            f"{name} expects a non-negative percentage, got '{raw}'; e.g. --ks-max-regression 5%"
+        )
+    if not marked and 0 < value < 1:
+        raise pytest.UsageError(
+            f"{name} {raw}: a number below 1 without '%' is ambiguous: it reads as {value:g}%, "
+            f"but may mean a fraction ({value * 100:g}%); write {value:g}% or {value * 100:g}%")
+    return value / 100.0
 
 
 MARKDOWN_HEAD = """# Options

@@ -54,6 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA or ROCm device (the checks, benchmarks "
                             "and gates of a kernel that declares KS_REQUIRES, of a baseline "
                             "with requires)")
+    if config.option.help:
+        # Only the help is shown: a bad value, or a saved run not there, must not hide it.
+        return
     settings = resolve(config)
     if settings.evolve is not None:
         # Resolved once, here, into the one frozen Settings the loop and the LLM scientist read.

@@ -51,11 +51,12 @@ def load_file(path: Path, name: str) -> ModuleType:
     return module
 
 
-def run_pytest(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, str, Any]:
+def run_pytest(args: list[str], cwd: Path, timeout: float = 600,
+               env: dict[str, str] | None = None) -> tuple[int, str, Any]:
     """Run pytest in a subprocess with --ks-json; return (exit code, output, parsed JSON)."""
     out = cwd / "ks-results.json"
     proc = session_server.run([*PYTEST, "-rA", "--ks-json", str(out), *args], cwd=cwd,
-                              timeout=timeout)
+                              env=env, timeout=timeout)
     data = json.loads(out.read_text()) if out.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, data
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ from pytest_kscientist.harness.stats import summarize
          "ks_compare), the --ks-json file of the run to compare with; add it"),
         (["--ks-max-regression", "lots", "--ks-compare", "r.json"], "--ks-max-regression "
          "expects a non-negative percentage, got 'lots'; e.g. --ks-max-regression 5%"),
+        (["--ks-max-regression", "inf", "--ks-compare", "r.json"], "--ks-max-regression "
+         "expects a non-negative percentage, got 'inf'"),
+        (["--ks-max-regression", "0.05", "--ks-compare", "r.json"], "--ks-max-regression 0.05: "
+         "a number below 1 without '%' is ambiguous: it reads as 0.05%, but may mean a fraction "
+         "(5%); write 0.05% or 5%"),
+        (["--ks-max-regression", "", "--ks-compare", "r.json"], "--ks-max-regression was given "
+         "an empty value, expected a percentage; the variable it was set from is empty? e.g. "
+         "--ks-max-regression 5%"),
+        (["--ks-compare", ""], "--ks-compare was given an empty value, expected a --ks-json "
+         "file"),
         (["--ks-compare", "nope.json"], "--ks-compare nope.json: no such file; expected the "
          "--ks-json file of an earlier run"),
         (["--ks-compare", "garbage.json"], "--ks-compare garbage.json: not readable as JSON"),
@@ -44,7 +55,8 @@ from pytest_kscientist.harness.stats import summarize
         (["--ks-baselines", "a,,b"], "--ks-baselines expects all, none or comma-separated "
          "baseline names, got 'a,,b'"),
     ],
-    ids=["no-factor", "negative", "no-name", "regression-alone", "bad-percent", "missing-file",
+    ids=["no-factor", "negative", "no-name", "regression-alone", "bad-percent", "infinite",
+         "bare-fraction", "empty-limit", "empty-path", "missing-file",
          "not-json", "not-results", "empty-name"],
 )
 def test_bad_gate_option_is_a_usage_error(pytester: pytest.Pytester, args: list[str],
@@ -112,16 +124,25 @@ def test_one_baseline_gated_twice_is_a_usage_error(pytester: pytest.Pytester) ->
 
 
 def test_an_ini_compare_path_is_read_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
-    """As ks_population: a CI job that runs pytest from a subfolder finds the saved run."""
+    """As ks_population: a CI job that runs pytest from a subfolder finds the saved run. A
+    file the ini names that is not there yet warns and compares with nothing (every run,
+    --help too, was a usage error before the run that saves it); a gate asked for on the
+    command line still needs it."""
     pytester.makeini("[pytest]\nks_compare = saved.json\nks_max_regression = 5%\n")
     sub = pytester.mkdir("sub")
+    saved = pytester.path / "saved.json"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(sub)
         result = pytester.runpytest()
+        assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+        result.stdout.fnmatch_lines([
+            f"*KsNoSavedRun: ks_compare (ini) {saved}: no such file yet, so this run compares "
+            "with no saved run and judges no ks_max_regression (ini) gate; save one with "
+            "--ks-json saved.json (from the ini file's folder)*"])
+        assert pytester.runpytest("--help").ret == pytest.ExitCode.OK
+        result = pytester.runpytest("--ks-max-regression", "5%")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"ks_compare (ini) {pytester.path / 'saved.json'}: no such file" in (
-        result.stderr.str())
-
+    assert f"ks_compare (ini) {saved}: no such file" in result.stderr.str()
 
 
 def test_the_saved_run_cannot_be_the_file_the_run_writes(pytester: pytest.Pytester) -> None:
@@ -210,7 +231,10 @@ def test_max_regression_verdicts(tmp_path: Path) -> None:
         f"--ks-compare {path} holds no results for task 'other' (it has: t); pass the --ks-json "
         "file of a run of this task")
     v = gates.max_regression("new", _cand("new", _bench("a", 1.0)), "t", "cpu", 0.2, path, then)
-    assert v.outcome == "skipped" and "'new' has no result in" in v.message
+    assert v.outcome == "failed" and v.message == (
+        f"'new' has no result in {path} (its candidates: k; none ran this file's text either): "
+        "nothing to gate it on; name the kernel's file as the saved run did, or save a run of "
+        "it with --ks-json")
     v = gates.max_regression("k", _cand("k", _bench("z", 1.0)), "t", "full", 0.2, path, then)
     assert v.outcome == "failed" and "no benchmark in common" in v.message
     found = gates.saved_change(now, "t", then)
@@ -262,6 +286,95 @@ def test_the_regression_gate_fails_only_beyond_the_noise(tmp_path: Path) -> None
     assert "95% interval +6.5% to +9.5%" in v.message
 
 
+def _read(case_id: str, beside: tuple[float, float] | None = None, *,
+          reference: tuple[float, float] = (10.0, 0.01), reason: str = "") -> CaseResult:
+    """A benchmark of 'k' (median 1.0) with its speedup over the reference and, where given,
+    over its saved copy 'k_saved' timed beside it, each (speedup, half-width fraction)."""
+    case = _timed(case_id, 1.0, 0.01, reference=reference)
+    if beside is not None or reason:
+        v, h = beside or (None, 0.0)
+        case.baselines["k_saved"] = BaselineTiming(
+            speedup=v, speedup_low=v * (1 - h) if v else None,
+            speedup_high=v * (1 + h) if v else None, reason=reason)
+    return case
+
+
+def _then(source: str = "the text", name: str = "k", device: str = "cpu") -> tuple[RunResults]:
+    run = _saved("t", _cand(name, _timed("a", 1.0, 0.01, reference=(10.0, 0.01))),
+                 _cand("reference", _bench("a", 10.0)))
+    run.candidates[0].source = source
+    run.candidates[1].role = "reference"
+    run.machine = run.machine.model_copy(update={"device": device, "device_name": device})
+    return (run,)
+
+
+HERE = MachineInfo(hostname="h", platform="p", python="3", torch="t", device="cpu",
+                   device_name="cpu")
+
+
+def test_a_saved_copy_that_no_longer_runs_as_it_did_is_overruled_by_the_reference(
+        tmp_path: Path) -> None:
+    """Issue 31's audit: the saved copy imports today's helper module, so a helper made ten
+    times slower slowed both copies and read "0.1% faster" beside it. Through the reference
+    the same run reads ten times slower; the two readings disagree beyond their intervals, so
+    the reference decides, and the verdict says why."""
+    path = tmp_path / "r.json"
+    slowed = _cand("k", _read("a", (1.001, 0.02), reference=(1.0, 0.02)))
+    v = gates.max_regression("k", slowed, "t", "cpu", 0.05, path, _then(), machine=HERE)
+    assert v.outcome == "failed", v.message
+    assert v.message.startswith(f"k: 900.0% slower than in {path}, 95% interval ")
+    assert v.message.endswith(
+        f"(geomean over 1 common benchmark(s), through the reference timed in both runs), more "
+        f"than the allowed --ks-max-regression 5%; worst: a +900.0%. Its file as {path} ran it, "
+        "timed beside it, read 0.1% faster, 95% interval -2.1% to +1.9%: the two readings "
+        "disagree beyond their intervals, so the saved copy does not run here as it ran then "
+        "(does it read a helper module or data file that changed since?), and the reference "
+        "decides."), v.message
+    # Readings within their intervals of each other: the copy timed beside decides.
+    same = _cand("k", _read("a", (1.0, 0.02), reference=(10.3, 0.03)))
+    v = gates.max_regression("k", same, "t", "cpu", 0.05, path, _then(), machine=HERE)
+    assert v.outcome == "passed" and "timed beside it in this run); allowed" in v.message
+    # From another machine the reference's reading holds nothing: the copy decides.
+    v = gates.max_regression("k", slowed, "t", "cpu", 0.05, path, _then(device="cuda:0"),
+                             machine=HERE)
+    assert v.outcome == "passed" and "timed beside it in this run); allowed" in v.message
+
+
+def test_a_renamed_kernel_is_found_by_its_text_and_an_unknown_one_fails(tmp_path: Path) -> None:
+    """Issue 31's audit: `--kernel k2.py` against a run of k.py skipped its gate and exited 0."""
+    path = tmp_path / "r.json"
+    renamed = _cand("k2", _timed("a", 1.0, 0.01, reference=(10.0, 0.01)))
+    renamed.source = "the text"
+    v = gates.max_regression("k2", renamed, "t", "cpu", 0.05, path, _then(), machine=HERE)
+    assert v.outcome == "passed" and v.message.startswith(
+        f"k2 (saved as 'k'): 0.0% faster than in {path}"), v.message
+    renamed.source = "another text"
+    v = gates.max_regression("k2", renamed, "t", "cpu", 0.05, path, _then(), machine=HERE)
+    assert v.outcome == "failed" and v.message.startswith(
+        f"'k2' has no result in {path} (its candidates: k; none ran this file's text either)")
+
+
+def test_a_gate_through_the_reference_says_why_and_holds_on_one_machine(tmp_path: Path) -> None:
+    """Issue 31's audit: a saved copy that failed here fell back to the reference without a
+    word, also from a run on another device, where speedups over the reference mean nothing."""
+    path = tmp_path / "r.json"
+    broken = _cand("k", _read("a", reason="failed to load: ImportError: gone"))
+    v = gates.max_regression("k", broken, "t", "cpu", 0.05, path, _then(), machine=HERE)
+    assert v.outcome == "passed", v.message
+    assert v.message.endswith(
+        f"through the reference timed in both runs); allowed --ks-max-regression 5%. Its file "
+        f"as {path} ran it failed here (a: failed to load: ImportError: gone)."), v.message
+    v = gates.max_regression("k", broken, "t", "cpu", 0.05, path, _then(device="cuda:0"),
+                             machine=HERE)
+    assert v.outcome == "failed" and v.message.startswith(
+        f"k: not judged: {path} was run on cuda:0 (cuda:0), this run on cpu (cpu), and its file "
+        "was not timed beside it here"), v.message
+    assert v.message.endswith(
+        "speedups over the reference do not carry from one machine to another; save a run on "
+        f"this machine (--ks-json). Its file as {path} ran it failed here (a: failed to load: "
+        "ImportError: gone)."), v.message
+
+
 # -- end to end: compare against a saved run -------------------------------------------------
 
 
@@ -302,8 +415,9 @@ def test_regression_gate_against_a_saved_run(tmp_path: Path) -> None:
     )
     assert code == 1, output
     assert "::slow::gate[max-regression] PASSED" in output
-    assert "::new::gate[max-regression] SKIPPED" in output
-    assert "'new' has no result in saved.json; nothing to compare with" in output
+    assert "::new::gate[max-regression] FAILED" in output
+    assert "'new' has no result in saved.json (its candidates: fast, slow; none ran this " \
+        "file's text either): nothing to gate it on" in output
     assert "fast: " in output and "slower than in saved.json" in output
     assert "(geomean over 1 common benchmark(s), through the reference timed in both runs), " \
         "more than the allowed --ks-max-regression 5%; worst: n4096-s3" in output
@@ -361,6 +475,74 @@ def test_the_regression_gate_times_the_saved_kernel_beside_the_new_one(tmp_path:
     assert "slower than in fast.json, 95% interval " in output
     assert ("(geomean over 1 common benchmark(s), against its file as fast.json ran it, timed "
             "beside it in this run), more than the allowed --ks-max-regression 5%") in output
+
+
+HELPED_AXPY = """import helper
+
+
+def custom_kernel(data):
+    x, y, out = data
+    return helper.axpy(x, y, out)
+"""
+
+HELPER = """import torch
+
+
+def axpy(x, y, out):
+    for _ in range({n}):
+        torch.add(y, x, alpha=2, out=out)
+    return out
+"""
+
+
+def test_a_slower_helper_module_fails_the_gate_though_the_saved_copy_imports_it(
+        tmp_path: Path) -> None:
+    """Issue 31's audit: the saved copy is the kernel file's text, so it imports today's
+    helper module (here from the project's PYTHONPATH; an installed package alike); a helper
+    made twenty times slower slowed both copies and passed. The reference timed in both runs
+    reads the slowdown; the gate fails, saying why."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    (tmp_path / "k.py").write_text(HELPED_AXPY)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper.py").write_text(HELPER.format(n=1))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(lib), os.environ.get("PYTHONPATH", "")) if p)}
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py"]
+    code, output, run = run_pytest(select, cwd=tmp_path, env=env)
+    assert code == 0 and run is not None, output
+    (tmp_path / "saved.json").write_text(json.dumps(run))
+    (lib / "helper.py").write_text(HELPER.format(n=20))
+    code, output, _ = run_pytest([*select, "--ks-compare", "saved.json",
+                                  "--ks-max-regression", "5%"], cwd=tmp_path, env=env)
+    assert "::k::gate[max-regression] FAILED" in output, output
+    assert "through the reference timed in both runs), more than the allowed " \
+        "--ks-max-regression 5%" in output
+    assert "the two readings disagree beyond their intervals, so the saved copy does not run " \
+        "here as it ran then" in output
+
+
+def test_a_renamed_kernel_file_is_timed_beside_its_saved_self(tmp_path: Path) -> None:
+    """The saved run ran k.py; the job now names the same text k2.py: its saved copy is found
+    by its text and timed beside it (the gate skipped, exit 0, before)."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    shutil.copy(AXPY / "seeds" / "good.py", tmp_path / "k.py")
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none"]
+    code, output, run = run_pytest([*select, "--kernel", "k.py"], cwd=tmp_path)
+    assert code == 0 and run is not None, output
+    (tmp_path / "saved.json").write_text(json.dumps(run))
+    (tmp_path / "k.py").rename(tmp_path / "k2.py")
+    code, output, data = run_pytest([*select, "--kernel", "k2.py", "--ks-compare", "saved.json",
+                                     "--ks-max-regression", "50%"], cwd=tmp_path)
+    assert code == 0 and "::k2::gate[max-regression] PASSED" in output, output
+    case = next(c for c in data["candidates"] if c["name"] == "k2")["cases"][0]
+    assert case["baselines"]["k2_saved"]["speedup"], case
+    # --ks-compare alone reports the change and says that it gates nothing.
+    code, output, _ = run_pytest([*select, "--kernel", "k2.py", "--ks-compare", "saved.json"],
+                                 cwd=tmp_path)
+    assert code == 0 and "gate[" not in output, output
+    assert "+ is slower; a report, no gate: add --ks-max-regression PERCENT to fail a " \
+        "regression" in output
 
 
 def test_a_saved_kernel_that_cannot_be_timed_leaves_the_gate_on_the_reference(

@@ -35,7 +35,7 @@ from pytest_kscientist.harness.items import CaseItem, DrawnItem, GateItem
 from pytest_kscientist.harness.results import BaselineInfo, CandidateResult
 from pytest_kscientist.harness.rounds import Member
 from pytest_kscientist.harness.scan import KsSuspiciousCode, scan_file
-from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession
+from pytest_kscientist.harness.session import KS_SESSION, REFERENCE_NAME, KsSession, kept_source
 from pytest_kscientist.harness.spawn import Worker
 from pytest_kscientist.harness.task_validation import NODE_NAME, TaskNode
 from pytest_kscientist.hip import source as hip
@@ -257,12 +257,12 @@ class TaskFile(pytest.File):
         run = next((r for r in ks.settings.compare_runs if r.task == task.name), None)
         if run is None:
             return []
-        saved = {c.name: c.source for c in run.candidates if c.role == "candidate" and c.source}
         taken = {b.name for b in task.spec.baselines} | {p.stem for p in candidates}
         names = []
         for path in candidates:
             name = path.stem + gates.SAVED_SUFFIX
-            if path.stem not in saved or name in taken or any(candidate_unmet(path, ks.device)):
+            text = gates.saved_source(run, path.stem, kept_source(path))
+            if text is None or name in taken or any(candidate_unmet(path, ks.device)):
                 continue
             # One folder a task: two tasks' candidates of one stem (each GPU MODE folder's own
             # submission) got one file, and a task timed the other's kernel as its saved copy.
@@ -270,7 +270,7 @@ class TaskFile(pytest.File):
                 str(task.spec_path).encode()).hexdigest()[:16]
             folder.mkdir(exist_ok=True)
             copy = folder / f"{name}.py"
-            copy.write_text(saved[path.stem], encoding="utf-8")
+            copy.write_text(text, encoding="utf-8")
             task.spec.baselines.append(BaselineSpec(
                 name=name, file=str(copy),
                 description=f"'{path.stem}' as {ks.settings.compare_path} ran it, timed beside "
@@ -528,3 +528,4 @@ class CandidateNode(pytest.Collector):
         # Not here: the run's order (checks first, then each case's benchmarks side by side)
         # leaves and re-enters a candidate's node; its last item drops the worker instead.
         pass
+

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import pytest
 from pydantic import ValidationError
 
-from pytest_kscientist.harness.results import CandidateResult, CaseResult, RunResults
+from pytest_kscientist.harness.results import (
+    CandidateResult,
+    CaseResult,
+    MachineInfo,
+    RunResults,
+)
 from pytest_kscientist.harness.stats import geomean, ratio_interval
 
 REFERENCE = "reference"
@@ -122,14 +127,41 @@ def min_speedup(who: str, cand: CandidateResult | None, name: str, factor: float
 
 
 def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...],
-                 reference: CandidateResult | None = None) -> Change | None:
-    """The change against the same candidate in ``saved``: against its saved file timed
-    beside it in this run (``change_beside``) where that was timed, else through the
-    reference (``change_against``); None when ``saved`` has no result for it."""
-    _, then, then_ref = _saved_pair(task, cand.name, saved)
-    if then is None:
+                 reference: CandidateResult | None = None,
+                 machine: MachineInfo | None = None) -> Change | None:
+    """The change against the same candidate in ``saved`` (``saved_pair``): against its saved
+    file timed beside it in this run (``change_beside``) where that was timed, else through the
+    reference (``change_against``); None when ``saved`` has no result for it.
+
+    Where both were measured and they disagree beyond their intervals, the saved copy does
+    not run here as it ran then (it imports a helper module or reads a data file that changed
+    since: a helper made ten times slower slowed both copies alike and read "0.1% faster"), so
+    the change is the reference's, with the disagreeing reading kept (``Change.beside``). Not
+    where the saved run was made on another machine than ``machine`` (this run's): there the
+    reference's reading holds nothing."""
+    run, then, then_ref = saved_pair(task, cand, saved)
+    if run is None or then is None:
         return None
-    return change_beside(cand) or change_against(cand, reference, then, then_ref)
+    beside = change_beside(cand)
+    against = change_against(cand, reference, then, then_ref)
+    if beside is None:
+        return against
+    if (against is not None and against.through == "the reference"
+            and not _other_machine(run.machine, machine) and _disagree(beside, against)):
+        return replace(against, beside=beside)
+    return beside
+
+
+def _disagree(one: Change, other: Change) -> bool:
+    """Do two readings of one change differ by more than their 95% intervals allow (the
+    difference of the log-changes beyond the half-widths added in quadrature)? False where
+    either has no interval."""
+    halves = []
+    for c in (one, other):
+        if c.low is None or c.high is None or c.low <= -1:
+            return False
+        halves.append(math.log((1 + c.high) / (1 + c.low)) / 2)
+    return abs(math.log((1 + one.change) / (1 + other.change))) > math.hypot(*halves)
 
 
 # The name of the partner --ks-compare times beside a candidate: its stem and this
@@ -169,6 +201,8 @@ class Change:
     # "beside" (the saved file timed in this run's rounds), "the reference" (timed in both
     # runs) or "" (raw medians: machine drift not cancelled)
     through: str
+    # Through the reference, where the saved file timed beside read this and disagreed.
+    beside: Change | None = None
 
 
 def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
@@ -236,36 +270,66 @@ def _pooled(ratios: dict[str, float], widths: list[float | None], through: str) 
     return Change(math.exp(centre) - 1.0, low, high, ratios, through)
 
 
-def _saved_pair(task: str, name: str, saved: tuple[RunResults, ...]
-                ) -> tuple[RunResults | None, CandidateResult | None, CandidateResult | None]:
+def saved_pair(task: str, cand: CandidateResult, saved: tuple[RunResults, ...]
+               ) -> tuple[RunResults | None, CandidateResult | None, CandidateResult | None]:
+    """The saved run of ``task``, ``cand``'s result in it and the reference's: ``cand`` by
+    its name, else a saved candidate whose file held the same text (a kernel renamed since,
+    unchanged: ``saved_source``)."""
     run = next((r for r in saved if r.task == task), None)
     if run is None:
         return None, None, None
     by_name = {c.name: c for c in run.candidates}
-    return run, by_name.get(name), by_name.get(REFERENCE)
+    then = by_name.get(cand.name)
+    if then is None and cand.source and cand.role == "candidate":
+        then = next((c for c in run.candidates if c.role == "candidate"
+                     and c.source == cand.source), None)
+    return run, then, by_name.get(REFERENCE)
+
+
+def saved_source(run: RunResults, name: str, source: str | None) -> str | None:
+    """The text the saved ``run`` ran as candidate ``name``, or, where none was named so, that
+    of a saved candidate that ran ``source`` itself (the same file renamed); None when the
+    run kept neither (schema 6 and older, a file over results.SOURCE_KEPT_BYTES)."""
+    texts = {c.name: c.source for c in run.candidates if c.role == "candidate" and c.source}
+    if name in texts:
+        return texts[name]
+    return source if source and source in texts.values() else None
+
+
+def not_beside(now: CandidateResult) -> str:
+    """Why the saved copy of ``now`` was not timed beside it in any benchmark (its first
+    reason: it failed to load or run here), or "" where it was not asked for."""
+    name = now.name + SAVED_SUFFIX
+    for case in now.cases:
+        timing = case.baselines.get(name)
+        if timing is not None and timing.reason:
+            return f"{case.case_id}: {timing.reason}"
+    return ""
 
 
 def max_regression(who: str, cand: CandidateResult | None, task: str, profile: str,
                    limit: float, path: Path, saved: tuple[RunResults, ...],
                    reference: CandidateResult | None = None,
                    option: str = "--ks-max-regression",
-                   compare_option: str = "--ks-compare") -> Verdict:
+                   compare_option: str = "--ks-compare",
+                   machine: MachineInfo | None = None) -> Verdict:
     """Is candidate ``who`` (its results ``cand``) at most ``limit`` (a fraction) slower than
     its result in ``saved``? ``option`` and ``compare_option``: how the user named the gate and
-    the saved file (``Settings.quoted``).
+    the saved file (``Settings.quoted``); ``machine``: this run's.
 
     Measured against the saved file timed beside it in this run (``change_beside``), else
-    through the reference timed in both sessions (``change_against``); the gate fails
-    only when the change is beyond the limit and its 95% interval excludes no change, so an
-    unchanged kernel on a noisy machine passes (issue 31: pytest-benchmark's median:5% check
-    failed an unchanged kernel on the 2-core CPU at +7.4%).
+    through the reference timed in both sessions (``change_against``), which holds only on
+    one machine; the gate fails only when the change is beyond the limit and its 95% interval
+    excludes no change, so an unchanged kernel on a noisy machine passes (issue 31:
+    pytest-benchmark's median:5% check failed an unchanged kernel on the 2-core CPU at +7.4%).
+    A kernel the saved run does not hold fails: a gate asked for must not pass unjudged.
     """
     bench, verdict = _timed(cand, who)
     if verdict:
         return verdict
     assert cand is not None
     flag = f"{option} {limit * 100:.4g}%"
-    then_run, then_cand, then_ref = _saved_pair(task, who, saved)
+    then_run, then_cand, then_ref = saved_pair(task, cand, saved)
     if then_run is None:
         held = ", ".join(sorted({r.task for r in saved})) or "none"
         return Verdict("failed", f"{compare_option} {path} holds no results for task '{task}' "
@@ -275,8 +339,12 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
                                  "interrupted before its items ran (Ctrl-C, a cancelled CI job, "
                                  "-x): not a run to compare with; save one that finished")
     if then_cand is None:
-        return Verdict("skipped", f"'{who}' has no result in {path}; nothing to compare with")
-    found = saved_change(cand, task, saved, reference)
+        held = ", ".join(c.name for c in then_run.candidates if c.role == "candidate") or "none"
+        return Verdict("failed", f"'{who}' has no result in {path} (its candidates: {held}; "
+                                 "none ran this file's text either): nothing to gate it on; "
+                                 "name the kernel's file as the saved run did, or save a run "
+                                 "of it with --ks-json")
+    found = saved_change(cand, task, saved, reference, machine)
     then_failed = [c for c in then_cand.cases if c.kind == "bench" and c.outcome != "passed"]
     if found is None and then_failed and not _passed_bench(then_cand):
         first = then_failed[0]
@@ -286,21 +354,56 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
     if found is None:
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
+    renamed = f" (saved as '{then_cand.name}')" if then_cand.name != who else ""
+    why = "" if found.through == "beside" else _not_beside_why(cand, found, path)
+    elsewhere = _other_machine(then_run.machine, machine)
+    if found.through != "beside" and elsewhere:
+        return Verdict("failed", f"{who}: not judged: {path} was run on {elsewhere}, and its "
+                                 "file was not timed beside it here; speedups over the reference "
+                                 "do not carry from one machine to another; save a run on this "
+                                 f"machine (--ks-json).{why}")
     worst = max(found.cases, key=lambda k: found.cases[k])
-    span = ("" if found.low is None or found.high is None
-            else f", 95% interval {found.low:+.1%} to {found.high:+.1%}")
     how = {"beside": f"against its file as {path} ran it, timed beside it in this run",
            "the reference": "through the reference timed in both runs"}.get(
         found.through, "from raw medians (the reference was not timed in both runs: machine "
                        "drift between the sessions is not cancelled)")
-    text = (f"{who}: {abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'} than "
-            f"in {path}{span} (geomean over {len(found.cases)} common benchmark(s), {how})")
+    text = (f"{who}{renamed}: {_reading(found, f' than in {path}')} (geomean over "
+            f"{len(found.cases)} common benchmark(s), {how})")
     beyond = found.change > limit and (found.low is None or found.low > 0)
     if beyond:
         return Verdict("failed", f"{text}, more than the allowed {flag}; worst: {worst} "
-                                 f"{found.cases[worst] - 1:+.1%}")
+                                 f"{found.cases[worst] - 1:+.1%}.{why}")
     if found.change > limit:
         return Verdict("passed", f"{text}; beyond {flag} but within the noise measured (the "
                                  "interval holds no change); time more calls (--ks-bench-budget) "
-                                 "to decide", undecided=True)
-    return Verdict("passed", f"{text}; allowed {flag}")
+                                 f"to decide.{why}", undecided=True)
+    return Verdict("passed", f"{text}; allowed {flag}.{why}")
+
+
+def _reading(found: Change, than: str = "") -> str:
+    """'10.0% slower{than}, 95% interval +4.6% to +16.4%'."""
+    span = ("" if found.low is None or found.high is None
+            else f", 95% interval {found.low:+.1%} to {found.high:+.1%}")
+    return f"{abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'}{than}{span}"
+
+
+def _not_beside_why(cand: CandidateResult, found: Change, path: Path) -> str:
+    """Why a change was not read against the saved file timed beside the candidate, as a
+    sentence: that reading disagreed with the reference's, or the copy failed here."""
+    if found.beside is not None:
+        return (f" Its file as {path} ran it, timed beside it, read {_reading(found.beside)}: "
+                "the two readings disagree beyond their intervals, so the saved copy does not "
+                "run here as it ran then (does it read a helper module or data file that "
+                "changed since?), and the reference decides.")
+    failed = not_beside(cand)
+    return f" Its file as {path} ran it failed here ({failed})." if failed else ""
+
+
+def _other_machine(then: MachineInfo, now: MachineInfo | None) -> str:
+    """The saved run's machine in words where it is not this run's, else ""."""
+    if now is None:
+        return ""
+    kind = then.device.partition(":")[0], now.device.partition(":")[0]
+    if kind[0] == kind[1] and then.device_name == now.device_name:
+        return ""
+    return f"{then.device} ({then.device_name}), this run on {now.device} ({now.device_name})"

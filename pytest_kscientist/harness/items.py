@@ -533,7 +533,7 @@ class GateItem(CandidateItem):
                                            settings.max_regression, settings.compare_path,
                                            settings.compare_runs, results.get(REFERENCE_NAME),
                                            settings.quoted("ks_max_regression"),
-                                           settings.quoted("ks_compare"))
+                                           settings.quoted("ks_compare"), ks.machine())
         self.user_properties.append(("ks_gate", report_property({
             "task": task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "gate": self.name[len("gate["):-1],

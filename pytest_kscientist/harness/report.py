@@ -7,7 +7,7 @@ from typing import Any
 
 from pytest_kscientist.harness.compiles import summary_lines
 from pytest_kscientist.harness.gates import saved_change
-from pytest_kscientist.harness.results import CandidateResult, RunResults
+from pytest_kscientist.harness.results import CandidateResult, MachineInfo, RunResults
 from pytest_kscientist.harness.scores import timed_benchmarks
 from pytest_kscientist.harness.stats import geomean
 from pytest_kscientist.harness.task_validation import summary_line
@@ -39,7 +39,8 @@ def _vs(c: CandidateResult, name: str) -> str:
 
 
 def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = None,
-                    saved: tuple[RunResults, ...] = (), task: str = "") -> list[str]:
+                    saved: tuple[RunResults, ...] = (), task: str = "",
+                    machine: MachineInfo | None = None) -> list[str]:
     """Rows: candidate, passed, failed, geomean, speedups (reference, each baseline), floor.
 
     ``vs_<baseline>`` is timed interleaved with the candidate, with its 95% interval;
@@ -64,7 +65,8 @@ def candidate_table(cands: list[CandidateResult], baselines: list[str] | None = 
                "-" if c.floor_fraction is None else f"{c.floor_fraction:.3g}"]
         if saved:
             # The reference against itself would read +0.0%: its raw change is the drift.
-            found = saved_change(c, task, saved, None if c is reference else reference)
+            found = saved_change(c, task, saved, None if c is reference else reference,
+                                 machine)
             row.append("-" if found is None else f"{found.change:+.1%}" + (
                 "" if found.low is None or found.high is None
                 else f"({found.low:+.1%}..{found.high:+.1%})"))
@@ -298,7 +300,7 @@ def write_summary(tr: Any, session: Any) -> None:
         tr.write_line(f"task {task_name} | profile {session.profile} | device "
                       f"{session.device} ({session.device_name}){how}")
         if cands or task_name in session.results:
-            for line in candidate_table(cands, active, saved, task_name):
+            for line in candidate_table(cands, active, saved, task_name, session.machine()):
                 tr.write_line("  " + line)
         if brief:
             for line in run_notes(session, task_name, cands):
@@ -325,10 +327,12 @@ def write_summary(tr: Any, session: Any) -> None:
             tr.write_line("  " + validated)
     if session.settings.compare_path is not None and not brief:
         compare = session.settings.quoted("ks_compare")
+        gate = ("" if session.settings.max_regression is not None else
+                "; a report, no gate: add --ks-max-regression PERCENT to fail a regression")
         tr.write_line(f"vs_saved: geomean time change against {session.settings.compare_path} "
                       f"({compare}): against the saved file timed beside it in this run "
                       "(<name>_saved), else through the reference timed in both runs; with its "
-                      "95% interval; + is slower")
+                      f"95% interval; + is slower{gate}")
     how = "given with --ks-salt" if session.settings.salt_given else "secret, drawn for this run"
     tr.write_line(f"seed salt {session.salt} ({how}); reproduce with --ks-salt {session.salt}")
 

@@ -395,7 +395,7 @@ class KsSession:
             per_task[candidate] = CandidateResult.model_validate(
                 {"name": candidate, "path": path, "sha256": sha, "role": role,
                  "suspicious": scan_file(Path(path)) if own else [],
-                 "source": _kept_source(Path(path)) if own else None})
+                 "source": kept_source(Path(path)) if own else None})
         return per_task[candidate]
 
     def finalize(self) -> None:
@@ -452,7 +452,7 @@ class KsSession:
         atomic_write(path, text)
 
 
-def _kept_source(path: Path) -> str | None:
+def kept_source(path: Path) -> str | None:
     """The file's text for the results, or None when it is too large or not text."""
     try:
         if path.stat().st_size > SOURCE_KEPT_BYTES:
