@@ -127,6 +127,11 @@ needs_triton = pytest.mark.skipif(
     reason="the Triton interpreter needs triton and numpy")
 
 
+# TRITON_INTERPRET=1 runs a Triton kernel on the host: on a GPU machine the profiler then sees
+# only the copies around it, so the interpreter's tests time on the CPU, as on CI.
+INTERPRETED = ("--ks-device", "cpu")
+
+
 def _task(tmp: Path, toml_extra: str = "") -> Path:
     task = tmp / "axpy"
     shutil.copytree(AXPY, task)
@@ -147,6 +152,7 @@ def test_attribution_tells_a_dead_branch_kernel_from_one_that_runs(
     task = _task(pytester.path)
     out = pytester.path / "r.json"
     result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", "-k", "check",
+                                           *INTERPRETED,
                                            "--ks-attribution", "--ks-json", str(out),
                                            "--ks-device", "cpu")  # interpreted: the CPU's
     result.assert_outcomes(passed=4)
@@ -178,7 +184,7 @@ def test_a_task_asking_for_an_own_kernel_refuses_the_dead_branch(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     task = _task(pytester.path, "\n[kernel]\nmin_own_share = 0.5\n")
-    result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", *INTERPRETED)
     text = result.stdout.str()
     # the dead branch fails its first check, so its bench is not timed (its second check is
     # not profiled again); the kernel that runs passes its two checks and its bench, beside the
@@ -198,7 +204,7 @@ def test_the_command_line_asks_for_an_own_kernel_where_the_task_cannot(
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     task = _task(pytester.path, "\n[kernel]\nmin_own_share = 0.0\n")
     result = pytester.runpytest_subprocess(str(task), "-p", "no:cacheprovider", "-k", "check",
-                                           "--ks-min-own-share", "0.5")
+                                           "--ks-min-own-share", "0.5", *INTERPRETED)
     # own_kernel's two checks and dead_branch's second (the first check is the profiled one)
     result.assert_outcomes(passed=2 + 1, failed=1)
     assert ("dead_branch check n1000-s1: kernel attribution: 0% of its call time in kernels its "

@@ -29,6 +29,10 @@ def custom_kernel(data):
 """
 
 
+# The cpu profile declares the space these tests draw from; a GPU's default profile (full)
+# would be another.
+ON_CPU = ("--ks-device", "cpu")
+
 def _axpy(tmp_path: Path, space: str = SPACE) -> Path:
     task = tmp_path / "axpy"
     shutil.copytree(AXPY, task)
@@ -45,7 +49,7 @@ def _drawn(data: dict) -> dict[str, tuple[str, str]]:
 def test_a_failure_is_shrunk_to_the_smallest_failing_case(tmp_path: Path) -> None:
     task = _axpy(tmp_path)
     args = [str(task), "--kernel", str(tmp_path / "mod64.py"), "--kernel",
-            str(task / "seeds" / "good.py"), "-k", "drawn", "--ks-salt", "7"]
+            str(task / "seeds" / "good.py"), "-k", "drawn", "--ks-salt", "7", *ON_CPU]
     code, out, data = run_pytest(args, tmp_path)
     assert code == 1, out
     verdicts = _drawn(data)
@@ -62,9 +66,9 @@ def test_a_failure_is_shrunk_to_the_smallest_failing_case(tmp_path: Path) -> Non
 def test_drawn_item_is_collected_and_ks_drawn_overrides_its_count(
         pytester: pytest.Pytester, tmp_path: Path) -> None:
     task = _axpy(tmp_path)
-    result = pytester.runpytest(str(task), "--collect-only", "-q")
+    result = pytester.runpytest(str(task), "--collect-only", "-q", *ON_CPU)
     result.stdout.fnmatch_lines(["*axpy/task.toml::good::check[[]drawn[]]"])
-    result = pytester.runpytest(str(task), "--collect-only", "-q", "--ks-drawn", "0")
+    result = pytester.runpytest(str(task), "--collect-only", "-q", "--ks-drawn", "0", *ON_CPU)
     assert "check[drawn]" not in result.stdout.str()
     result = pytester.runpytest(str(task), "--ks-drawn", "two")
     result.stderr.fnmatch_lines(["*--ks-drawn expects a number of cases (0 or more), got 'two'"])
@@ -72,7 +76,7 @@ def test_drawn_item_is_collected_and_ks_drawn_overrides_its_count(
 
 def test_ks_drawn_on_a_task_without_a_space_warns(pytester: pytest.Pytester) -> None:
     """It was ignored without a word: no check[drawn] item, exit 0."""
-    result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "--ks-drawn", "50")
+    result = pytester.runpytest(str(AXPY), "--collect-only", "-q", "--ks-drawn", "50", *ON_CPU)
     assert "check[drawn]" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*KsWarning: --ks-drawn 50: task 'axpy' declares no "
                                  "[[]profiles.cpu.space[]], so no case is drawn for it; *"])

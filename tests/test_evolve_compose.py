@@ -390,7 +390,7 @@ def evolve_blocks(pytester: pytest.Pytester, seeds: dict[str, str]) -> pytest.Ru
         (task / "seeds" / name).write_text(source)
     return pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--evolve", "1", "blocks", "--ks-candidates", "1",
-        "--ks-llm", "offline", "--ks-profile", "cpu", timeout=600,
+        "--ks-llm", "offline", "--ks-profile", "cpu", "--ks-device", "cpu", timeout=600,
     )
 
 
@@ -447,7 +447,8 @@ def test_a_composed_triton_seed_passes_the_checks_on_every_class(tmp_path: Path)
     composed = tmp_path / "composed.py"
     composed.write_text(OfflineWriter().write(BRIEF, base, plan).source)
     code, out, data = run_pytest([str(REPO / "tasks/fp8_gemm"), "--kernel", str(composed),
-                                  "--ks-profile", "cpu", "--ks-drawn", "2", "-k", "check"],
+                                  "--ks-profile", "cpu", "--ks-device", "cpu",  # interpreted
+                                  "--ks-drawn", "2", "-k", "check"],
                                  cwd=tmp_path)
     assert code == 0, out
     cases = [c for c in data["candidates"] if c["name"] == "composed"][0]["cases"]

@@ -39,7 +39,9 @@ def test_users_own_tests_with_the_fixtures(pytester: pytest.Pytester) -> None:
                 ks_evaluate(task, "nowhere.py", "check", case)
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py")
+    # Its test asks for the cpu profile and asserts ks_device == "cpu".
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_mine.py",
+                                           "--ks-device", "cpu")
     result.assert_outcomes(passed=2)
 
 

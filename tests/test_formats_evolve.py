@@ -91,8 +91,8 @@ def test_gpumode_folder_evolves_from_its_correct_solutions(
     pytester: pytest.Pytester, scientist: FakeLLMServer
 ) -> None:
     shutil.copytree(GPUMODE, pytester.path / "cpu")
-    result = evolve(pytester, "cpu/scale_py", "--ks-llm", "gemini",
-                    "--ks-llm-base-url", scientist.url)
+    result = evolve(pytester, "cpu/scale_py", "--ks-llm", "gemini",  # it draws on the CPU
+                    "--ks-llm-base-url", scientist.url, "--ks-device", "cpu")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*1 new of 1 seed(s): c0001*", "*c0002 passed*",
                                  "*generation 1*"])
@@ -150,7 +150,8 @@ def test_a_gpumode_folder_without_solutions_gets_its_reference_as_seed(tmp_path:
     seeds = seeds_for(task, tmp_path / "pop")
     assert [p.name for p in seeds.paths] == ["scale_py_reference.py"]
     assert "custom_kernel calling ref_kernel" in seeds.notes["scale_py_reference.py"]
-    code, out, data = run_pytest([str(folder), "--kernel", str(seeds.paths[0])], tmp_path)
+    code, out, data = run_pytest([str(folder), "--kernel", str(seeds.paths[0]),
+                                  "--ks-device", "cpu"], tmp_path)  # it draws on the CPU
     assert code == 0, out
     assert {outcome for outcome, _ in case_reasons(data).values()} == {"passed"}
 

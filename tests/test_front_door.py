@@ -27,7 +27,7 @@ def test_shape_and_nan_failures_print_their_message_once(pytester: pytest.Pytest
     (pytester.path / "nan_out.py").write_text(NAN_OUT)
     result = pytester.runpytest_subprocess(
         str(AXPY), "-p", "no:cacheprovider", "-k", "check and n33", "--kernel", "wrong_shape.py",
-        "--kernel", "nan_out.py")
+        "--kernel", "nan_out.py", "--ks-device", "cpu")  # its kernels answer on the CPU
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # the failures section; pytest's short summary repeats whole messages when CI is set
     text = result.stdout.str().split("short test summary info")[0]
@@ -86,7 +86,8 @@ def test_a_worker_that_dies_at_every_case_is_not_a_shapes_failure(
     (pytester.path / "wide.py").write_text(seed.read_text() + EXITS_ON_WIDE_M)
     result = pytester.runpytest_subprocess(
         str(REPO / "tasks" / "fp8_gemm"), "-p", "no:cacheprovider", "-k", "drawn",
-        "--kernel", "always.py", "--kernel", "wide.py", "--ks-drawn", "12", "--ks-salt", "1")
+        "--kernel", "always.py", "--kernel", "wide.py", "--ks-drawn", "12", "--ks-salt", "1",
+        "--ks-device", "cpu")  # the cpu profile's space: a GPU's full profile draws others
     text = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, text
     result.stdout.fnmatch_lines([

@@ -195,7 +195,7 @@ def test_what_the_harness_cannot_drive_is_one_skip_each(pytester: pytest.Pyteste
                    "tests:\n  - {\"n\": 1, \"seed\": 1}\n"
                    "benchmarks:\n  - {\"n\": 2, \"seed\": 1}\n",
                    submission="def custom_kernel(data):\n    return data.clone()\n")
-    result = pytester.runpytest_subprocess("-rs", "-v", "--ks-bench-budget", "0.05")
+    result = pytester.runpytest_subprocess(*ON_CPU, "-rs", "-v", "--ks-bench-budget", "0.05")
     # The folder that can run does, beside one skip per folder that cannot; without a
     # ref_kernel there is no reference to time, the check alone judges, and nothing to shape
     # a trivial output by: its task::validate item skips, saying so.
@@ -406,3 +406,25 @@ def test_an_output_the_harness_cannot_hand_over_fails_validation_once(
     assert code == 1 and "Traceback" not in out, out
     assert f"{said}: the harness hands over and judges outputs that are a tensor or a tuple or " \
         "list of tensors" in out, out
+
+
+@pytest.mark.gpu
+def test_a_problem_drawn_on_the_cpu_timed_on_a_gpu_fails_its_bench_and_says_why(
+        tmp_path: Path) -> None:
+    """Its kernel computes on the host, which the GPU's events (behind their lead) do not see:
+    the bench read 0.0 us and the session crashed at its end on a geomean of zero (INTERNALERROR,
+    every result lost; seen on an H100). Now the bench fails and names the fix."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm device")
+    _folder(tmp_path, "host_py", "def generate_input(n, seed):\n    return torch.ones(n)\n\n"
+            "def ref_kernel(data):\n    return data.clone()\n\n" + MATCH,
+            "tests:\n  - {\"n\": 1, \"seed\": 1}\nbenchmarks:\n  - {\"n\": 2, \"seed\": 1}\n",
+            submission="def custom_kernel(data):\n    return data.clone()\n")
+    code, out, data = run_pytest([str(tmp_path / "host_py"), "-k", "bench",
+                                  "--ks-bench-budget", "0.05"], tmp_path)
+    assert code == 1 and data is not None, out
+    outcome, reason = case_reasons(data)[("submission", "n2-s1")]
+    assert outcome == "failed" and reason.startswith("impossible time: median "), reason
+    assert "is timed with --ks-device cpu" in reason, reason

@@ -97,7 +97,7 @@ def beside_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]
     shutil.copytree(FP8, task, ignore=shutil.ignore_patterns("__pycache__", "population"))
     honest = tmp / "honest_twin.py"
     shutil.copy(FP8 / "seeds" / "torch_dequant.py", honest)
-    return run_pytest([str(task), "-k", "bench", "--ks-skip-reference",
+    return run_pytest([str(task), "-k", "bench", "--ks-skip-reference", "--ks-device", "cpu",
                        f"--kernel={DATA / 'probes' / 'refuses_repeats.py'}",
                        f"--ks-beside={honest}", "--ks-bench-budget", "0.3"], cwd=tmp)
 
@@ -210,7 +210,8 @@ def test_honest_kernels_timed_many_times_under_cpu_load_pass_the_outside_check(
                for _ in range(2)]
     try:
         code, output, data = run_pytest(
-            [str(task), "-k", "bench", f"--kernel={task / 'seeds' / 'good.py'}"], cwd=tmp_path)
+            [str(task), "-k", "bench", "--ks-device", "cpu",  # the CPU under load
+             f"--kernel={task / 'seeds' / 'good.py'}"], cwd=tmp_path)
     finally:
         for burner in burners:
             burner.kill()

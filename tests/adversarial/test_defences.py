@@ -93,6 +93,16 @@ def test_a_time_below_the_physical_floor_is_rejected(fp8: Evaluator, monkeypatch
         _bench(fp8, worker, monkeypatch)
 
 
+def test_a_median_of_no_time_is_an_impossible_time(fp8: Evaluator, monkeypatch) -> None:
+    """A timer that saw no work (on a GPU: a kernel computing on the host, under the events'
+    lead) read 0.0 us; the session then crashed at its end on a geomean of zero, losing every
+    result. It is the benchmark's own failure."""
+    worker = ScriptedWorker(fp8, raw_us=0.0, wall_call_us=1000.0, cpu_call_us=1000.0)
+    with pytest.raises(CandidateFailure, match=r"^impossible time: median 0\.000 us over \d+ "
+                       r"timed calls$"):
+        _bench(fp8, worker, monkeypatch)
+
+
 def test_honest_times_pass_the_floor_and_both_cross_checks(fp8: Evaluator, monkeypatch) -> None:
     worker = ScriptedWorker(fp8, raw_us=1000.0)
     result = _bench(fp8, worker, monkeypatch)
