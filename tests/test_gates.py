@@ -446,7 +446,11 @@ def test_the_regression_gate_times_the_saved_kernel_beside_the_new_one(tmp_path:
     shutil.copytree(AXPY, tmp_path / "axpy")
     kernel = tmp_path / "k.py"
     kernel.write_text(SLOW_AXPY)
-    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py"]
+    # On the CPU: on a GPU the 3 us copy's rounds read up to 7x apart between its workers, and
+    # the 20x slower kernel passed there once in two runs as within the noise (an H100,
+    # notes/STATUS.md, "Comparable numbers").
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py",
+              "--ks-device", "cpu"]
     code, output, slow_run = run_pytest(select, cwd=tmp_path)
     assert code == 0 and slow_run is not None, output
     saved = next(c for c in slow_run["candidates"] if c["name"] == "k")
@@ -508,7 +512,10 @@ def test_a_slower_helper_module_fails_the_gate_though_the_saved_copy_imports_it(
     (lib / "helper.py").write_text(HELPER.format(n=1))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(lib), os.environ.get("PYTHONPATH", "")) if p)}
-    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py"]
+    # On the CPU: on a GPU these 3-40 us calls read up to 7x apart between a kernel's workers
+    # (an H100, notes/STATUS.md), so the reference's reading there holds no change to disagree.
+    select = ["axpy", "-v", "-k", "bench or gate", "--ks-baselines", "none", "--kernel", "k.py",
+              "--ks-device", "cpu"]
     code, output, run = run_pytest(select, cwd=tmp_path, env=env)
     assert code == 0 and run is not None, output
     (tmp_path / "saved.json").write_text(json.dumps(run))

@@ -41,8 +41,13 @@ class ScriptedWorker:
 
     def __init__(self, ev: Evaluator, raw_us: float, cpu_call_us: float = 2000.0,
                  cpu_probe_us: float = 1000.0, wall_call_us: float = 2000.0,
-                 wall_probe_us: float = 1000.0) -> None:
+                 wall_probe_us: float = 1000.0,
+                 outside: dict[bool, list[float]] | None = None) -> None:
         self.ev, self.raw_us = ev, raw_us
+        # The device time a GPU's flush span and tail would report, cycled: probes (True) and
+        # calls (False).
+        self.outside = outside or {True: [0.0], False: [0.0]}
+        self.asked = {True: 0, False: 0}
         self.cpu = {True: cpu_probe_us, False: cpu_call_us}
         self.wall = {True: wall_probe_us, False: wall_call_us}
         self.spent_us = 0.0
@@ -71,7 +76,11 @@ class ScriptedWorker:
         if not probe:
             self.last = self.ev.expected(fields["case"], fields["seed"])
         raw = 0.0 if probe else self.raw_us  # a CPU probe runs nothing between the clocks
-        return {"ok": True, "op": op, "raw_us": raw + self.overhead_us}, b""
+        spans = self.outside[probe]
+        outside = spans[self.asked[probe] % len(spans)]
+        self.asked[probe] += 1
+        return {"ok": True, "op": op, "raw_us": raw + self.overhead_us,
+                "outside_us": outside}, b""
 
 
 @pytest.fixture
@@ -101,6 +110,20 @@ def test_a_median_of_no_time_is_an_impossible_time(fp8: Evaluator, monkeypatch) 
     with pytest.raises(CandidateFailure, match=r"^impossible time: median 0\.000 us over \d+ "
                        r"timed calls$"):
         _bench(fp8, worker, monkeypatch)
+
+
+# Flush spans and tails (us) of 8 probes on an H100 (2026-12-06, an honest 2 us kernel's round).
+H100_PROBES = [92.2, 92.9, 93.0, 93.1, 93.2, 93.5, 96.2, 96.9]
+
+
+def test_work_outside_the_events_is_counted(fp8: Evaluator, monkeypatch) -> None:
+    """A side stream's 30 us a call in the flush span or the tail: timed, not rejected."""
+    worker = ScriptedWorker(fp8, raw_us=2.0, wall_call_us=1002.0, cpu_call_us=1002.0, outside={
+        True: H100_PROBES, False: [x + 30.0 for x in H100_PROBES]})
+    result = _bench(fp8, worker, monkeypatch)
+    assert result.outcome == "passed" and result.stats is not None
+    assert result.stats.counted_outside_us == pytest.approx(30.0, abs=1.5)
+    assert result.stats.median_us == pytest.approx(32.0, abs=1.5)
 
 
 def test_honest_times_pass_the_floor_and_both_cross_checks(fp8: Evaluator, monkeypatch) -> None:
