@@ -546,16 +546,6 @@ class Evaluator:
         counted = run.outside_excess()
         times = [t + counted for t in run.times]
         stats = summarize(times, verified_runs=len(run.kept), clock=clock, counted_us=counted)
-        if stats.median_us <= 0:
-            # The events of a GPU timer saw no work between them: the calls ran on the host
-            # (inputs drawn on the CPU), hidden under the timer's lead. Its 0.0 us crashed the
-            # session's end (a geomean of zero) and lost every result (issue 31's GPU run).
-            where = ("" if clock != "cuda-events" else
-                     f"; its calls left no work on {self.device} for the device's events to "
-                     "time: a kernel that computes on the host, or a task whose inputs are on "
-                     "the CPU, is timed with --ks-device cpu")
-            raise CandidateFailure(f"impossible time: median {stats.median_us:.3f} us over "
-                                   f"{stats.runs} timed calls{where}")
         floor = self.floor_us(case, device_name)
         if floor is not None and stats.min_us < floor:
             fastest = (f"fastest call {stats.min_us:.3f} us is below the physical floor "
@@ -569,6 +559,17 @@ class Evaluator:
             raise CandidateFailure(
                 f"impossible time: {fastest}; the timing was tampered with or the work was "
                 "not done")
+        if stats.median_us <= 0:
+            # (Past the floor, which names a task's physics where it declares one.) The events
+            # of a GPU timer saw no work between them: the calls ran on the host
+            # (inputs drawn on the CPU), hidden under the timer's lead. Its 0.0 us crashed the
+            # session's end (a geomean of zero) and lost every result (issue 31's GPU run).
+            where = ("" if clock != "cuda-events" else
+                     f"; its calls left no work on {self.device} for the device's events to "
+                     "time: a kernel that computes on the host, or a task whose inputs are on "
+                     "the CPU, is timed with --ks-device cpu")
+            raise CandidateFailure(f"impossible time: median {stats.median_us:.3f} us over "
+                                   f"{stats.runs} timed calls{where}")
         if hidden is not None:
             raise CandidateFailure(
                 f"timing disagrees with what the pytest process measures from outside: {hidden} "

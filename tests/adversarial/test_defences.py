@@ -66,9 +66,10 @@ class ScriptedWorker:
     def request(self, op: str, timeout: float | None = None,
                 **fields: Any) -> tuple[dict[str, Any], bytes]:
         if op == "fetch":
-            out = self.last.to(torch.bfloat16).contiguous()
+            out = self.last.contiguous()
             payload = out.view(torch.uint8).numpy().tobytes()
-            meta = {"shape": list(out.shape), "dtype": "bfloat16", "nbytes": len(payload)}
+            meta = {"shape": list(out.shape), "dtype": str(out.dtype).removeprefix("torch."),
+                    "nbytes": len(payload)}
             return {"ok": True, "op": op, "output": meta}, payload
         probe = bool(fields.get("probe"))
         self.spent_us += self.cpu[probe]
@@ -102,14 +103,23 @@ def test_a_time_below_the_physical_floor_is_rejected(fp8: Evaluator, monkeypatch
         _bench(fp8, worker, monkeypatch)
 
 
-def test_a_median_of_no_time_is_an_impossible_time(fp8: Evaluator, monkeypatch) -> None:
+def test_a_median_of_no_time_is_an_impossible_time(monkeypatch) -> None:
     """A timer that saw no work (on a GPU: a kernel computing on the host, under the events'
     lead) read 0.0 us; the session then crashed at its end on a geomean of zero, losing every
     result. It is the benchmark's own failure."""
-    worker = ScriptedWorker(fp8, raw_us=0.0, wall_call_us=1000.0, cpu_call_us=1000.0)
+    from pytest_kscientist.harness.collect import load_any
+
+    # A GPU MODE problem: no floor to reject the time first (the fp8 task's does).
+    task = load_any(REPO / "tests" / "data" / "formats" / "gpumode" / "cpu" / "scale_py" /
+                    "task.yml")
+    ev = Evaluator(task, "cpu", salt=1234)
+    case = task.profile("cpu").benchmarks[0]
+    assert ev.floor_us(case, "x86_64") is None
+    worker = ScriptedWorker(ev, raw_us=0.0, wall_call_us=1000.0, cpu_call_us=1000.0)
+    monkeypatch.setattr(evaluate, "_clock", worker.clock)
     with pytest.raises(CandidateFailure, match=r"^impossible time: median 0\.000 us over \d+ "
                        r"timed calls$"):
-        _bench(fp8, worker, monkeypatch)
+        ev.bench(worker, case, "x86_64", budget_s=0.05)  # type: ignore[arg-type]
 
 
 # Flush spans and tails (us) of 8 probes on an H100 (2026-12-06, an honest 2 us kernel's round).
