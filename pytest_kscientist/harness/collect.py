@@ -528,4 +528,3 @@ class CandidateNode(pytest.Collector):
         # Not here: the run's order (checks first, then each case's benchmarks side by side)
         # leaves and re-enters a candidate's node; its last item drops the worker instead.
         pass
-
