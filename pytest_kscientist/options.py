@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from pytest_kscientist.kswarnings import KsNoSavedRun
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -584,15 +586,14 @@ def _min_speedups(raw: list[str], option: str) -> tuple[tuple[str, float], ...]:
 
 
 def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], float | None]:
-    for dest in ("ks_compare", "ks_max_regression"):
+    for dest, (wanted, example) in {"ks_compare": ("a --ks-json file", "baseline.json"),
+                                    "ks_max_regression": ("a percentage", "5%")}.items():
         if config.getoption(dest, default=None) == "":
             # An unset CI variable (--ks-max-regression "$LIMIT") dropped the gate in silence.
             flag = _BY_DEST[dest].flag
             raise pytest.UsageError(
-                f"{flag} was given an empty value, expected "
-                f"{'a --ks-json file' if dest == 'ks_compare' else 'a percentage'}; the "
-                f"variable it was set from is empty? e.g. {flag} "
-                f"{'baseline.json' if dest == 'ks_compare' else '5%'}")
+                f"{flag} was given an empty value, expected {wanted}; the variable it was set "
+                f"from is empty? e.g. {flag} {example}")
     raw_path, path_name = _named(config, "ks_compare")
     raw_max, max_name = _named(config, "ks_max_regression")
     max_regression = _percentage(raw_max, max_name) if raw_max else None
@@ -611,8 +612,6 @@ def _comparison(config: pytest.Config) -> tuple[Path | None, tuple[Any, ...], fl
         if not path.exists() and max_name != "--ks-max-regression":
             # A project's ini names the saved run every run reads: before the run that saves
             # it, and on a checkout without it, every run (--help too) was a usage error.
-            from pytest_kscientist.kswarnings import KsNoSavedRun
-
             gate = f" and judges no {max_name} gate" if max_regression is not None else ""
             config.issue_config_time_warning(KsNoSavedRun(
                 f"{path_name} {path}: no such file yet, so this run compares with no saved "

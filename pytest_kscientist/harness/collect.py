@@ -261,7 +261,8 @@ class TaskFile(pytest.File):
         names = []
         for path in candidates:
             name = path.stem + gates.SAVED_SUFFIX
-            text = gates.saved_source(run, path.stem, kept_source(path))
+            then = gates.saved_candidate(run, path.stem, kept_source(path))
+            text = then.source if then is not None and then.role == "candidate" else None
             if text is None or name in taken or any(candidate_unmet(path, ks.device)):
                 continue
             # One folder a task: two tasks' candidates of one stem (each GPU MODE folder's own

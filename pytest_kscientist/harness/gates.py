@@ -158,7 +158,7 @@ def _disagree(one: Change, other: Change) -> bool:
     either has no interval."""
     halves = []
     for c in (one, other):
-        if c.low is None or c.high is None or c.low <= -1:
+        if c.low is None or c.high is None:
             return False
         halves.append(math.log((1 + c.high) / (1 + c.low)) / 2)
     return abs(math.log((1 + one.change) / (1 + other.change))) > math.hypot(*halves)
@@ -273,27 +273,22 @@ def _pooled(ratios: dict[str, float], widths: list[float | None], through: str) 
 def saved_pair(task: str, cand: CandidateResult, saved: tuple[RunResults, ...]
                ) -> tuple[RunResults | None, CandidateResult | None, CandidateResult | None]:
     """The saved run of ``task``, ``cand``'s result in it and the reference's: ``cand`` by
-    its name, else a saved candidate whose file held the same text (a kernel renamed since,
-    unchanged: ``saved_source``)."""
+    its name, else a saved candidate whose file held the same text (``saved_candidate``)."""
     run = next((r for r in saved if r.task == task), None)
     if run is None:
         return None, None, None
-    by_name = {c.name: c for c in run.candidates}
-    then = by_name.get(cand.name)
-    if then is None and cand.source and cand.role == "candidate":
-        then = next((c for c in run.candidates if c.role == "candidate"
-                     and c.source == cand.source), None)
-    return run, then, by_name.get(REFERENCE)
+    then = saved_candidate(run, cand.name, cand.source if cand.role == "candidate" else None)
+    return run, then, saved_candidate(run, REFERENCE, None)
 
 
-def saved_source(run: RunResults, name: str, source: str | None) -> str | None:
-    """The text the saved ``run`` ran as candidate ``name``, or, where none was named so, that
-    of a saved candidate that ran ``source`` itself (the same file renamed); None when the
-    run kept neither (schema 6 and older, a file over results.SOURCE_KEPT_BYTES)."""
-    texts = {c.name: c.source for c in run.candidates if c.role == "candidate" and c.source}
-    if name in texts:
-        return texts[name]
-    return source if source and source in texts.values() else None
+def saved_candidate(run: RunResults, name: str, source: str | None) -> CandidateResult | None:
+    """``name``'s result in the saved ``run``, else that of a saved candidate whose file held
+    ``source`` (the same file renamed since); None when it holds neither."""
+    named = next((c for c in run.candidates if c.name == name), None)
+    if named is not None or not source:
+        return named
+    return next((c for c in run.candidates if c.role == "candidate" and c.source == source),
+                None)
 
 
 def not_beside(now: CandidateResult) -> str:

@@ -200,8 +200,8 @@ def _off_device(data: Any, device: str, case_id: str, gpumode: bool = False) -> 
     import torch
 
     want = torch.device(device).type
-    tensors = [leaf for leaf in forms.leaves(data) if isinstance(leaf, torch.Tensor)]
     if gpumode:
+        tensors = [leaf for leaf in forms.leaves(data) if isinstance(leaf, torch.Tensor)]
         if not tensors or any(t.device.type == want for t in tensors):
             return ""
         return (f"generate_input put every input of case {case_id} on {tensors[0].device}, "
