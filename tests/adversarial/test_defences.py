@@ -136,6 +136,37 @@ def test_work_outside_the_events_is_counted(fp8: Evaluator, monkeypatch) -> None
     assert result.stats.median_us == pytest.approx(32.0, abs=1.5)
 
 
+def test_work_outside_the_events_on_three_calls_in_five_is_counted(fp8, monkeypatch) -> None:
+    """A side stream that hides its 30 us on 60% of the calls moves the median span: counted."""
+    spans = [x + (30.0 if i % 5 < 3 else 0.0) for i, x in enumerate(H100_PROBES * 5)]
+    worker = ScriptedWorker(fp8, raw_us=2.0, wall_call_us=1002.0, cpu_call_us=1002.0,
+                            outside={True: H100_PROBES, False: spans})
+    result = _bench(fp8, worker, monkeypatch)
+    assert result.stats is not None and result.stats.counted_outside_us > 25.0
+
+
+def test_an_offset_of_the_spans_within_their_noise_is_not_counted(fp8, monkeypatch) -> None:
+    """An honest 2 us kernel's spans sat up to 4.1 us above its probes' on an H100 (60 rounds):
+    2 us of margin counted that in 4 rounds, and the round read 1.5-2.5x slower."""
+    worker = ScriptedWorker(fp8, raw_us=2.0, wall_call_us=1002.0, cpu_call_us=1002.0, outside={
+        True: H100_PROBES, False: [x + 4.0 for x in H100_PROBES]})
+    result = _bench(fp8, worker, monkeypatch)
+    assert result.stats is not None
+    assert result.stats.counted_outside_us == 0.0 and result.stats.median_us == 2.0
+
+
+def test_a_burst_of_long_spans_is_asked_again_before_it_is_counted(fp8, monkeypatch) -> None:
+    """12 of a round's first 20 calls met a slow flush: more probes and calls, then the verdict
+    on all of them, so a burst that does not last is not added to every call."""
+    burst = fp8.task.spec.bench.warmup + 12
+    worker = ScriptedWorker(fp8, raw_us=2.0, wall_call_us=1002.0, cpu_call_us=1002.0, outside={
+        True: H100_PROBES, False: [103.0] * burst + H100_PROBES * 20})
+    result = _bench(fp8, worker, monkeypatch)
+    assert result.stats is not None
+    assert worker.asked[False] > burst + 8  # the burst alone made the median: asked again
+    assert result.stats.counted_outside_us == 0.0 and result.stats.median_us == 2.0
+
+
 def test_honest_times_pass_the_floor_and_both_cross_checks(fp8: Evaluator, monkeypatch) -> None:
     worker = ScriptedWorker(fp8, raw_us=1000.0)
     result = _bench(fp8, worker, monkeypatch)
