@@ -268,3 +268,12 @@ def test_a_worker_sees_the_gpu_this_process_numbers_so(
     shown = {name: env[name] for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
              if name in env}
     assert shown == worker
+
+
+def test_a_gpu_worker_has_one_hardware_queue_whatever_the_user_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A side stream's work must queue behind the timer's lead (test_gpu_corpus.py's
+    under-the-lead test): forced to 1, for a user's 8 from other jobs would reopen that."""
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    assert clean_environment("cuda:0")["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert clean_environment("cpu")["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"  # no GPU to queue on

@@ -106,6 +106,12 @@ def clean_environment(device: str) -> dict[str, str]:
             env.setdefault(name, value)
     if device.startswith("cuda"):
         env.update(visible_devices(device.partition(":")[2] or "0"))
+        # One hardware queue for all of the worker's streams: work a call starts on a side
+        # stream then queues behind the timer's lead, flush and start event, as the caller's
+        # does. With several queues, such work ran beside the lead (a spin on one SM) and was
+        # timed as nothing (docs/timing.md). Forced, not defaulted: the user's setting for
+        # other jobs must not reopen that.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     else:
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -110,3 +110,72 @@ def test_cross_round_cache_never_hits_beside_the_baselines(cross_round) -> None:
     # Fresh inputs on every call of every round: the cache never hits, so the attack computes
     # the product each time (plus its fingerprint) and cannot come out faster than honest code.
     assert attack is None or attack["median_us"] >= 0.9 * stats["honest_cache"]["median_us"]
+
+
+# -- work started under the timer's lead -----------------------------------------------------
+
+# An axpy of 16 Mi floats (~192 MB moved: 60-80 us on an H100), with no physical floor, as most
+# tasks of other formats have none: only the timing can tell.
+LEAD_TASK = """
+name = "axpy_big"
+case_keys = ["n", "seed"]
+output_index = 2
+
+[check]
+atol = 1e-6
+rtol = 1e-6
+
+[bench]
+warmup = 2
+min_runs = 20
+verify_samples = 2
+
+[profiles.full]
+tests = [{ n = 1000, seed = 1 }]
+benchmarks = [{ n = 16777216, seed = 3 }]
+"""
+# The work on a side stream that does not wait for the caller's: the inputs were ready before
+# the timer's lead (a spin kernel on one SM) began, so the work ran beside the spin and the
+# flush, and the caller's stream only waited for a finished event. Correct code, a natural
+# thing for a model to write, and before the worker's single hardware queue it read 25x
+# faster than the same work on the caller's stream.
+UNDER_THE_LEAD = """
+import torch
+
+SIDE = []
+
+
+def custom_kernel(data):
+    x, y, out = data
+    if not SIDE:
+        SIDE.append(torch.cuda.Stream())
+    caller = torch.cuda.current_stream()
+    with torch.cuda.stream(SIDE[0]):
+        torch.add(y, x, alpha=2, out=out)
+    caller.wait_stream(SIDE[0])
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def lead_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Any]:
+    tmp = tmp_path_factory.mktemp("gpu-lead")
+    task = tmp / "axpy_big"
+    task.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "axpy" / "reference.py", task / "reference.py")
+    (task / "task.toml").write_text(LEAD_TASK)
+    (tmp / "under_the_lead.py").write_text(UNDER_THE_LEAD)
+    shutil.copy(REPO / "tests" / "data" / "axpy" / "seeds" / "good.py", tmp / "honest.py")
+    return run_pytest([str(task), "--kernel=honest.py", "--kernel=under_the_lead.py",
+                       "--ks-device", "cuda", "--ks-baselines", "none", "--ks-skip-reference",
+                       "--ks-bench-budget", "0.5"], cwd=tmp, timeout=600)
+
+
+def test_side_stream_work_started_under_the_lead_is_timed(lead_run) -> None:
+    _, output, data = lead_run
+    assert data is not None, output[-3000:]
+    stats = {c["name"]: case["stats"] for c in data["candidates"] for case in c["cases"]
+             if case["kind"] == "bench"}
+    assert stats["honest"] and stats["under_the_lead"], output[-3000:]
+    honest, attack = stats["honest"]["median_us"], stats["under_the_lead"]["median_us"]
+    assert attack >= 0.8 * honest, (attack, honest)
