@@ -118,7 +118,8 @@ def left_behind(pop: Population, pending: set[str]) -> list[Event]:
 
 def finished(data: dict[str, Any], pending: set[str]) -> RunResults | None:
     """The results of a logged session that ran to its end with every one of its candidates
-    still pending, else None (killed, interrupted, unreadable, or some already recorded)."""
+    still pending, else None (killed, interrupted, unreadable, some already recorded, or a
+    worker of it did not start on the machine)."""
     results = Path(str(data.get("results", "")))
     candidates = set(data.get("candidates", []))
     if not candidates or not candidates <= pending or exit_status(results) not in FINISHED:
@@ -126,5 +127,7 @@ def finished(data: dict[str, Any], pending: set[str]) -> RunResults | None:
     try:
         run = RunResults.model_validate_json(results.read_text(encoding="utf-8"))
     except (OSError, ValueError, ValidationError):
+        return None
+    if run.machine_failures:  # its kernels were not judged (sessions.machine_stop)
         return None
     return run if candidates <= {c.name for c in run.candidates} else None

@@ -128,6 +128,17 @@ def to_record(
     )
 
 
+def machine_stop(failures: list[str], log_path: Path) -> str:
+    """Why a generation is not recorded: its session's workers did not start (the machine's
+    failure, spawn.MachineFailed), so its kernels were not judged; a resumed run evaluates
+    them again."""
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return (f"the machine failed in the child session, so its kernels were not recorded: a "
+            f"worker did not start, before any candidate code ran: {failures[0]}{more}; free "
+            f"the device or fix the machine, then run the same command again to evaluate them "
+            f"(log {log_path})")
+
+
 class ChildSession:
     """Runs the task's test suite on the candidates in a fresh ``python -m pytest`` process.
 
@@ -257,9 +268,12 @@ class ChildSession:
                 f"{log_path}:\n  " + "\n  ".join(_tail(log_path))
             )
         try:
-            return RunResults.model_validate_json(json_path.read_text(encoding="utf-8"))
+            run = RunResults.model_validate_json(json_path.read_text(encoding="utf-8"))
         except (OSError, ValidationError) as exc:
             raise EvaluationError(f"{json_path}: unreadable session results ({exc})") from None
+        if run.machine_failures:
+            raise EvaluationError(machine_stop(run.machine_failures, log_path))
+        return run
 
 
 class ParallelSessions:

@@ -22,7 +22,7 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.mounts import build_folder
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult, InlineBuild
-from pytest_kscientist.harness.spawn import Spares, Worker, WorkerDied
+from pytest_kscientist.harness.spawn import MachineFailed, Spares, Worker, WorkerDied
 from pytest_kscientist.harness.stats import (
     geomean,
     ratio_interval,
@@ -117,6 +117,8 @@ def start_worker(task: Task, source: Path, entry: str, prepare: str | None, devi
                                    interim=build if shared is not None else None,
                                    shared=shared is not None)
         worker.load_s = time.monotonic() - began
+    except MachineFailed:
+        raise  # not the kernel's load: it never began
     except WorkerDied as exc:
         raise CandidateFailure(f"failed to load: {exc.reason}", exc.log_tail) from None
     if not header.get("ok"):

@@ -32,7 +32,9 @@ from pytest_kscientist.harness.attribution import Attribution
 # 13: bench_workers and fewer_workers_from on the run (the workers a kernel its rounds began
 #     with, and the benchmark from which they went on in one after the device ran out of
 #     memory).
-RESULTS_SCHEMA_VERSION = 13
+# 14: machine_failures on the run (workers that did not start, before any candidate code ran:
+#     the machine's failures, not verdicts on the kernels whose items they failed).
+RESULTS_SCHEMA_VERSION = 14
 # A candidate file up to this size is kept whole in the results (``CandidateResult.source``).
 SOURCE_KEPT_BYTES = 1 << 20
 # A candidate this many times faster than the reference needs a person's look before it is
@@ -299,6 +301,10 @@ class RunResults(BaseModel):
     # from which they went on in one because the device ran out of memory ("" where none).
     bench_workers: int = 1
     fewer_workers_from: str = ""
+    # Workers that did not start, before any candidate code ran (the device's context or
+    # memory, the sandbox), in order: the items they failed say "not judged", and --evolve
+    # does not record this session's kernels as failed on them.
+    machine_failures: list[str] = Field(default_factory=list)
 
 
 def report_property(value: dict[str, Any]) -> str:

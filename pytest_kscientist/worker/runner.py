@@ -238,7 +238,7 @@ class Runner:
         self.kernel_path = ""
         self.loading = 0  # the thread importing the candidate, during a load request
         if self.device.startswith("cuda"):
-            torch.cuda.set_device(self.device)
+            self._on_the_machine(lambda: torch.cuda.set_device(self.device))
         self.problem = hello["problem"]
         # GPU MODE problems pass preallocated outputs among the inputs without saying which
         # (fp8-mm's c): writing into an input, or returning one, is allowed there; its verdicts
@@ -253,11 +253,11 @@ class Runner:
             self.send({"op": "hello", "ok": False, "reason": (
                 f"the task's own code failed in the worker, before any candidate code ran: "
                 f"{_one_line(exc)}; fix the task (its task::validate item tells more)")})
-            raise _TaskBroken from None
+            raise _NotStarted from None
         self.init_inputs = getattr(module, "get_init_inputs", None)  # KernelBench
         del module
         self.threads = ThreadWatch()
-        self.timer = make_timer(self.device, self.threads.after)
+        self.timer = self._on_the_machine(lambda: make_timer(self.device, self.threads.after))
         self.kernel: Any = None
         self.prepare: Any = None
         self.held: Any = None  # (pristine, given, versions) of the last check, for the re-run
@@ -279,6 +279,17 @@ class Runner:
             del sys.modules[name]
         self.send({"op": "hello", "ok": True, "overhead_us": self.timer.overhead_us,
                    "modules": loaded})
+
+    def _on_the_machine(self, step: Any) -> Any:
+        """``step()`` (the device's context, the timer's scratch and calibration); its failure
+        is the machine's, before any candidate code ran: the hello says so."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - any failure here is the machine's answer
+            oom = isinstance(exc, self.out_of_memory) or "out of memory" in str(exc).lower()
+            self.send({"op": "hello", "ok": False, "machine": True, "out_of_memory": oom,
+                       "reason": f"{self.device}: {_one_line(exc)}"})
+            raise _NotStarted from None
 
     def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
         channel.send(self.res_fd, self.key, self.seq_out, header, payload)
@@ -748,14 +759,15 @@ def _serialise(out: Any, spec: Any, offers: handover.Offers) -> tuple[dict[str, 
     return meta, handover.host_bytes(flat.cpu())
 
 
-class _TaskBroken(Exception):
-    """The task's reference did not load here; the hello said so."""
+class _NotStarted(Exception):
+    """The worker did not start (the task's reference or the machine failed); the hello said
+    so."""
 
 
 def main(argv: list[str]) -> int:
     try:
         runner = Runner(int(argv[1]), int(argv[2]))
-    except _TaskBroken:
+    except _NotStarted:
         return 3
     runner.serve()
     return 0
