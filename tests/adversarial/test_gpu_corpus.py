@@ -136,9 +136,10 @@ benchmarks = [{ n = 16777216, seed = 3 }]
 """
 # The work on a side stream that does not wait for the caller's: the inputs were ready before
 # the timer's lead (a spin kernel on one SM) began, so the work ran beside the spin and the
-# flush, and the caller's stream only waited for a finished event. Correct code, a natural
-# thing for a model to write, and before the worker's single hardware queue it read 25x
-# faster than the same work on the caller's stream.
+# flush, and the caller's stream only waited for a finished event, then ran a one-element
+# multiply. Correct code, and a natural thing for a model to write: before the worker's single
+# hardware queue, the events timed the multiply alone (without it: 0 us, which the zero-time
+# check fails; H100, 2026-12-06).
 UNDER_THE_LEAD = """
 import torch
 
@@ -153,6 +154,7 @@ def custom_kernel(data):
     with torch.cuda.stream(SIDE[0]):
         torch.add(y, x, alpha=2, out=out)
     caller.wait_stream(SIDE[0])
+    out[:1].mul_(1.0)
     return out
 """
 
