@@ -14,9 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
-from helpers import PYTEST, REPO, run_pytest
-
 import session_server
+from helpers import PYTEST, REPO, run_pytest
 
 AXPY = REPO / "tests" / "data" / "axpy"
 OOM = "CUDA error: out of memory"
@@ -53,8 +52,9 @@ def test_a_worker_that_does_not_start_fails_its_items_as_not_judged(tmp_path: Pa
     assert cases and all(case["outcome"] == "failed" for case in cases)
     # Not the kernel's load failing: its first item says whose failure it was, and why.
     first = cases[0]["reason"]
-    assert first.startswith("not judged: the worker did not start, before any candidate code "
-                            "ran, so the machine failed, not the kernel: cpu: "), first
+    assert first.startswith("not judged: the worker did not start, and no candidate code had "
+                            "run: the machine failed (or the task's own modules), not the "
+                            "kernel: cpu: "), first
     assert OOM in first and "failed to load" not in first
     assert data["machine_failures"] and OOM in data["machine_failures"][0]
     assert "the machine failed: a worker did not start: cpu: RuntimeError" in output

@@ -104,8 +104,9 @@ class MachineFailed(WorkerDied):
 
     def __init__(self, reason: str, log_tail: str = "", hung: bool = False,
                  out_of_memory: bool = False) -> None:
-        super().__init__(f"not judged: the worker did not start, before any candidate code "
-                         f"ran, so the machine failed, not the kernel: {reason}", log_tail, hung)
+        super().__init__(f"not judged: the worker did not start, and no candidate code had "
+                         f"run: the machine failed (or the task's own modules), not the kernel: "
+                         f"{reason}", log_tail, hung)
         self.cause = reason
         self.out_of_memory = out_of_memory
 
