@@ -101,8 +101,9 @@ def test_a_candidate_failing_a_check_is_not_timed(corpus_run) -> None:
 def test_json_follows_the_schema(corpus_run) -> None:
     _, _, data = corpus_run
     run = RunResults.model_validate(data)
-    assert run.schema_version == RESULTS_SCHEMA_VERSION == 13
+    assert run.schema_version == RESULTS_SCHEMA_VERSION == 14
     assert run.task == "axpy" and run.profile == "cpu"
+    assert run.machine_failures == []  # every worker started: the failures are verdicts
     good = next(c for c in run.candidates if c.name == "good")
     assert good.sha256 and Path(good.path).name == "good.py"
     assert good.source == Path(good.path).read_text() and good.load_s is not None
