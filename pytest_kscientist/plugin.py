@@ -341,6 +341,8 @@ class KsHooks:
             elif name == "ks_task_validation":
                 self.ks.validations[value["task"]] = TaskValidation.model_validate(
                     value["result"])
+            elif name == "ks_machine_failure":
+                self.ks.machine_failures.setdefault(value["task"], []).append(value["cause"])
             elif name == "ks_compile":
                 self.ks.record_compile(value["task"], value["candidate"], value["path"],
                                        value["sha256"], value["result"])

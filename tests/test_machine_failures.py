@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 import session_server
 from helpers import PYTEST, REPO, run_pytest
 
@@ -41,11 +42,15 @@ def _broken_machine(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def test_a_worker_that_does_not_start_fails_its_items_as_not_judged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_worker_that_does_not_start_fails_its_items_as_not_judged(
+        tmp_path: Path, xdist: list[str]) -> None:
+    """Under xdist too: the controller's results hear of it from the items' reports."""
     shutil.copytree(AXPY, tmp_path / "axpy")
     code, output, data = run_pytest(
         ["axpy", "--ks-device", "cpu", "--ks-skip-reference", "--ks-baselines", "none",
-         "-k", "good and (check or bench)"], cwd=tmp_path, env=_broken_machine(tmp_path))
+         "-k", "good and (check or bench)", *xdist], cwd=tmp_path,
+        env=_broken_machine(tmp_path))
     assert code == 1, output[-3000:]
     assert data is not None, output[-3000:]
     cases = [case for c in data["candidates"] for case in c["cases"]]

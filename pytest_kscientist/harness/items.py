@@ -23,7 +23,7 @@ from pytest_kscientist.harness.results import CaseResult, report_property
 from pytest_kscientist.harness.rounds import Lineup, Outcome, bench_together, order_items
 from pytest_kscientist.harness.scores import floor_fraction
 from pytest_kscientist.harness.session import REFERENCE_NAME
-from pytest_kscientist.harness.spawn import Worker, WorkerDied
+from pytest_kscientist.harness.spawn import MachineFailed, Worker, WorkerDied
 from pytest_kscientist.kswarnings import KsGateDeselected, KsGateUndecided, KsUnlikeOutput
 
 if TYPE_CHECKING:
@@ -57,6 +57,13 @@ class CandidateItem(pytest.Item):
             "task": cand.task.name, "candidate": cand.name, "path": str(cand.source),
             "sha256": cand.sha256, "role": cand.role, "result": fields,
         })))
+
+    def _note_machine(self, exc: CandidateFailure) -> None:
+        """A worker that did not start (spawn.MachineFailed) failed this item: on the report,
+        for the run's results (``machine_failures``), since it is no verdict on the kernel."""
+        if isinstance(exc, MachineFailed):
+            self.user_properties.append(("ks_machine_failure", report_property(
+                {"task": self.candidate.task.name, "cause": exc.cause})))
 
     def failure_head(self) -> str:
         return f"{self.candidate.name} {self.name}: "
@@ -119,6 +126,7 @@ class CaseItem(CandidateItem):
             else:
                 result = self._bench(worker)
         except CandidateFailure as exc:
+            self._note_machine(exc)
             if not exc.wrong_result:
                 # A worker that failed may hold a sticky device error or a candidate's patches:
                 # start afresh next time. One that only computed a wrong result is kept.
@@ -441,6 +449,7 @@ class DrawnItem(CandidateItem):
         try:
             cand.live_worker()  # a candidate that does not load fails here, as at every item
         except CandidateFailure as exc:
+            self._note_machine(exc)
             self._publish(case={}, case_id="drawn", outcome="failed", reason=exc.reason,
                           detail=exc.detail[-4000:])
             raise
@@ -455,6 +464,7 @@ class DrawnItem(CandidateItem):
                           reason=f"at {where}: {raised.error}")
             raise ReferenceFailed(f"at {where}: {raised.error}", raised.error.where) from None
         except _Everywhere as crash:
+            self._note_machine(crash.failure)
             reason = (f"{crash.failure.reason}, at the first drawn case "
                       f"({drawn.describe(crash.case)}) and at the task's own case "
                       f"{task.case_id(crash.own)} alike: "

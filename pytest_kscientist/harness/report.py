@@ -162,7 +162,7 @@ def run_notes(session: Any, task_name: str, cands: list[CandidateResult]) -> lis
     if session.settings.skip_reference:
         lines.insert(0, "reference not timed (--ks-skip-reference): no speedup_vs_ref")
     lines += [f"not run: {r.not_run}" for r in session.unmet.get(task_name, {}).values()]
-    failures = session.machine_failures()
+    failures = session.machine_failures.get(task_name, [])
     if failures:
         more = f" ({len(failures)} workers in all)" if len(failures) > 1 else ""
         lines.insert(0, f"the machine failed: a worker did not start: {failures[0]}{more}; "

@@ -125,6 +125,9 @@ class KsSession:
         # task name -> kind of item (check, bench, compile, gate, validate) -> pytest's seconds
         # in those items, setup, call and teardown (RunResults.item_seconds), from reports.
         self.item_seconds: dict[str, dict[str, float]] = {}
+        # task name -> why workers did not start where that was an item's verdict
+        # (spawn.MachineFailed), from reports (RunResults.machine_failures)
+        self.machine_failures: dict[str, list[str]] = {}
         # task name -> its folder, from reports (xdist's controller collects no task)
         self.task_paths: dict[str, str] = {}
 
@@ -425,11 +428,6 @@ class KsSession:
         task = self.tasks.get(name)
         return str(task.root) if task is not None else self.task_paths.get(name, "")
 
-    def machine_failures(self) -> list[str]:
-        """Why workers of this session did not start (spawn.MachineFailed), in order."""
-        spares = self.__dict__.get("spares")  # none made: no worker was ever asked for
-        return list(spares.machine_failures) if spares is not None else []
-
     def write_json(self, path: Path, interrupted: bool = False) -> None:
         """Write one RunResults per task (a list when several tasks ran or none), atomically;
         ``interrupted``: the session was stopped before its items ran."""
@@ -444,7 +442,7 @@ class KsSession:
                 task_validation=self.validations.get(name),
                 item_seconds=self.item_seconds.get(name, {}), interrupted=interrupted,
                 bench_workers=workers, fewer_workers_from=fewer_from,
-                machine_failures=self.machine_failures(),
+                machine_failures=self.machine_failures.get(name, []),
             ).model_dump(mode="json"))
         body = runs[0] if len(runs) == 1 else runs
         text = json.dumps(body, indent=2)

@@ -99,8 +99,9 @@ class WorkerDied(CandidateFailure):
 class MachineFailed(WorkerDied):
     """A worker did not start on this machine, before any candidate code ran: the device's
     context or memory, the timer's calibration, the sandbox, a start that died or hung. Not a
-    verdict on the kernel: its items say "not judged", the session's results list it
-    (``machine_failures``), and ``--evolve`` stops rather than record the kernel as failed."""
+    verdict on the kernel: its items say "not judged", the session's results list the ones
+    that became an item's verdict (``machine_failures``; one the rounds got past with fewer
+    workers is not), and ``--evolve`` stops rather than record the kernel as failed."""
 
     def __init__(self, reason: str, log_tail: str = "", hung: bool = False,
                  out_of_memory: bool = False) -> None:
@@ -109,14 +110,6 @@ class MachineFailed(WorkerDied):
                          f"{reason}", log_tail, hung)
         self.cause = reason
         self.out_of_memory = out_of_memory
-
-
-def _noted(failed: MachineFailed, spares: Spares | None) -> MachineFailed:
-    """``failed``, listed with the session's machine failures (``spares``: the session's)."""
-    if spares is not None:
-        with spares._lock:
-            spares.machine_failures.append(failed.cause)
-    return failed
 
 
 def clean_environment(device: str) -> dict[str, str]:
@@ -369,9 +362,6 @@ class Spares:
         self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
         self._lock = threading.Lock()  # workers may be started from several threads at once
         self._starting: set[tuple[Any, ...]] = set()
-        # Workers of the session that did not start, before any candidate code ran
-        # (MachineFailed's reasons, in order): the run's results list them.
-        self.machine_failures: list[str] = []
 
     @classmethod
     def for_device(cls, gpu: bool) -> Spares:
@@ -502,13 +492,13 @@ class Worker:
             self._send(hello, key=b"")
             answer = self._receive("hello", max(timeout * 2, HELLO_MIN_S))[0]
         except WorkerDied as exc:
-            raise _noted(MachineFailed(exc.reason, exc.log_tail, exc.hung), spares) from None
+            raise MachineFailed(exc.reason, exc.log_tail, exc.hung) from None
         if answer.get("ok") is False:  # the task's code or the machine (runner._NotStarted)
             self.kill()
             if not answer.get("machine"):
                 raise WorkerDied(str(answer.get("reason")), "")
-            raise _noted(MachineFailed(str(answer.get("reason")),
-                                       out_of_memory=bool(answer.get("out_of_memory"))), spares)
+            raise MachineFailed(str(answer.get("reason")),
+                                out_of_memory=bool(answer.get("out_of_memory")))
         self.overhead_us = answer.get("overhead_us", 0.0)
         # Seconds its candidate's import took, from the load request (baselines.start_worker).
         self.load_s: float | None = None
