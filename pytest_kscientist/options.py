@@ -181,7 +181,8 @@ CORE_OPTIONS = (
     Option("--ks-max-regression", "gate: fail a candidate more than PERCENT slower than in "
            "--ks-compare, or not in it (geomean over common benchmarks, against its saved file "
            "timed beside it, else through the reference timed in both runs on one machine, "
-           "which also overrules the saved copy where the two disagree); it fails only when "
+           "which also overrules the saved copy where the two disagree and the reference's "
+           "own time held still); it fails only when "
            "the change's 95%% interval excludes no change, e.g. 5%% (below 1, write the %%)",
            "PERCENT", ini="ks_max_regression", group="gates"),
 )

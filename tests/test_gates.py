@@ -340,6 +340,38 @@ def test_a_saved_copy_that_no_longer_runs_as_it_did_is_overruled_by_the_referenc
     assert v.outcome == "passed" and "timed beside it in this run); allowed" in v.message
 
 
+def _with_copy(case: CaseResult, speedup: float, half: float = 0.02) -> CaseResult:
+    """``case`` with its speedup over its saved copy 'k_saved', timed beside it."""
+    case.baselines["k_saved"] = BaselineTiming(speedup=speedup, speedup_low=speedup * (1 - half),
+                                               speedup_high=speedup * (1 + half))
+    return case
+
+
+def test_the_reference_decides_a_disagreement_only_where_it_held_still(tmp_path: Path) -> None:
+    """Where the readings beside and through the reference disagree, either the saved copy
+    runs otherwise now (its own time moved between the runs, the reference's did not), or
+    the machine's load moved the sessions' kernels unlike each other (the reference moved as
+    far). The second failed an unchanged kernel on the 2-core CPU under the suite's load:
+    "+336%" through a reference whose own time had moved -52%."""
+    path = tmp_path / "r.json"
+    # then (_then): k 1.0 us at 10x the reference's speed, the reference 10.0 us.
+    helper = _cand("k", _with_copy(_timed("a", 10.0, 0.01, reference=(1.0, 0.01)), 1.001))
+    v = gates.max_regression("k", helper, "t", "cpu", 0.05, path, _then(),
+                             _cand("reference", _bench("a", 10.0)), machine=HERE)
+    assert v.outcome == "failed" and "and the reference decides" in v.message, v.message
+    loaded = _cand("k", _with_copy(_timed("a", 2.1, 0.01, reference=(4.8 / 2.1, 0.01)), 1.005))
+    v = gates.max_regression("k", loaded, "t", "cpu", 0.05, path, _then(),
+                             _cand("reference", _bench("a", 4.8)), machine=HERE)
+    assert v.outcome == "passed", v.message
+    assert v.message.startswith(f"k: 0.5% faster than in {path}, 95% interval "), v.message
+    assert ("timed beside it in this run); allowed --ks-max-regression 5%. Through the "
+            "reference it read 337.5% slower, 95% interval ") in v.message
+    assert v.message.endswith(
+        "which disagrees beyond the intervals; but the reference's own time moved -52.0% "
+        "between the runs and the saved copy's +111.0%: the reference did not hold still while "
+        "the copy moved, so the machine was not as it was then, and the reading beside stands.")
+
+
 def test_a_renamed_kernel_is_found_by_its_text_and_an_unknown_one_fails(tmp_path: Path) -> None:
     """Issue 31's audit: `--kernel k2.py` against a run of k.py skipped its gate and exited 0."""
     path = tmp_path / "r.json"

@@ -133,12 +133,17 @@ def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...]
     file timed beside it in this run (``change_beside``) where that was timed, else through the
     reference (``change_against``); None when ``saved`` has no result for it.
 
-    Where both were measured and they disagree beyond their intervals, the saved copy does
-    not run here as it ran then (it imports a helper module or reads a data file that changed
-    since: a helper made ten times slower slowed both copies alike and read "0.1% faster"), so
-    the change is the reference's, with the disagreeing reading kept (``Change.beside``). Not
-    where the saved run was made on another machine than ``machine`` (this run's): there the
-    reference's reading holds nothing."""
+    Where both were measured and they disagree beyond their intervals, either the saved copy
+    does not run here as it ran then (it imports a helper module or reads a data file that
+    changed since: a helper made ten times slower slowed both copies alike and read "0.1%
+    faster"), or the machine's load moved the two sessions' kernels unlike each other. The
+    first moves the saved copy's own time between the runs while the reference's holds; the
+    second moves the reference too (on the loaded 2-core CPU an unchanged kernel read "+336%"
+    through the reference, whose own time had moved -52%). So the reference decides, with the
+    disagreeing reading kept (``Change.beside``), only where the saved copy's time moved more
+    than twice as far as the reference's (in log terms); else the reading beside stands, with
+    why kept (``Change.moved``). Not where the saved run was made on another machine than
+    ``machine`` (this run's): there the reference's reading holds nothing."""
     run, then, then_ref = saved_pair(task, cand, saved)
     if run is None or then is None:
         return None
@@ -146,10 +151,35 @@ def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...]
     against = change_against(cand, reference, then, then_ref)
     if beside is None:
         return against
-    if (against is not None and against.through == "the reference"
-            and not _other_machine(run.machine, machine) and _disagree(beside, against)):
+    if (against is None or against.through != "the reference"
+            or _other_machine(run.machine, machine) or not _disagree(beside, against)):
+        return beside
+    own, ref_moved = _time_moved(cand, then), _time_moved(reference, then_ref)
+    if own is None or ref_moved is None:
         return replace(against, beside=beside)
-    return beside
+    copy_moved = own / (1 + beside.change)  # the saved copy's own time, now / then
+    if abs(math.log(copy_moved)) > 2 * abs(math.log(ref_moved)):
+        return replace(against, beside=beside)
+    return replace(beside, moved=(
+        f" Through the reference it read {_reading(against)}, which disagrees beyond the "
+        f"intervals; but the reference's own time moved {ref_moved - 1:+.1%} between the runs "
+        f"and the saved copy's {copy_moved - 1:+.1%}: the reference did not hold still while "
+        "the copy moved, so the machine was not as it was then, and the reading beside "
+        "stands."))
+
+
+def _time_moved(now: CandidateResult | None, then: CandidateResult | None) -> float | None:
+    """The geomean of a kernel's median times now / then over their common passed
+    benchmarks (the machine's drift included); None where they have none."""
+    mine, old = _passed_bench(now), _passed_bench(then)
+    ratios = [_median(mine[k]) / _median(old[k]) for k in mine if k in old]
+    return geomean(ratios) if ratios else None
+
+
+def _median(case: CaseResult) -> float:
+    """A passed benchmark's median (``_passed_bench`` keeps only those with one above 0)."""
+    assert case.stats is not None
+    return case.stats.median_us
 
 
 def _disagree(one: Change, other: Change) -> bool:
@@ -203,6 +233,9 @@ class Change:
     through: str
     # Through the reference, where the saved file timed beside read this and disagreed.
     beside: Change | None = None
+    # Beside, where the reference's reading disagreed but the machine had moved: why, as a
+    # sentence for the verdict.
+    moved: str = ""
 
 
 def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
@@ -350,7 +383,7 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
     renamed = f" (saved as '{then_cand.name}')" if then_cand.name != who else ""
-    why = "" if found.through == "beside" else _not_beside_why(cand, found, path)
+    why = found.moved if found.through == "beside" else _not_beside_why(cand, found, path)
     elsewhere = _other_machine(then_run.machine, machine)
     if found.through != "beside" and elsewhere:
         return Verdict("failed", f"{who}: not judged: {path} was run on {elsewhere}, and its "
