@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import session_server
+import torch
 from helpers import PYTEST, REPO, run_pytest
 
 AXPY = REPO / "tests" / "data" / "axpy"
@@ -63,6 +64,21 @@ def test_a_worker_that_does_not_start_fails_its_items_as_not_judged(
     assert OOM in first and "failed to load" not in first
     assert data["machine_failures"] and OOM in data["machine_failures"][0]
     assert "the machine failed: a worker did not start: cpu: RuntimeError" in output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm device")
+def test_a_gpu_worker_that_does_not_start_is_not_judged_either(tmp_path: Path) -> None:
+    """On a GPU the runners start ahead (in collection, and spares): the same verdict."""
+    shutil.copytree(AXPY, tmp_path / "axpy")
+    code, output, data = run_pytest(
+        ["axpy", "--ks-device", "cuda", "--ks-skip-reference", "--ks-baselines", "none",
+         "-k", "good and (check or bench)"], cwd=tmp_path, env=_broken_machine(tmp_path))
+    assert code == 1 and data is not None, output[-3000:]
+    reasons = [case["reason"] for c in data["candidates"] for case in c["cases"]]
+    assert reasons and all(r.startswith("not judged: the worker did not start") for r in reasons)
+    assert data["machine_failures"] and "cuda:0: RuntimeError: " + OOM in data[
+        "machine_failures"][0]
 
 
 def test_evolve_stops_on_a_machine_failure_and_records_no_kernel_as_failed(
