@@ -537,19 +537,20 @@ class Evaluator:
                 break
         while len(run.probes) < MIN_PROBES:
             run.probe()
-        hidden = run.hidden(run.outside_excess())
+        counted = run.outside_excess()
+        hidden = run.hidden(counted)
         for _ in range(CONFIRM_ROUNDS):
-            if hidden is None and not run.outside_excess():
+            if hidden is None and not counted:
                 break
             # Load on the machine can inflate a handful of round trips, and a handful of flush
             # spans: ask again before judging or counting.
             for _ in range(MIN_PROBES):
                 run.probe()
                 run.call(samples)
-            hidden = run.hidden(run.outside_excess())
+            counted = run.outside_excess()
+            hidden = run.hidden(counted)
         missed = self._verify_sample(run, tolerate)
         clock = "cuda-events" if self.device.startswith("cuda") else "perf_counter_ns"
-        counted = run.outside_excess()
         times = [t + counted for t in run.times]
         stats = summarize(times, verified_runs=len(run.kept), clock=clock, counted_us=counted)
         floor = self.floor_us(case, device_name)

@@ -142,8 +142,8 @@ def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...]
     through the reference, whose own time had moved -52%). So the reference decides, with the
     disagreeing reading kept (``Change.beside``), only where the saved copy's time moved more
     than twice as far as the reference's (in log terms); else the reading beside stands, with
-    why kept (``Change.moved``). Not where the saved run was made on another machine than
-    ``machine`` (this run's): there the reference's reading holds nothing."""
+    the other reading kept (``Change.moved``). Not where the saved run was made on another
+    machine than ``machine`` (this run's): there the reference's reading holds nothing."""
     run, then, then_ref = saved_pair(task, cand, saved)
     if run is None or then is None:
         return None
@@ -160,12 +160,7 @@ def saved_change(cand: CandidateResult, task: str, saved: tuple[RunResults, ...]
     copy_moved = own / (1 + beside.change)  # the saved copy's own time, now / then
     if abs(math.log(copy_moved)) > 2 * abs(math.log(ref_moved)):
         return replace(against, beside=beside)
-    return replace(beside, moved=(
-        f" Through the reference it read {_reading(against)}, which disagrees beyond the "
-        f"intervals; but the reference's own time moved {ref_moved - 1:+.1%} between the runs "
-        f"and the saved copy's {copy_moved - 1:+.1%}: the reference did not hold still while "
-        "the copy moved, so the machine was not as it was then, and the reading beside "
-        "stands."))
+    return replace(beside, moved=(against, ref_moved, copy_moved))
 
 
 def _time_moved(now: CandidateResult | None, then: CandidateResult | None) -> float | None:
@@ -233,9 +228,9 @@ class Change:
     through: str
     # Through the reference, where the saved file timed beside read this and disagreed.
     beside: Change | None = None
-    # Beside, where the reference's reading disagreed but the machine had moved: why, as a
-    # sentence for the verdict.
-    moved: str = ""
+    # Beside, where the reference's reading disagreed but the reference's own time moved as
+    # far as the saved copy's: (that reading, the reference's time now / then, the copy's).
+    moved: tuple[Change, float, float] | None = None
 
 
 def _vs_reference(case: CaseResult, ref: dict[str, CaseResult]
@@ -383,7 +378,7 @@ def max_regression(who: str, cand: CandidateResult | None, task: str, profile: s
         return Verdict("failed", f"{who}: no benchmark in common with {path} (profile {profile} "
                                  f"now, {then_run.profile} then); compare runs of one profile")
     renamed = f" (saved as '{then_cand.name}')" if then_cand.name != who else ""
-    why = found.moved if found.through == "beside" else _not_beside_why(cand, found, path)
+    why = _why(cand, found, path)
     elsewhere = _other_machine(then_run.machine, machine)
     if found.through != "beside" and elsewhere:
         return Verdict("failed", f"{who}: not judged: {path} was run on {elsewhere}, and its "
@@ -415,9 +410,19 @@ def _reading(found: Change, than: str = "") -> str:
     return f"{abs(found.change):.1%} {'slower' if found.change > 0 else 'faster'}{than}{span}"
 
 
-def _not_beside_why(cand: CandidateResult, found: Change, path: Path) -> str:
-    """Why a change was not read against the saved file timed beside the candidate, as a
-    sentence: that reading disagreed with the reference's, or the copy failed here."""
+def _why(cand: CandidateResult, found: Change, path: Path) -> str:
+    """What the verdict adds about the other reading, as a sentence: where the reading beside
+    stands, that the reference's disagreed but had moved itself; else why the change was not
+    read beside (that reading disagreed with the reference's, or the copy failed here)."""
+    if found.moved is not None:
+        against, ref_moved, copy_moved = found.moved
+        return (f" Through the reference it read {_reading(against)}, which disagrees beyond "
+                f"the intervals; but the reference's own time moved {ref_moved - 1:+.1%} "
+                f"between the runs and the saved copy's {copy_moved - 1:+.1%}: the reference "
+                "did not hold still while the copy moved, so the machine was not as it was "
+                "then, and the reading beside stands.")
+    if found.through == "beside":
+        return ""
     if found.beside is not None:
         return (f" Its file as {path} ran it, timed beside it, read {_reading(found.beside)}: "
                 "the two readings disagree beyond their intervals, so the saved copy does not "
