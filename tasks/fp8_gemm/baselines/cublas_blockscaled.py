@@ -89,15 +89,24 @@ def prepare(data):
     # A row-major [m,k]; B row-major [n,k] handed over as its [k,n] column-major transpose;
     # scale_a [m, k/128] with stride (1, m); scale_b the [k/128, n/128] column-major view of a
     # row-major [n/128, k/128]. These are the only layouts cuBLAS accepts (NOTES.md).
-    # B's scales are padded as cublas_operands (above) says.
-    args = cublas_operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T, b_scale)
+    # B's scales are padded as cublas_operands (above) says. torch._scaled_mm takes n only as
+    # a multiple of 16 ("mat2 shape must be divisible by 16", the cpu profile's n = 200 on a
+    # GPU): B gets zero rows up to one (its scale blocks stay: 128 is a multiple of 16), and
+    # run() hands back C's first n columns.
+    b = b.contiguous()
+    if b.shape[0] % 16:
+        padded = b.new_zeros((-(-b.shape[0] // 16) * 16, b.shape[1]))
+        padded[: b.shape[0]] = b
+        b = padded
+    args = cublas_operands(a.contiguous(), b.T, a_scale.T.contiguous().T, b_scale)
     return (*args, c)
 
 
 def run(prepared):
     """The cuBLAS call alone, on the output of ``prepare``; returns a fresh bf16 [m,n]."""
-    a, b_t, scale_a, scale_b, _ = prepared
-    return torch._scaled_mm(a, b_t, scale_a, scale_b, out_dtype=torch.bfloat16)
+    a, b_t, scale_a, scale_b, c = prepared
+    out = torch._scaled_mm(a, b_t, scale_a, scale_b, out_dtype=torch.bfloat16)
+    return out[:, : c.shape[1]] if out.shape[1] != c.shape[1] else out
 
 
 def custom_kernel(data):
