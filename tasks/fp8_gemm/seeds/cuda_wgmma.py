@@ -13,9 +13,6 @@ rounded once to bf16; TMA_STORE writes it through shared memory by TMA stores no
 (else from registers), C_BUFFERS 2 through two buffers a consumer taken in turn (a write waits
 only for the store before last; a stage fewer fits). OVERLAP: the GEMM is the upcast's
 programmatic dependent (its CTAs start as the upcast drains and load once it has finished).
-A16: the same launch upcasts A too (a K-major fp16 copy, m * k bytes more to write and read),
-and the consumers read both operands of their wgmma from shared memory: no conversion,
-ldmatrix or A fragments on their path, at the price of A's pass and a stage's room.
 
 Every knob is read at each call, so shape rules cost no build. PERSISTENT: one CTA an SM over
 the tiles (else one a tile). STREAM_K (one CTA an SM) cuts the K steps of the last, partial
@@ -41,7 +38,6 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "TMA_STORE": 1,
     "OVERLAP": 1,
     "C_BUFFERS": 1,
-    "A16": 0,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -53,7 +49,6 @@ TUNABLE_SPACE = {
     "TMA_STORE": [0, 1],
     "OVERLAP": [0, 1],
     "C_BUFFERS": [1, 2],
-    "A16": [0, 1],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -78,37 +73,28 @@ BLOCK_M, BLOCK_K = 128, 128
 SMEM_LIMIT = 227 * 1024  # sm_90's opt-in shared memory a block
 
 
-def stages_for(block_n: int, drop: int, c_buffers: int = 1, a16: int = 0) -> int:
+def stages_for(block_n: int, drop: int, c_buffers: int = 1) -> int:
     """As many stages as fit beside C's tiles, less STAGE_DROP (at least 1): relative to what
-    fits, each value is another kernel, so no move of it is a no-op (but where one stage
-    is all that is left)."""
-    stage_bytes = ((2 if a16 else 1) * BLOCK_M + 2 * block_n) * BLOCK_K + BLOCK_M * 4 + 16 + 16
+    fits, each value is another kernel, so no move of it is a no-op."""
+    stage_bytes = (BLOCK_M + 2 * block_n) * BLOCK_K + BLOCK_M * 4 + 16 + 16
     room = SMEM_LIMIT - 16 - BLOCK_M * block_n * 2 * c_buffers
     return max(1, room // stage_bytes - drop)
 
 
-def _wgmma(block_n: int, a_in_smem: bool = False) -> str:
-    """The m64nNk16 fp16 wgmma with its fp32 fragment as N/2 operands: A from registers
-    (wgmma_step), or from shared memory like B (wgmma_ss, A16: both K-major fp16 tiles)."""
+def _wgmma(block_n: int) -> str:
+    """The m64nNk16 fp16 wgmma, A from registers, with its fp32 fragment as N/2 operands."""
     regs = block_n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    if a_in_smem:
-        name, a_param, a_ops, ins = "wgmma_ss", "uint64_t da", f"%{regs}", '"l"(da)'
-        b_op, flags = regs + 1, "p, 1, 1, 0, 0"  # transpose neither: both K-major
-    else:
-        name, a_param = "wgmma_step", "const uint32_t* a"
-        a_ops = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + "}"
-        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])'
-        b_op, flags = regs + 4, "p, 1, 1, 0"
+    a = ", ".join(f"%{regs + i}" for i in range(4))
     return (
-        f"template <> __device__ __forceinline__ void {name}<{block_n}>(float* d, "
-        f"{a_param}, uint64_t db, int accumulate) {{\n"
-        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{b_op + 1}, 0;\\n"\n'
+        f"template <> __device__ __forceinline__ void wgmma_step<{block_n}>(float* d, "
+        "const uint32_t* a, uint64_t db, int accumulate) {\n"
+        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
         f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
-        f'{a_ops}, %{b_op}, {flags};\\n}}\\n"\n'
+        f'{{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"\n'
         f'        : {binds}\n'
-        f'        : {ins}, "l"(db), "r"(accumulate)\n'
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate)\n'
         '        : "memory");\n'
         "}\n"
     )
@@ -116,8 +102,7 @@ def _wgmma(block_n: int, a_in_smem: bool = False) -> str:
 
 def kernel_source() -> str:
     """The kernels for both N tiles (what nvcc alone builds: tests/test_cuda_seed.py)."""
-    return API_SRC + KERNEL_SRC.replace(
-        "@WGMMA@", "".join(_wgmma(n, ss) for ss in (False, True) for n in (64, 128)))
+    return API_SRC + KERNEL_SRC.replace("@WGMMA@", _wgmma(64) + _wgmma(128))
 
 
 # What the two parts share (issue 32): the launchers in cuda.cu (nvcc, no torch header) and the
@@ -142,13 +127,12 @@ struct Operands {
     float* ws; int* counts;                  // stream-K's (null when no tile is cut)
     const void* at; long lda; int k;         // A as TMA reads it, [k][m]
     const float* as; long lds;               // A's scales, a step's rows lds apart
-    void* a16;                               // A16: A in fp16 [m, steps * BK], else null
     void* c; long ldc;                       // C [m, n] bf16
 };
 // B's upcast, then the GEMM, queued on `stream`: nullptr, or why not.
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int a16, cudaStream_t stream);
+                              int c_buffers, cudaStream_t stream);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then their launchers.
@@ -237,8 +221,6 @@ __device__ __forceinline__ uint32_t f16x2_of(uint32_t r, uint32_t sel) {
 }
 template <int BN>
 __device__ __forceinline__ void wgmma_step(float* d, const uint32_t* a, uint64_t db, int acc);
-template <int BN>
-__device__ __forceinline__ void wgmma_ss(float* d, uint64_t da, uint64_t db, int acc);
 @WGMMA@
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
@@ -265,30 +247,18 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
     out[2] = __byte_perm(t1, t3, 0x5410), out[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-// An operand to upcast: fp8 [rows, k] with strides s0, s1 (bytes) -> fp16 [rows, kp].
-struct Cast {
-    const uint8_t* src;
-    __half* dst;
-    int rows;
-    long s0, s1;
-};
 // fp8 [k, mn] -> fp16 [mn, kp], zero past k: a thread loads 8 k rows of 16 mn bytes (16-byte
 // loads if VEC), transposes them by byte permutes and stores 8 fp16 along k for each mn (a lane
-// pair fills 32-byte sectors). A block: 256 mn x 128 k of operand blockIdx.z (0: B, 1: A);
-// block (0, 0, 0) also zeroes `zero` and writes B's scales into `bsq[kb * nb + j].x`.
+// pair fills 32-byte sectors). A block: 256 mn x 128 k; block (0, 0) also zeroes `zero` and
+// writes B's scales into `bsq[kb * nb + j].x`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
-        const Cast cast_b, const Cast cast_a, int k, int kp, int* __restrict__ zero, int zeros,
-        const float* __restrict__ bs, long bs0, long bs1, int nb, int steps,
-        float4* __restrict__ bsq) {
+        const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
+        long s0, long s1, int* __restrict__ zero, int zeros, const float* __restrict__ bs,
+        long bs0, long bs1, int nb, int steps, float4* __restrict__ bsq) {
     // every block has started: the GEMM launched after it (OVERLAP) may start its CTAs
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const Cast& op = blockIdx.z == 0 ? cast_b : cast_a;
-    const uint8_t* __restrict__ src = op.src;
-    __half* __restrict__ dst = op.dst;
-    const int rows = op.rows;
-    const long s0 = op.s0, s1 = op.s1;
-    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    if (blockIdx.x == 0 && blockIdx.y == 0) {
         for (int i = threadIdx.x; i < zeros; i += blockDim.x) zero[i] = 0;
         for (int i = threadIdx.x; i < steps * nb; i += blockDim.x)
             bsq[i] = make_float4(bs[(i % nb) * bs0 + (i / nb) * bs1], 0.f, 0.f, 0.f);
@@ -451,9 +421,8 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 }
 
 // The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
-// CB: C_BUFFERS. A16: A comes upcast to K-major fp16 like B, so both MMA operands are read
-// from shared memory and the consumers convert nothing.
-template <int BN, int CB, bool A16>
+// CB: C_BUFFERS.
+template <int BN, int CB>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
@@ -461,11 +430,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         float4* __restrict__ ws, int* __restrict__ counts, const Sched sched, int stages,
         int pingpong, int tma_c, long ldc, int pairs_ok) {
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
-    constexpr int A_HALF = BM * HK * 2;            // A16: one such half of A's
-    constexpr int A_TILE = A16 ? 2 * A_HALF : A_BYTES;
-    constexpr int STAGE_BYTES = A_TILE + 2 * B_HALF;
+    constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
-    constexpr int DR = A16 ? 8 : 1;                // a thread's second row, below its first
     // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), CB C
     // tiles a consumer (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -504,14 +470,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                     // readable up to m rounded up to 4)
                     const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;
                     bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);
-                    for (int h = 0; h < 2; ++h) {
-                        if constexpr (A16)
-                            tma_load(st + h * A_HALF, &map_a, &full[s], kb * BK + h * HK, m0);
-                        else if (h == 0)
-                            tma_load(st, &map_a, &full[s], m0, kb * BK);
-                        tma_load(st + A_TILE + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
+                    tma_load(st, &map_a, &full[s], m0, kb * BK);
+                    for (int h = 0; h < 2; ++h)
+                        tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
                                  n0);
-                    }
                     bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);
                     bulk_load(scales + stages * BM * 4 + s * 16, bsq + (long)kb * nb + n0 / 128,
                               16, &full[s]);
@@ -535,9 +497,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         int m0, n0;
         tile_origin<BN>(sched, g.tile, m0, n0);
         // The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1 of
-        // the warp's 16 (the transposed ldmatrix pairs neighbouring m), or rows g and g + 8
-        // (A16); scales and C follow.
-        const int row = m0 + half * 64 + warp * 16 + (A16 ? lane / 4 : 2 * (lane / 4));
+        // the warp's 16 (the transposed ldmatrix pairs neighbouring m); scales and C follow.
+        const int row = m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
 #pragma unroll
         for (int i = 0; i < NR; ++i) acc[i] = 0.f;
         // A step's scales (they came with its tiles) and A's bytes; the next step's are read
@@ -547,37 +508,30 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             const float* sc = reinterpret_cast<const float*>(scales + st_i * BM * 4);
             sb = *reinterpret_cast<const float*>(scales + stages * BM * 4 + st_i * 16);
             sa0 = row < m ? sc[row - m0] : 0.f;
-            sa1 = row + DR < m ? sc[row + DR - m0] : 0.f;
-            if constexpr (!A16) ldsm_a(smem + st_i * STAGE_BYTES, chunk, lane, raw);
+            sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;
+            ldsm_a(smem + st_i * STAGE_BYTES, chunk, lane, raw);
         };
         bar_wait(&full[s], phase);
         fetch(s);
         for (int kb = g.kb0; kb < g.kb1; ++kb) {
             const int here = s;
             const float s0 = sa0 * sb, s1 = sa1 * sb;
-            if constexpr (!A16) {
-                convert_a(raw, frag);
-                // Pinned here, before the turn and the fence: left to ptxas, the conversions
-                // moved between the wgmma and it injected a warpgroup.arrive before each
-                // (C7519), 3.5% slower on the H200 (notes/fp8_gemm_h200.md, "A's bytes a step
-                // ahead").
+            convert_a(raw, frag);
+            // Pinned here, before the turn and the fence: left to ptxas, the conversions moved
+            // between the wgmma and it injected a warpgroup.arrive before each (C7519), 3.5%
+            // slower on the H200 (notes/fp8_gemm_h200.md, "A's bytes a step ahead").
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk)
-                    asm volatile("" : "+r"(frag[kk][0]), "+r"(frag[kk][1]), "+r"(frag[kk][2]),
-                                 "+r"(frag[kk][3]));
-            }
+            for (int kk = 0; kk < BK / 16; ++kk)
+                asm volatile("" : "+r"(frag[kk][0]), "+r"(frag[kk][1]), "+r"(frag[kk][2]),
+                             "+r"(frag[kk][3]));
             if (pingpong) named_sync(3 + half, 256);  // my turn
             wgmma_fence();
-            uint8_t* const st = smem + here * STAGE_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
                 const int h = kk / 4, off = (kk % 4) * 32;
-                const uint64_t db = smem_desc(st + A_TILE + h * B_HALF + off);
-                if constexpr (A16)  // the consumer's 64 rows of the K half, 8 KB in
-                    wgmma_ss<BN>(part, smem_desc(st + h * A_HALF + half * 8192 + off), db,
-                                 kk > 0);
-                else
-                    wgmma_step<BN>(part, frag[kk], db, kk > 0);
+                wgmma_step<BN>(part, frag[kk],
+                               smem_desc(smem + here * STAGE_BYTES + A_BYTES + h * B_HALF + off),
+                               kk > 0);
             }
             wgmma_commit();
             if (pingpong) named_arrive(4 - half, 256);  // the other's turn
@@ -613,7 +567,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 const int col = j * 8 + (lane % 4) * 2;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int r = row + h * DR - m0 - half * 64;  // 0..63
+                    const int r = row + h - m0 - half * 64;  // 0..63
                     *reinterpret_cast<__nv_bfloat162*>(
                         mine + (col / 64) * 8192 + r * 128 +
                         ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =
@@ -635,7 +589,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             const int col = n0 + j * 8 + (lane % 4) * 2;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int r = row + h * DR;
+                const int r = row + h;
                 if (r >= m || col >= n) continue;
                 const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
                 if (pairs_ok && col + 1 < n) {
@@ -652,12 +606,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 // Taking their addresses builds every GEMM and upcast (nvcc alone builds them all).
-void* const KERNELS[10] = {
-    (void*)gemm_kernel<64, 1, false>, (void*)gemm_kernel<128, 1, false>,
-    (void*)gemm_kernel<64, 2, false>, (void*)gemm_kernel<128, 2, false>,
-    (void*)gemm_kernel<64, 1, true>, (void*)gemm_kernel<128, 1, true>,
-    (void*)gemm_kernel<64, 2, true>, (void*)gemm_kernel<128, 2, true>,
-    (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
+void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
+                          (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
+                          (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
 
 # The launchers: CUDA's runtime and driver API only, so nvcc parses no torch header.
@@ -695,17 +646,16 @@ static const char* tensor_map(CUtensorMap& map, CUtensorMapDataType type, const 
     return why;
 }
 
-template <int BN, int CB, bool A16>
+template <int BN, int CB>
 static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
                           const CUtensorMap& map_c, const Operands& x, const Sched& s, int grid,
                           int stages, int pingpong, int tma_c, int overlap, cudaStream_t stream) {
-    const int a_tile = A16 ? 2 * A_BYTES : A_BYTES;
-    const int smem = stages * (a_tile + 4 * BN * HK + SCALE_BYTES + 16) + CB * 256 * BN + 16;
+    const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + CB * 256 * BN + 16;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
     int device = 0;
     KS_TRY(cudaGetDevice(&device));
     if (opted_in[device % 64] < smem) {
-        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB, A16>,
+        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         opted_in[device % 64] = smem;
     }
@@ -719,7 +669,7 @@ static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
     config.attrs = &attr, config.numAttrs = overlap ? 1 : 0;
     const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;
     KS_TRY(cudaLaunchKernelEx(
-        &config, gemm_kernel<BN, CB, A16>, map_a, map_b, map_c, x.as, x.lds,
+        &config, gemm_kernel<BN, CB>, map_a, map_b, map_c, x.as, x.lds,
         reinterpret_cast<const float4*>(x.bsq), x.nb, static_cast<__nv_bfloat16*>(x.c),
         reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,
         pairs_ok));
@@ -728,27 +678,17 @@ static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
 
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int a16, cudaStream_t stream) {
-    // B (and A16: A) -> fp16 [rows, kp], K-major; the same launch zeroes the counters and
-    // writes `bsq`. A's rows are 16-byte lines (the wrapper's `at`), so B's decide VEC.
+                              int c_buffers, cudaStream_t stream) {
+    // B -> fp16 [n, kp], K-major; the same launch zeroes the counters and writes `bsq`.
     const int kp = s.steps * BK, zeros = x.counts ? 2 * s.tiles_m * s.tiles_n : 0;
     const bool vec = x.b0 == 1 && x.b1 % 16 == 0 && reinterpret_cast<uintptr_t>(x.b) % 16 == 0;
     auto upcast = vec ? upcast_kernel<true> : upcast_kernel<false>;
-    const Cast cast_b = {static_cast<const uint8_t*>(x.b), static_cast<__half*>(x.b16), s.n,
-                         x.b0, x.b1};
-    const Cast cast_a = {static_cast<const uint8_t*>(x.at), static_cast<__half*>(x.a16), s.m,
-                         1, x.lda};
-    const int rows = a16 ? (s.m > s.n ? s.m : s.n) : s.n;
-    upcast<<<dim3(kp / BK, (rows + 255) / 256, a16 ? 2 : 1), 256, 0, stream>>>(
-        cast_b, cast_a, x.k, kp, x.counts, zeros, x.bs, x.bs0, x.bs1, x.nb, s.steps,
-        reinterpret_cast<float4*>(x.bsq));
+    upcast<<<dim3(kp / BK, (s.n + 255) / 256), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(x.b), static_cast<__half*>(x.b16), s.n, x.k, kp, x.b0, x.b1,
+        x.counts, zeros, x.bs, x.bs0, x.bs1, x.nb, s.steps, reinterpret_cast<float4*>(x.bsq));
     KS_TRY(cudaGetLastError());
     CUtensorMap map_a, map_b, map_c;
-    if (a16)
-        KS_OK(tensor_map(map_a, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, x.a16, kp, s.m, kp * 2L, HK,
-                         BM));
-    else
-        KS_OK(tensor_map(map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, x.at, s.m, x.k, x.lda, BM, BK));
+    KS_OK(tensor_map(map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, x.at, s.m, x.k, x.lda, BM, BK));
     KS_OK(tensor_map(map_b, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, x.b16, kp, s.n, kp * 2L, HK,
                      block_n));
     // C through TMA where its rows are whole 16-byte lines (else direct stores)
@@ -757,11 +697,8 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
     if (tma_c)
         KS_OK(tensor_map(map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x.c, s.n, s.m, x.ldc * 2, 64,
                          64));
-    const auto run =
-        a16 ? (block_n == 64 ? (c_buffers == 2 ? launch<64, 2, true> : launch<64, 1, true>)
-                             : (c_buffers == 2 ? launch<128, 2, true> : launch<128, 1, true>))
-            : (block_n == 64 ? (c_buffers == 2 ? launch<64, 2, false> : launch<64, 1, false>)
-                             : (c_buffers == 2 ? launch<128, 2, false> : launch<128, 1, false>));
+    const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
+                                   : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
     return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);
 }
 """
@@ -776,9 +713,9 @@ WRAPPER_SRC = r"""
 // fp8_gemm(*ARGS): the integers below, in this order; raises RuntimeError with the CUDA error.
 static const char* const ARGS[] = {
     "b", "b0", "b1", "bs", "bs0", "bs1", "nb", "b16", "bsq", "ws", "counts", "at", "lda", "k",
-    "as", "lds", "a16", "c", "ldc", "m", "n", "steps", "tiles_m", "tiles_n", "group_m",
-    "dp_tiles", "sk_ctas", "sk_units", "grid", "block_n", "stages", "pingpong", "tma_store",
-    "overlap", "c_buffers", "stream"};
+    "as", "lds", "c", "ldc", "m", "n", "steps", "tiles_m", "tiles_n", "group_m", "dp_tiles",
+    "sk_ctas", "sk_units", "grid", "block_n", "stages", "pingpong", "tma_store", "overlap",
+    "c_buffers", "stream"};
 constexpr Py_ssize_t NARGS = sizeof(ARGS) / sizeof(ARGS[0]);
 
 static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -798,16 +735,15 @@ static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         .bs0 = (long)v[4], .bs1 = (long)v[5], .nb = (int)v[6], .b16 = ptr(7),
         .bsq = (float*)ptr(8), .ws = (float*)ptr(9), .counts = (int*)ptr(10), .at = ptr(11),
         .lda = (long)v[12], .k = (int)v[13], .as = (const float*)ptr(14), .lds = (long)v[15],
-        .a16 = ptr(16), .c = ptr(17), .ldc = (long)v[18]};
+        .c = ptr(16), .ldc = (long)v[17]};
     Sched s;
-    s.m = (int)v[19], s.n = (int)v[20], s.steps = (int)v[21], s.tiles_m = (int)v[22];
-    s.tiles_n = (int)v[23], s.group_m = (int)v[24], s.dp_tiles = (int)v[25];
-    s.sk_ctas = (int)v[26], s.sk_units = (long)v[27];
+    s.m = (int)v[18], s.n = (int)v[19], s.steps = (int)v[20], s.tiles_m = (int)v[21];
+    s.tiles_n = (int)v[22], s.group_m = (int)v[23], s.dp_tiles = (int)v[24];
+    s.sk_ctas = (int)v[25], s.sk_units = (long)v[26];
     const char* why;
     Py_BEGIN_ALLOW_THREADS
-    why = ks_wgmma_fp8_gemm(x, s, (int)v[28], (int)v[29], (int)v[30], (int)v[31], (int)v[32],
-                            (int)v[33], (int)v[34], x.a16 != nullptr,
-                            reinterpret_cast<cudaStream_t>(ptr(35)));
+    why = ks_wgmma_fp8_gemm(x, s, (int)v[27], (int)v[28], (int)v[29], (int)v[30], (int)v[31],
+                            (int)v[32], (int)v[33], reinterpret_cast<cudaStream_t>(ptr(34)));
     Py_END_ALLOW_THREADS
     if (why != nullptr) return PyErr_Format(PyExc_RuntimeError, "cuda_wgmma: %s", why);
     Py_RETURN_NONE;
@@ -830,7 +766,7 @@ PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MOD
 # no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
 def _build(**fast):
     return load_inline(
-        name="ks_cuda_wgmma_v9",
+        name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
         # --split-compile=0: nvcc optimises the kernels on every core (the same machine code)
@@ -900,10 +836,10 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
         return c
     if k == 0:
         return c.zero_()
-    block_n, c_buffers, a16 = knobs["BLOCK_N"], knobs["C_BUFFERS"], knobs.get("A16", 0)
-    if block_n not in (64, 128) or c_buffers not in (1, 2) or a16 not in (0, 1):
-        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128, C_BUFFERS 1 or 2 and A16 0 "
-                         f"or 1, got {block_n}, {c_buffers} and {a16}")
+    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
+    if block_n not in (64, 128) or c_buffers not in (1, 2):
+        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128 and C_BUFFERS 1 or 2, got "
+                         f"{block_n} and {c_buffers}")
     device = a.device.index
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
@@ -911,10 +847,9 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
     sms = torch.cuda.get_device_properties(device).multi_processor_count  # kept by torch
     sched, grid, sk_tiles = plan(m, n, steps, block_n, knobs["GROUP_M"], knobs["STREAM_K"],
                                  knobs["PERSISTENT"], sms)
-    # One allocation: B in fp16, B's scales' 16-byte slots, A in fp16 (A16), stream-K's
-    # partials and counters
+    # One allocation: B in fp16, B's scales' 16-byte slots, stream-K's partials and counters
     nb = b_scale.shape[0]
-    sizes = [n * steps * BLOCK_K * 2, steps * nb * 16, m * steps * BLOCK_K * 2 if a16 else 0]
+    sizes = [n * steps * BLOCK_K * 2, steps * nb * 16]
     if sk_tiles:
         sizes += [2 * sms * BLOCK_M * block_n * 4, 2 * sched[3] * sched[4] * 4]
     offsets = [0]
@@ -938,12 +873,10 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
     module.fp8_gemm(b.data_ptr(), b.stride(0), b.stride(1), b_scale.data_ptr(),
                     b_scale.stride(0), b_scale.stride(1), nb, scratch.data_ptr() + offsets[0],
                     scratch.data_ptr() + offsets[1],
+                    scratch.data_ptr() + offsets[2] if sk_tiles else 0,
                     scratch.data_ptr() + offsets[3] if sk_tiles else 0,
-                    scratch.data_ptr() + offsets[4] if sk_tiles else 0,
-                    at_.data_ptr(), lda, k, as_.data_ptr(), lds,
-                    scratch.data_ptr() + offsets[2] if a16 else 0, c.data_ptr(), c.stride(0),
-                    *sched, grid, block_n,
-                    stages_for(block_n, knobs["STAGE_DROP"], c_buffers, a16),
+                    at_.data_ptr(), lda, k, as_.data_ptr(), lds, c.data_ptr(), c.stride(0),
+                    *sched, grid, block_n, stages_for(block_n, knobs["STAGE_DROP"], c_buffers),
                     knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, stream)
     return c
 
