@@ -346,3 +346,40 @@ def test_cublas_padded_form_is_found_per_scale_shape(monkeypatch: pytest.MonkeyP
     # a form kept for the whole process would reuse "strided" at k=256, where it raises
     assert module._FORM_BY_SHAPE == {(1, 1): "strided", (56, 2): "padded_shape"}
     assert len(calls) == 3  # two trials at k=128, one at k=256; the second k=256 call reuses it
+
+
+def test_cublas_baselines_take_an_n_that_is_not_a_multiple_of_16(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch._scaled_mm refuses n % 16 != 0 (the cpu profile's n = 200, run on a GPU): the
+    baselines pad B's rows with zeros and hand back C's first n columns, the task's product.
+    The stand-in for torch._scaled_mm refuses as torch does and computes the block-scaled
+    product in fp32 on the CPU."""
+    import importlib.util
+
+    import torch
+
+    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
+    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
+                                                  "cublas_blockscaled.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
+    ref = importlib.util.module_from_spec(ref_spec)
+    ref_spec.loader.exec_module(ref)
+
+    def scaled_mm(a, b_t, scale_a, scale_b, out_dtype):
+        if a.shape[1] % 16 or b_t.shape[1] % 16:
+            raise RuntimeError("mat2 shape must be divisible by 16")
+        sa = scale_a.repeat_interleave(128, dim=1)
+        sb = scale_b.T.repeat_interleave(128, dim=0)[: b_t.shape[1]].repeat_interleave(128, 1)
+        return ((a.float() * sa) @ (b_t.T.float() * sb).T).to(out_dtype)
+
+    monkeypatch.setattr(module.torch, "_scaled_mm", scaled_mm)
+    monkeypatch.setattr(module, "_require_cuda_sm90", lambda a: None)
+    data = ref.generate_input(32, 200, 512, 1236)  # k/128 = 4: no scale form to search
+    got = module.custom_kernel(data)
+    assert got.shape == (32, 200)
+    torch.testing.assert_close(got.float(), ref.ref_kernel(data).float(), atol=1e-3, rtol=2e-2)
+    prepared = module.prepare(data)
+    assert prepared[1].shape == (512, 208) and not prepared[1][:, 200:].float().any()
+    assert module.run(prepared).shape == (32, 200)
