@@ -96,7 +96,7 @@ def test_one_build_serves_every_knob(monkeypatch) -> None:
     moved = seed_namespace(monkeypatch, rewrite_tunables(
         SEED.read_text(), {"BLOCK_N": 64, "STAGE_DROP": 2, "GROUP_M": 1, "STREAM_K": 2,
                            "PERSISTENT": 0, "PINGPONG": 0, "TMA_STORE": 0, "OVERLAP": 0,
-                           "C_BUFFERS": 2, "CLUSTER": 2})).build
+                           "C_BUFFERS": 2})).build
     assert moved == built
     assert "-gencode=arch=compute_90a,code=sm_90a" in built["extra_cuda_cflags"]  # wgmma
 
@@ -170,22 +170,6 @@ def test_plan_gives_every_tile_to_whole_ctas_or_stream_k(monkeypatch) -> None:
         [1024, 512, 56, 8, 4, 8, 0, 132, 32 * 56], 132, 32)
 
 
-def test_cta_pairs_take_whole_tiles_of_twice_the_rows(monkeypatch) -> None:
-    """CLUSTER 2: a tile is 256 rows, two CTAs a tile, whole tiles (stream-K is not read), the
-    persistent grid at most one pair an SM pair; an odd count of 128-row tiles leaves the last
-    pair's second CTA past m."""
-    ns = seed_namespace(monkeypatch, SEED.read_text())
-    for stream_k in (0, 1, 2):
-        assert ns.plan(6144, 4608, 56, 128, 8, stream_k, 1, 132, 2) == (
-            [6144, 4608, 56, 24, 36, 8, 24 * 36, 0, 0], 132, 0)
-    assert ns.plan(6144, 4608, 56, 128, 8, 1, 0, 132, 2)[1] == 2 * 24 * 36
-    # m1024-n512: 4 x 4 tiles of 256 x 128, 16 pairs
-    assert ns.plan(1024, 512, 56, 128, 8, 1, 1, 132, 2) == (
-        [1024, 512, 56, 4, 4, 8, 16, 0, 0], 32, 0)
-    # m 384: three 128-row tiles, two 256-row ones
-    assert ns.plan(384, 64, 1, 64, 8, 0, 1, 132, 2)[0][3] == 2
-
-
 def test_custom_kernel_names_a_wrong_input(monkeypatch) -> None:
     """Its checks run before any CUDA call, so a wrong tensor is a clear error on any device."""
     ns = seed_namespace(monkeypatch, SEED.read_text())
@@ -242,10 +226,9 @@ def cuda_part(tmp_path_factory) -> types.SimpleNamespace:
 def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(cuda_part) -> None:
     report = cuda_part.report
     assert cuda_part.returncode == 0, report
-    for block_n in (64, 128):  # both N tiles, with one and two C buffers, alone or in pairs
+    for block_n in (64, 128):  # both N tiles, with one and two C buffers, are built
         for c_buffers in (1, 2):
-            for cluster in (1, 2):
-                assert f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}ELi{cluster}E" in report, report
+            assert f"_Z11gemm_kernelILi{block_n}ELi{c_buffers}E" in report, report
     for vec in (0, 1):  # both upcasts
         assert f"_Z13upcast_kernelILb{vec}E" in report, report
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
@@ -301,8 +284,8 @@ import importlib.util
 spec = importlib.util.spec_from_file_location({build['name']!r}, {str(library)!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-for args, error in [((1, 2), TypeError), ((0,) * 35 + ("x",), TypeError),
-                    ((0,) * 36, RuntimeError)]:
+for args, error in [((1, 2), TypeError), ((0,) * 34 + ("x",), TypeError),
+                    ((0,) * 35, RuntimeError)]:
     try:
         module.fp8_gemm(*args)
     except error as exc:
@@ -312,7 +295,7 @@ for args, error in [((1, 2), TypeError), ((0,) * 35 + ("x",), TypeError),
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == ("TypeError cuda_wgmma.fp8_gemm takes 36 integers (b, b0, ..., stream), "
+    assert lines[0] == ("TypeError cuda_wgmma.fp8_gemm takes 35 integers (b, b0, ..., stream), "
                         "got 2 arguments"), lines
     assert lines[1] == "TypeError cuda_wgmma.fp8_gemm: argument 'stream' must be an int, got 'x'"
     assert lines[2].startswith("RuntimeError cuda_wgmma: CUDA error: "), lines
@@ -327,16 +310,12 @@ SM90 = (torch.cuda.is_available() and torch.version.hip is None
 @pytest.mark.skipif(not (SM90 and NVCC), reason="needs an NVIDIA sm_90 GPU and nvcc")
 def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     """Every schedule: whole tiles, one CTA a tile, and both stream-K cuts (whose fixups
-    sum partials across CTAs), at both N tiles, with one or two C buffers, and CTA pairs
-    (persistent, or one pair a tile with direct stores); one build, shared by the pytest
-    process, serves them all."""
+    sum partials across CTAs), at both N tiles, with one or two C buffers; one build, shared
+    by the pytest process, serves them all."""
     shutil.copytree(REPO / "tasks" / "fp8_gemm", tmp_path / "fp8_gemm")
     points = {"cuda_sk0": {"STREAM_K": 0, "PERSISTENT": 0, "PINGPONG": 0, "OVERLAP": 0},
               "cuda_sk1": {"STREAM_K": 1, "BLOCK_N": 64},
-              "cuda_sk2": {"STREAM_K": 2, "C_BUFFERS": 2},
-              "cuda_pairs": {"CLUSTER": 2},
-              "cuda_pairs_each": {"CLUSTER": 2, "PERSISTENT": 0, "BLOCK_N": 64,
-                                  "TMA_STORE": 0, "OVERLAP": 0}}
+              "cuda_sk2": {"STREAM_K": 2, "C_BUFFERS": 2}}
     kernels = []
     for name, knobs in points.items():
         path = tmp_path / f"{name}.py"
@@ -352,7 +331,7 @@ def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
         assert outcomes == {"passed"}, output
         builds += candidate["inline_builds"]
     # One build, made by the pytest process and shared (harness/shared_builds.py): the knobs
-    # are read at each call, so the files' load_inline arguments are equal.
+    # are read at each call, so the three files' load_inline arguments are equal.
     assert len({b["key"] for b in builds}) == 1, builds
-    assert sorted(b["outcome"] for b in builds) in (
-        ["built"] + ["reused"] * (len(points) - 1), ["reused"] * len(points)), builds
+    assert sorted(b["outcome"] for b in builds) in (["built", "reused", "reused"],
+                                                    ["reused"] * 3), builds

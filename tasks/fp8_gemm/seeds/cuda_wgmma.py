@@ -38,7 +38,6 @@ TUNABLES = {  # the H200 sweeps' best (notes/fp8_gemm_h200.md)
     "TMA_STORE": 1,
     "OVERLAP": 1,
     "C_BUFFERS": 1,
-    "CLUSTER": 1,
 }
 TUNABLE_SPACE = {
     "BLOCK_N": [64, 128],
@@ -50,7 +49,6 @@ TUNABLE_SPACE = {
     "TMA_STORE": [0, 1],
     "OVERLAP": [0, 1],
     "C_BUFFERS": [1, 2],
-    "CLUSTER": [1, 2],
 }
 
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
@@ -134,7 +132,7 @@ struct Operands {
 // B's upcast, then the GEMM, queued on `stream`: nullptr, or why not.
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int cluster, cudaStream_t stream);
+                              int c_buffers, cudaStream_t stream);
 """
 
 # The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then their launchers.
@@ -180,31 +178,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
                  " [%0], [%1, {%3, %4}], [%2];"
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)),
                     "r"(smem_u32(bar)), "r"(c0), "r"(c1) : "memory");
-}
-// The same box into the same offset of both CTAs of a cluster pair, counted on each one's `bar`.
-__device__ __forceinline__ void tma_load_pair(void* dst, const CUtensorMap* map, uint64_t* bar,
-                                              int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
-                 :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)),
-                    "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"((uint16_t)3) : "memory");
-}
-// An arrival on the other CTA's barrier at this CTA's `bar` offset (a cluster pair).
-__device__ __forceinline__ void bar_arrive_peer(uint64_t* bar, uint32_t peer) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)),
-                 "r"(peer));
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote)
-                 : "memory");
-}
-// Every thread of the cluster that has not exited arrives, then waits for the others.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
 }
 // A plain copy of `bytes` (16-byte multiple and alignment) into shared memory, counted on `bar`.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
@@ -340,12 +313,10 @@ __device__ __forceinline__ int owner(const Sched& s, long u) {
     return (int)(((u + 1) * s.sk_ctas - 1) / s.sk_units);
 }
 struct Walk {
-    int next_dp, cl;
+    int next_dp;
     long u, u1;
     bool first = true;
-    // cl: CTAs a cluster; a cluster's CTAs take the same tiles (their rows 128 apart)
-    __device__ Walk(const Sched& s, int cl)
-            : next_dp((int)blockIdx.x / cl), cl(cl), u(0), u1(0) {
+    __device__ explicit Walk(const Sched& s) : next_dp(blockIdx.x), u(0), u1(0) {
         if ((int)blockIdx.x < s.sk_ctas) {
             u = s.sk_units * blockIdx.x / s.sk_ctas;
             u1 = s.sk_units * (blockIdx.x + 1) / s.sk_ctas;
@@ -354,7 +325,7 @@ struct Walk {
     __device__ bool next(const Sched& s, Seg& g) {
         if (next_dp < s.dp_tiles) {
             g = {next_dp, 0, s.steps, false};
-            next_dp += gridDim.x / cl;
+            next_dp += gridDim.x;
             return true;
         }
         if (u >= u1) return false;
@@ -368,12 +339,11 @@ struct Walk {
         return true;
     }
 };
-// CL 2: a tile is 128 * CL rows (s.tiles_m counts those), this CTA's the rank's 128 of them.
-template <int BN, int CL>
+template <int BN>
 __device__ __forceinline__ void tile_origin(const Sched& s, int tile, int& m0, int& n0) {
     const int in_group = s.group_m * s.tiles_n, first_m = (tile / in_group) * s.group_m;
     const int rows = min(s.tiles_m - first_m, s.group_m);
-    m0 = (first_m + (tile % in_group) % rows) * BM * CL + (CL > 1 ? (int)cluster_rank() : 0) * BM;
+    m0 = (first_m + (tile % in_group) % rows) * BM;
     n0 = ((tile % in_group) / rows) * BN;
 }
 
@@ -451,9 +421,8 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
 }
 
 // The stage index and phase run on across tiles: the next tile's loads overlap the epilogue.
-// CB: C_BUFFERS. CL: CLUSTER (2: CTA pairs on tiles 128 rows apart; each loads half of B's
-// tile into both, and a stage is refilled once both CTAs' consumers gave it back).
-template <int BN, int CB, int CL>
+// CB: C_BUFFERS.
+template <int BN, int CB>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
         const __grid_constant__ CUtensorMap map_c, const float* __restrict__ as, long lds,
@@ -475,19 +444,16 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; ++s) {
             bar_init(&full[s], 1);
-            bar_init(&empty[s], 8 * CL);  // one arrival per consumer warp of the cluster
+            bar_init(&empty[s], 8);  // one arrival per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CL > 1)
-        cluster_sync();  // the other CTA's barriers are initialised before anything reaches them
-    else
-        __syncthreads();
+    __syncthreads();
     // OVERLAP: wait for the upcast's writes (B, its scales, the counters); else a no-op
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const int wg = threadIdx.x / 128;
-    Walk walk(sched, CL);
+    Walk walk(sched);
     Seg g;
     int s = 0;
     uint32_t phase = 0;
@@ -496,31 +462,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         if (threadIdx.x == 0) {
             while (walk.next(sched, g)) {
                 int m0, n0;
-                tile_origin<BN, CL>(sched, g.tile, m0, n0);
+                tile_origin<BN>(sched, g.tile, m0, n0);
                 for (int kb = g.kb0; kb < g.kb1; ++kb) {
                     bar_wait(&empty[s], phase ^ 1);
                     uint8_t* st = smem + s * STAGE_BYTES;
                     // A's scales of the tile's rows (whole 16-byte lines: `as` rows are
-                    // readable up to m rounded up to 4). A CL 2 CTA past m loads the first
-                    // rows instead (A and a line of scales): it computes on them and stores
-                    // nothing, so no box lies wholly outside A.
-                    const bool rows_here = m0 < sched.m;
-                    const uint32_t a_bytes =
-                        rows_here ? (min(BM, sched.m - m0) + 3) / 4 * 16 : 16;
+                    // readable up to m rounded up to 4)
+                    const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;
                     bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);
-                    tma_load(st, &map_a, &full[s], rows_here ? m0 : 0, kb * BK);
-                    for (int h = 0; h < 2; ++h) {
-                        uint8_t* const b = st + A_BYTES + h * B_HALF;
-                        if constexpr (CL > 1) {  // this CTA's half of B's rows, into both
-                            const int r = (int)cluster_rank() * (BN / 2);
-                            tma_load_pair(b + r * 128, &map_b, &full[s], kb * BK + h * HK,
-                                          n0 + r);
-                        } else {
-                            tma_load(b, &map_b, &full[s], kb * BK + h * HK, n0);
-                        }
-                    }
-                    bulk_load(scales + s * BM * 4, as + kb * lds + (rows_here ? m0 : 0), a_bytes,
-                              &full[s]);
+                    tma_load(st, &map_a, &full[s], m0, kb * BK);
+                    for (int h = 0; h < 2; ++h)
+                        tma_load(st + A_BYTES + h * B_HALF, &map_b, &full[s], kb * BK + h * HK,
+                                 n0);
+                    bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);
                     bulk_load(scales + stages * BM * 4 + s * 16, bsq + (long)kb * nb + n0 / 128,
                               16, &full[s]);
                     if (++s == stages) s = 0, phase ^= 1;
@@ -541,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first half's
     while (walk.next(sched, g)) {
         int m0, n0;
-        tile_origin<BN, CL>(sched, g.tile, m0, n0);
+        tile_origin<BN>(sched, g.tile, m0, n0);
         // The fragment's rows g and g + 8 (g = lane / 4) are the tile's rows 2g and 2g + 1 of
         // the warp's 16 (the transposed ldmatrix pairs neighbouring m); scales and C follow.
         const int row = m0 + half * 64 + warp * 16 + 2 * (lane / 4);  // and row + 1
@@ -587,10 +541,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
                 fetch(s);
             }
             wgmma_wait();
-            if (lane == 0) {
-                bar_arrive(&empty[here]);
-                if constexpr (CL > 1) bar_arrive_peer(&empty[here], cluster_rank() ^ 1);
-            }
+            if (lane == 0) bar_arrive(&empty[here]);
 #pragma unroll
             for (int j = 0; j < NR / 4; ++j) {
                 acc[4 * j] += part[4 * j] * s0;
@@ -626,7 +577,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             named_sync(1 + half, 128);
             if (t == 0) {
-                for (int b = 0; b < BN / 64 && m0 + half * 64 < m; ++b)
+                for (int b = 0; b < BN / 64; ++b)
                     tma_store(&map_c, mine + b * 8192, n0 + b * 64, m0 + half * 64);
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
@@ -653,15 +604,11 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     }
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    // CL 2: stay until the other CTA's last arrivals on this one's barriers have landed
-    if constexpr (CL > 1) cluster_sync();
 }
 // Taking their addresses builds every GEMM and upcast (nvcc alone builds them all).
-void* const KERNELS[10] = {
-    (void*)gemm_kernel<64, 1, 1>, (void*)gemm_kernel<128, 1, 1>, (void*)gemm_kernel<64, 2, 1>,
-    (void*)gemm_kernel<128, 2, 1>, (void*)gemm_kernel<64, 1, 2>, (void*)gemm_kernel<128, 1, 2>,
-    (void*)gemm_kernel<64, 2, 2>, (void*)gemm_kernel<128, 2, 2>, (void*)upcast_kernel<true>,
-    (void*)upcast_kernel<false>};
+void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
+                          (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
+                          (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
 """
 
 # The launchers: CUDA's runtime and driver API only, so nvcc parses no torch header.
@@ -699,50 +646,30 @@ static const char* tensor_map(CUtensorMap& map, CUtensorMapDataType type, const 
     return why;
 }
 
-template <int BN, int CB, int CL>
+template <int BN, int CB>
 static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
                           const CUtensorMap& map_c, const Operands& x, const Sched& s, int grid,
                           int stages, int pingpong, int tma_c, int overlap, cudaStream_t stream) {
     const int smem = stages * (A_BYTES + 4 * BN * HK + SCALE_BYTES + 16) + CB * 256 * BN + 16;
     static int opted_in[64] = {};  // per device: the most shared memory asked for yet
-    static int pairs[64] = {};     // per device, CL 2: how many CTA pairs can run at once
     int device = 0;
     KS_TRY(cudaGetDevice(&device));
     if (opted_in[device % 64] < smem) {
-        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB, CL>,
+        KS_TRY(cudaFuncSetAttribute(gemm_kernel<BN, CB>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         opted_in[device % 64] = smem;
-        pairs[device % 64] = 0;
     }
-    // OVERLAP: a programmatic dependent of the upcast launched just before on this stream;
-    // CL 2: CTA pairs
-    cudaLaunchAttribute attrs[2];
-    int n_attrs = 0;
-    if (CL > 1) {
-        attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
-        attrs[n_attrs++].val.clusterDim = {(unsigned)CL, 1, 1};
-    }
-    if (overlap) {
-        attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    // OVERLAP: a programmatic dependent of the upcast launched just before on this stream
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(grid), config.blockDim = dim3(THREADS);
     config.dynamicSmemBytes = smem, config.stream = stream;
-    config.attrs = attrs, config.numAttrs = n_attrs;
-    if (CL > 1) {  // a persistent grid (fewer CTAs than tiles) no larger than the pairs that
-                   // fit at once (an SM of a GPC without a partner stays idle), else its last
-                   // pairs would start once others finished, and finish last
-        if (pairs[device % 64] == 0)
-            KS_TRY(cudaOccupancyMaxActiveClusters(&pairs[device % 64], gemm_kernel<BN, CB, CL>,
-                                                  &config));
-        if (pairs[device % 64] == 0) return "no CTA pair of the GEMM fits on two SMs";
-        if (grid > CL * pairs[device % 64] && grid < CL * s.dp_tiles)
-            config.gridDim = dim3(CL * pairs[device % 64]);
-    }
+    config.attrs = &attr, config.numAttrs = overlap ? 1 : 0;
     const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;
     KS_TRY(cudaLaunchKernelEx(
-        &config, gemm_kernel<BN, CB, CL>, map_a, map_b, map_c, x.as, x.lds,
+        &config, gemm_kernel<BN, CB>, map_a, map_b, map_c, x.as, x.lds,
         reinterpret_cast<const float4*>(x.bsq), x.nb, static_cast<__nv_bfloat16*>(x.c),
         reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,
         pairs_ok));
@@ -751,7 +678,7 @@ static const char* launch(const CUtensorMap& map_a, const CUtensorMap& map_b,
 
 const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int block_n,
                               int stages, int pingpong, int tma_store, int overlap,
-                              int c_buffers, int cluster, cudaStream_t stream) {
+                              int c_buffers, cudaStream_t stream) {
     // B -> fp16 [n, kp], K-major; the same launch zeroes the counters and writes `bsq`.
     const int kp = s.steps * BK, zeros = x.counts ? 2 * s.tiles_m * s.tiles_n : 0;
     const bool vec = x.b0 == 1 && x.b1 % 16 == 0 && reinterpret_cast<uintptr_t>(x.b) % 16 == 0;
@@ -763,18 +690,15 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
     CUtensorMap map_a, map_b, map_c;
     KS_OK(tensor_map(map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, x.at, s.m, x.k, x.lda, BM, BK));
     KS_OK(tensor_map(map_b, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, x.b16, kp, s.n, kp * 2L, HK,
-                     block_n / cluster));  // CL 2: each CTA of a pair loads half of B's rows
+                     block_n));
     // C through TMA where its rows are whole 16-byte lines (else direct stores)
     const bool tma_c = tma_store && x.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(x.c) % 16 == 0;
     map_c = map_b;  // unused unless tma_c
     if (tma_c)
         KS_OK(tensor_map(map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x.c, s.n, s.m, x.ldc * 2, 64,
                          64));
-    using Launch = decltype(&launch<64, 1, 1>);
-    static const Launch LAUNCH[2][2][2] = {  // [BLOCK_N 64, 128][C_BUFFERS - 1][CLUSTER - 1]
-        {{launch<64, 1, 1>, launch<64, 1, 2>}, {launch<64, 2, 1>, launch<64, 2, 2>}},
-        {{launch<128, 1, 1>, launch<128, 1, 2>}, {launch<128, 2, 1>, launch<128, 2, 2>}}};
-    const Launch run = LAUNCH[block_n == 128][c_buffers == 2][cluster == 2];
+    const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
+                                   : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
     return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);
 }
 """
@@ -791,7 +715,7 @@ static const char* const ARGS[] = {
     "b", "b0", "b1", "bs", "bs0", "bs1", "nb", "b16", "bsq", "ws", "counts", "at", "lda", "k",
     "as", "lds", "c", "ldc", "m", "n", "steps", "tiles_m", "tiles_n", "group_m", "dp_tiles",
     "sk_ctas", "sk_units", "grid", "block_n", "stages", "pingpong", "tma_store", "overlap",
-    "c_buffers", "cluster", "stream"};
+    "c_buffers", "stream"};
 constexpr Py_ssize_t NARGS = sizeof(ARGS) / sizeof(ARGS[0]);
 
 static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -819,8 +743,7 @@ static PyObject* fp8_gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* why;
     Py_BEGIN_ALLOW_THREADS
     why = ks_wgmma_fp8_gemm(x, s, (int)v[27], (int)v[28], (int)v[29], (int)v[30], (int)v[31],
-                            (int)v[32], (int)v[33], (int)v[34],
-                            reinterpret_cast<cudaStream_t>(ptr(35)));
+                            (int)v[32], (int)v[33], reinterpret_cast<cudaStream_t>(ptr(34)));
     Py_END_ALLOW_THREADS
     if (why != nullptr) return PyErr_Format(PyExc_RuntimeError, "cuda_wgmma: %s", why);
     Py_RETURN_NONE;
@@ -843,7 +766,7 @@ PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MOD
 # no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
 def _build(**fast):
     return load_inline(
-        name="ks_cuda_wgmma_v9",
+        name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
         # --split-compile=0: nvcc optimises the kernels on every core (the same machine code)
@@ -866,13 +789,9 @@ def shape_of(data):
 
 
 def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
-         persistent: int, sms: int, cluster: int = 1) -> tuple[list[int], int, int]:
+         persistent: int, sms: int) -> tuple[list[int], int, int]:
     """Sched's fields (the wrapper's order), the grid, and how many tiles stream-K cuts."""
-    tiles_m, tiles_n = -(-m // (BLOCK_M * cluster)), -(-n // block_n)
-    if cluster > 1:  # CTA pairs, each on a tile of 128 * cluster rows, whole tiles only
-        tiles = tiles_m * tiles_n
-        grid = cluster * (min(tiles, sms // cluster) if persistent else tiles)
-        return [m, n, steps, tiles_m, tiles_n, max(1, group_m), tiles, 0, 0], grid, 0
+    tiles_m, tiles_n = -(-m // BLOCK_M), -(-n // block_n)
     tiles = tiles_m * tiles_n
     rest = tiles % sms
     sk_tiles = 0 if stream_k == 0 or rest == 0 else rest + (
@@ -917,17 +836,17 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
         return c
     if k == 0:
         return c.zero_()
-    block_n, c_buffers, cluster = knobs["BLOCK_N"], knobs["C_BUFFERS"], knobs.get("CLUSTER", 1)
-    if block_n not in (64, 128) or c_buffers not in (1, 2) or cluster not in (1, 2):
-        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128, C_BUFFERS and CLUSTER 1 or 2, "
-                         f"got {block_n}, {c_buffers} and {cluster}")
+    block_n, c_buffers = knobs["BLOCK_N"], knobs["C_BUFFERS"]
+    if block_n not in (64, 128) or c_buffers not in (1, 2):
+        raise ValueError(f"cuda_wgmma: BLOCK_N must be 64 or 128 and C_BUFFERS 1 or 2, got "
+                         f"{block_n} and {c_buffers}")
     device = a.device.index
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return fp8_gemm(a, b, a_scale, b_scale, c, knobs)
     sms = torch.cuda.get_device_properties(device).multi_processor_count  # kept by torch
     sched, grid, sk_tiles = plan(m, n, steps, block_n, knobs["GROUP_M"], knobs["STREAM_K"],
-                                 knobs["PERSISTENT"], sms, cluster)
+                                 knobs["PERSISTENT"], sms)
     # One allocation: B in fp16, B's scales' 16-byte slots, stream-K's partials and counters
     nb = b_scale.shape[0]
     sizes = [n * steps * BLOCK_K * 2, steps * nb * 16]
@@ -958,8 +877,7 @@ def fp8_gemm(a, b, a_scale, b_scale, c, knobs: dict) -> torch.Tensor:
                     scratch.data_ptr() + offsets[3] if sk_tiles else 0,
                     at_.data_ptr(), lda, k, as_.data_ptr(), lds, c.data_ptr(), c.stride(0),
                     *sched, grid, block_n, stages_for(block_n, knobs["STAGE_DROP"], c_buffers),
-                    knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, cluster,
-                    stream)
+                    knobs["PINGPONG"], knobs["TMA_STORE"], knobs["OVERLAP"], c_buffers, stream)
     return c
 
 
