@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from baseline_sources import BASELINES, with_baselines
-from helpers import AXPY, run_pytest
+from helpers import AXPY, load_file, run_pytest
 
 from pytest_kscientist.errors import CandidateFailure, TaskSpecError
 from pytest_kscientist.formats.task import BaselineSpec, load_task
@@ -281,23 +281,22 @@ def test_results_json_round_trips(e2e) -> None:
     assert bench.stats is not None and bench.stats.samples_us == []  # never written
 
 
+def _cublas_and_reference() -> tuple[Any, Any]:
+    """fp8_gemm's cuBLAS baselines file and its reference, each a fresh module (a form kept
+    by one test's module is not another's)."""
+    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
+    return (load_file(task / "baselines" / "cublas_blockscaled.py", "cublas"),
+            load_file(task / "reference.py", "ref"))
+
+
 @pytest.mark.parametrize("form", ["strided", "padded_shape", "pad_k"])
 def test_cublas_padded_scale_forms_describe_the_task_product(form: str) -> None:
     """Each form the cuBLAS baselines may hand torch._scaled_mm when k/128 % 4 != 0 has B's
     scales in memory with the leading dimension cuBLAS reads (a multiple of 4) and, read as
     torch sees the tensors, still describes the task's product (checked in fp32 on the CPU)."""
-    import importlib.util
-
     import torch
 
-    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
-    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
-                                                  "cublas_blockscaled.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
-    ref = importlib.util.module_from_spec(ref_spec)
-    ref_spec.loader.exec_module(ref)
+    module, ref = _cublas_and_reference()
     a, b, a_scale, b_scale, c = ref.generate_input(64, 256, 768, 5)  # k/128 = 6
     args = module._operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T,
                             b_scale, form)
@@ -316,15 +315,9 @@ def test_cublas_padded_form_is_found_per_scale_shape(monkeypatch: pytest.MonkeyP
     """A form that passes at one scale shape is not reused at another (on the H200 the logical
     shape over padded memory passed at k/128 = 1 and was then wrong to reuse at k/128 = 2).
     torch._scaled_mm is replaced by a stand-in that accepts what torch 2.11 accepted there."""
-    import importlib.util
-
     import torch
 
-    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
-    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
-                                                  "cublas_blockscaled.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module, ref = _cublas_and_reference()
     calls: list[tuple[int, ...]] = []
 
     def scaled_mm(a, b_t, scale_a, scale_b, out_dtype):
@@ -336,9 +329,6 @@ def test_cublas_padded_form_is_found_per_scale_shape(monkeypatch: pytest.MonkeyP
         return torch.empty(a.shape[0], b_t.shape[1], dtype=out_dtype)
 
     monkeypatch.setattr(module.torch, "_scaled_mm", scaled_mm)
-    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
-    ref = importlib.util.module_from_spec(ref_spec)
-    ref_spec.loader.exec_module(ref)
     for m, n, k in ((64, 64, 128), (96, 7168, 256), (96, 7168, 256)):
         a, b, a_scale, b_scale, _ = ref.generate_input(m, n, k, 3)
         module.cublas_operands(a.contiguous(), b.contiguous().T, a_scale.T.contiguous().T,
@@ -354,18 +344,9 @@ def test_cublas_baselines_take_an_n_that_is_not_a_multiple_of_16(
     baselines pad B's rows with zeros and hand back C's first n columns, the task's product.
     The stand-in for torch._scaled_mm refuses as torch does and computes the block-scaled
     product in fp32 on the CPU."""
-    import importlib.util
-
     import torch
 
-    task = Path(__file__).resolve().parents[1] / "tasks" / "fp8_gemm"
-    spec = importlib.util.spec_from_file_location("cublas", task / "baselines" /
-                                                  "cublas_blockscaled.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    ref_spec = importlib.util.spec_from_file_location("ref", task / "reference.py")
-    ref = importlib.util.module_from_spec(ref_spec)
-    ref_spec.loader.exec_module(ref)
+    module, ref = _cublas_and_reference()
 
     def scaled_mm(a, b_t, scale_a, scale_b, out_dtype):
         if a.shape[1] % 16 or b_t.shape[1] % 16:

@@ -106,7 +106,7 @@ def run(prepared):
     """The cuBLAS call alone, on the output of ``prepare``; returns a fresh bf16 [m,n]."""
     a, b_t, scale_a, scale_b, c = prepared
     out = torch._scaled_mm(a, b_t, scale_a, scale_b, out_dtype=torch.bfloat16)
-    return out[:, : c.shape[1]] if out.shape[1] != c.shape[1] else out
+    return out[:, : c.shape[1]]  # B's zero rows past n (prepare) give columns past C's
 
 
 def custom_kernel(data):
