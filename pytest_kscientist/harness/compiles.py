@@ -48,7 +48,10 @@ from pytest_kscientist.harness.mounts import (
 from pytest_kscientist.harness.results import CompileResult, report_property
 
 MAX_ERRORS = 3
-CACHE_FORMAT = "1"  # bump when CompileResult or what a compile reads changes
+# Bump when CompileResult or what a compile reads changes. "2": before it, compilers in
+# sandboxes shared /tmp, where nvcc's temporary files of two compiles could be one another's
+# (``run``), so a kept result may describe another unit.
+CACHE_FORMAT = "2"
 
 
 class CompileFailure(KsError):
@@ -151,26 +154,33 @@ def run(cmd: list[str], cwd: Path, timeout_s: float,
         env: dict[str, str] | None = None) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group, in the workers' scrubbed environment plus ``env``;
     (exit code or None on timeout, output). The group dies with this process (a lifeline: a
-    ``kill -9`` of pytest leaves no compiler running beside the next session's timing)."""
+    ``kill -9`` of pytest leaves no compiler running beside the next session's timing).
+
+    Each run gets a temporary folder of its own as ``TMPDIR``, removed after it. In the sandbox
+    every command has its own PID namespace, so two compilers at once have the same PIDs, and
+    nvcc names its intermediate files in ``TMPDIR`` by PID: with /tmp shared, a compile read
+    another's files (on an H100 three of a session's four shared builds failed with one
+    source's errors; on the CPU two nvcc runs made one object, the other's kernels in both)."""
     from pytest_kscientist.harness.spawn import Lifeline, clean_environment
 
-    env = {**clean_environment("cpu"), **(env or {})}
-    lifeline = Lifeline()
-    try:
-        proc = subprocess.Popen(lifeline.command(cmd, group=True), cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", start_new_session=True,
-                                pass_fds=(lifeline.read_fd,))
-        lifeline.started()
+    with tempfile.TemporaryDirectory(prefix="ks-tmp-") as private:
+        env = {**clean_environment("cpu"), **(env or {}), "TMPDIR": private}
+        lifeline = Lifeline()
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            return None, out
-        return proc.returncode, out
-    finally:
-        lifeline.cut()  # kills the group if it still runs (an interrupt during the wait)
+            proc = subprocess.Popen(lifeline.command(cmd, group=True), cwd=cwd, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", start_new_session=True,
+                                    pass_fds=(lifeline.read_fd,))
+            lifeline.started()
+            try:
+                out, _ = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                return None, out
+            return proc.returncode, out
+        finally:
+            lifeline.cut()  # kills the group if it still runs (an interrupt during the wait)
 
 
 def demangled(names: list[str]) -> list[str]:

@@ -112,9 +112,11 @@ def build_key(args: dict[str, Any], arch: list[str], environment: dict[str, Any]
     """The SHA-256 naming a call's build: what load_inline builds from, and where."""
     import torch
 
+    # "own_tmp": builds made before each compiler had a TMPDIR of its own (compiles.run) may
+    # hold another build's code; they are not read.
     material = {"args": args, "arch": arch, "environment": environment,
                 "python": sys.version, "torch": torch.__version__,
-                "cuda": torch.version.cuda, "hip": torch.version.hip}
+                "cuda": torch.version.cuda, "hip": torch.version.hip, "own_tmp": True}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
