@@ -96,7 +96,8 @@ NOZERO = [
      "            if (kb == g.kb0) {\n#pragma unroll\n"
      "                for (int j = 0; j < NR / 4; ++j) {\n"
      "                    acc[4 * j] = part[4 * j] * s0, acc[4 * j + 1] = part[4 * j + 1] * s0;\n"
-     "                    acc[4 * j + 2] = part[4 * j + 2] * s1, acc[4 * j + 3] = part[4 * j + 3] * s1;\n"
+     "                    acc[4 * j + 2] = part[4 * j + 2] * s1,\n"
+     "                    acc[4 * j + 3] = part[4 * j + 3] * s1;\n"
      "                }\n            } else\n#pragma unroll\n"
      "            for (int j = 0; j < NR / 4; ++j) {\n"
      "                acc[4 * j] += part[4 * j] * s0;\n"),
