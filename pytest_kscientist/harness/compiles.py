@@ -163,7 +163,7 @@ def run(cmd: list[str], cwd: Path, timeout_s: float,
     source's errors; on the CPU two nvcc runs made one object, the other's kernels in both)."""
     from pytest_kscientist.harness.spawn import Lifeline, clean_environment
 
-    with tempfile.TemporaryDirectory(prefix="ks-tmp-") as private:
+    with tempfile.TemporaryDirectory(prefix="ks-tmp-", ignore_cleanup_errors=True) as private:
         env = {**clean_environment("cpu"), **(env or {}), "TMPDIR": private}
         lifeline = Lifeline()
         try:
