@@ -159,8 +159,8 @@ def run(cmd: list[str], cwd: Path, timeout_s: float,
     Each run gets a temporary folder of its own as ``TMPDIR``, removed after it. In the sandbox
     every command has its own PID namespace, so two compilers at once have the same PIDs, and
     nvcc names its intermediate files in ``TMPDIR`` by PID: with /tmp shared, a compile read
-    another's files (on an H100 three of a session's four shared builds failed with one
-    source's errors; on the CPU two nvcc runs made one object, the other's kernels in both)."""
+    another's files (on an H100 three of a session's four shared builds failed with the same
+    errors; on the CPU two nvcc runs made one object, the other's kernels in both)."""
     from pytest_kscientist.harness.spawn import Lifeline, clean_environment
 
     with tempfile.TemporaryDirectory(prefix="ks-tmp-", ignore_cleanup_errors=True) as private:

@@ -58,6 +58,9 @@ MAX_SOURCE_BYTES = 8 << 20
 DONE = "ks-built.json"
 BUILD_LOG = "ks-build.log"
 STALE_S = 3600.0
+# Part of every build's key: bump when builds made before may be wrong to read. 2: before it
+# the compilers shared /tmp, and a build could hold another's code (compiles.run).
+BUILD_FORMAT = 2
 # A compiler's or linker's error line (gcc, clang, nvcc "error:", "fatal error:", collect2's).
 ERROR_LINE = re.compile(r"\berror( \w+)?:")
 
@@ -112,11 +115,9 @@ def build_key(args: dict[str, Any], arch: list[str], environment: dict[str, Any]
     """The SHA-256 naming a call's build: what load_inline builds from, and where."""
     import torch
 
-    # "own_tmp": builds made before each compiler had a TMPDIR of its own (compiles.run) may
-    # hold another build's code; they are not read.
-    material = {"args": args, "arch": arch, "environment": environment,
-                "python": sys.version, "torch": torch.__version__,
-                "cuda": torch.version.cuda, "hip": torch.version.hip, "own_tmp": True}
+    material = {"format": BUILD_FORMAT, "args": args, "arch": arch,
+                "environment": environment, "python": sys.version, "torch": torch.__version__,
+                "cuda": torch.version.cuda, "hip": torch.version.hip}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
