@@ -37,3 +37,8 @@ class KsGateUndecided(KsWarning):
 class KsNoSavedRun(KsWarning):
     """The saved run the ini file's ``ks_compare`` names does not exist (yet): this run
     compares with nothing, its regression gate included."""
+
+
+class KsNoDeviceLock(KsWarning):
+    """A GPU session could not open its GPU's machine-wide lock (harness/device_lock.py): its
+    items do not take turns with other sessions on that GPU."""

@@ -109,22 +109,9 @@ class CaseItem(CandidateItem):
         case_id = cand.task.case_id(self.case)
         try:
             if self.kind == "bench":
-                ks.wait_for_starts()
-            if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
-                raise CandidateFailure(f"not timed: {cand.failed_check}")
-            worker = cand.live_worker()
-            if self.kind == "check":
-                result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
-                result.attribution = self._attribute(evaluator, worker)
-                if result.note and not cand.noted:
-                    cand.noted = True  # once a candidate: its other cases say the same
-                    # At the candidate's entry point, not the item's file (a GPU MODE
-                    # folder's task.yml:1 said nothing about which kernel).
-                    warnings.warn_explicit(
-                        KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"), None,
-                        str(cand.source), def_line(cand.source, cand.entry))
-            else:
-                result = self._bench(worker)
+                ks.wait_for_starts(warm=False)  # builds: not under the GPU's lock
+            with ks.device_turn(self.nodeid):
+                result = self._run(evaluator, case_id)
         except CandidateFailure as exc:
             self._note_machine(exc)
             if not exc.wrong_result:
@@ -157,6 +144,27 @@ class CaseItem(CandidateItem):
             # Reported, not failed: the task declares this baseline a yardstick (verify =
             # "report"), so its times still count, flagged unverified.
             pytest.xfail(result.reason)
+
+    def _run(self, evaluator: Any, case_id: str) -> CaseResult:
+        """The check or the benchmark, with the GPU to this session (``device_turn``)."""
+        cand = self.candidate
+        if self.kind == "bench":
+            cand.ks.wait_for_starts()  # the first calls, under the lock: they run kernels
+        if self.kind == "bench" and cand.failed_check and cand.load_failure is None:
+            raise CandidateFailure(f"not timed: {cand.failed_check}")
+        worker = cand.live_worker()
+        if self.kind != "check":
+            return self._bench(worker)
+        result = evaluator.check(worker, self.case, tolerate=cand.tolerate)
+        result.attribution = self._attribute(evaluator, worker)
+        if result.note and not cand.noted:
+            cand.noted = True  # once a candidate: its other cases say the same
+            # At the candidate's entry point, not the item's file (a GPU MODE folder's
+            # task.yml:1 said nothing about which kernel).
+            warnings.warn_explicit(
+                KsUnlikeOutput(f"{cand.name} {case_id}: {result.note}"), None,
+                str(cand.source), def_line(cand.source, cand.entry))
+        return result
 
     def _attribute(self, evaluator: Any, worker: Worker) -> attribution.Attribution | None:
         """The candidate's profiled call, on its first passing check, when asked for
@@ -454,8 +462,9 @@ class DrawnItem(CandidateItem):
                           detail=exc.detail[-4000:])
             raise
         try:
-            found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
-                                  self.examples)
+            with ks.device_turn(self.nodeid):
+                found = drawn.falsify(self.space, task.spec.case_keys, check, ks.salt,
+                                      self.examples)
         except _ReferenceRaised as raised:
             if not cand.failed_check:
                 cand.failed_check = "a drawn check could not be judged"

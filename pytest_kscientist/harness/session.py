@@ -11,6 +11,7 @@ import socket
 import sys
 import tempfile
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from pytest_kscientist.formats.task import Task
 from pytest_kscientist.harness.baselines import Partner, Turns
+from pytest_kscientist.harness.device_lock import DeviceLock, open_lock, say_now
 from pytest_kscientist.harness.evaluate import Evaluator
 from pytest_kscientist.harness.files import atomic_write
 from pytest_kscientist.harness.mounts import (
@@ -163,6 +165,17 @@ class KsSession:
 
             return torch.cuda.get_device_name(self.device)
         return platform.processor() or platform.machine() or "cpu"
+
+    @cached_property
+    def device_lock(self) -> DeviceLock | None:
+        """The GPU's machine-wide lock (``device_lock.py``), opened on first use; None on the
+        CPU, or where it could not be opened (warned of)."""
+        return open_lock(self.device) if self.device.startswith("cuda") else None
+
+    def device_turn(self, who: str) -> AbstractContextManager[Any]:
+        """Held while an item checks or times kernels: the GPU's lock, else nothing."""
+        lock = self.device_lock
+        return nullcontext() if lock is None else lock.held(who, say_now(self.config))
 
     @cached_property
     def profile(self) -> str:
@@ -340,9 +353,10 @@ class KsSession:
             Starting(job.run, gate, self.warming, name="ks-warm")
 
     def close_workers(self, hurry: bool = False) -> None:
-        """End the candidates' and baselines' workers and any runner started ahead of need.
-        ``hurry`` (an interrupted session): kill them at once, for a worker busy in its kernel
-        never reads the request to exit, and each was given 10 s to."""
+        """End the candidates' and baselines' workers and any runner started ahead of need, and
+        close the GPU's lock file. ``hurry`` (an interrupted session): kill the workers at once,
+        for a worker busy in its kernel never reads the request to exit, and each was given
+        10 s to."""
         # A hurried close does not wait for the starts still running in the background, which
         # add their nodes to ``holders`` meanwhile: read as a copy, then taken one at a time
         # (iterating the set failed with "Set changed size during iteration" after -x, once in
@@ -360,6 +374,8 @@ class KsSession:
         for _, _, process in self.early_runners or []:  # the session never took spares
             process.discard()
         self.early_runners = []
+        if self.__dict__.get("device_lock") is not None:
+            self.__dict__.pop("device_lock").close()
 
     def saved_folder(self) -> Path:
         """A folder for this session's copies of saved kernels (--ks-compare), removed at its
