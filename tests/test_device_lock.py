@@ -136,8 +136,8 @@ KsSession.device_lock = property(_lock)
 """
 
 
-@pytest.mark.parametrize("kind", ["check", "bench"])
-def test_a_sessions_check_and_bench_items_wait_for_another_sessions_turn(
+@pytest.mark.parametrize("kind", ["validate", "check", "bench"])
+def test_a_sessions_items_that_run_kernels_wait_for_another_sessions_turn(
         tmp_path: Path, axpy_dir: Path, kind: str) -> None:
     (tmp_path / "conftest.py").write_text(SWAP)
     path = lock_path("GPU-test", tmp_path)
@@ -167,7 +167,7 @@ def test_a_sessions_check_and_bench_items_wait_for_another_sessions_turn(
     assert len(busy) == 1, out  # one item waited; the rest found the GPU free
     assert busy[0].startswith("pytest-kscientist: cuda:7 is busy: another pytest-kscientist "
                               f"session is checking or timing kernels on it (pid {os.getpid()}")
-    assert "the test's own turn" in busy[0] and f"::{kind}[" in busy[0], busy[0]
+    assert "the test's own turn" in busy[0] and f"::{kind}" in busy[0], busy[0]
     assert "pytest-kscientist: cuda:7: this session's turn came after " in out, out
     assert path.read_text() == "", "every item gave the lock back"
 

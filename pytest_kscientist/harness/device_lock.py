@@ -3,9 +3,10 @@
 The rounds keep a session's own comparisons fair when something else runs on its GPU, but not
 its times, and a saved run compared later (the CI gate's ``--ks-compare``) reads those. A CI
 gate started in a second terminal during an ``--evolve``, or two pytest-xdist workers on one
-GPU, would slow each other's kernels unseen. So each check and benchmark item of a GPU session
-holds its GPU's lock while it runs: two sessions' items take turns, and the waiting one says so
-on the terminal (who holds the GPU, since when).
+GPU, would slow each other's kernels unseen. So each item of a GPU session that runs kernels
+(the task's validation, checks, drawn checks, benchmarks) holds its GPU's lock while it runs:
+two sessions' items take turns, and the waiting one says so on the terminal (who holds the GPU,
+since when).
 
 The lock is ``flock`` on a file under /tmp named after the GPU's UUID (the same GPU under
 any ``CUDA_VISIBLE_DEVICES``), readable and writable by every user of the machine; the kernel

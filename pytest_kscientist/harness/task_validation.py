@@ -367,7 +367,9 @@ class ValidateItem(pytest.Item):
         ks = self.config.stash[KS_SESSION]
         profile = task.profile(ks.profile)
         case = profile.tests[0]
-        verdict = self._verdict(task, case, ks.device, (*profile.tests[1:], *profile.benchmarks))
+        with ks.device_turn(self.nodeid):  # it runs kernels: the reference, trivial ones
+            verdict = self._verdict(task, case, ks.device,
+                                    (*profile.tests[1:], *profile.benchmarks))
         cached = " (cached)" if verdict.cached else ""
         lenient = ks.settings.lenient_task
         if verdict.error:
