@@ -24,6 +24,7 @@ from pytest_kscientist.harness.device_lock import DeviceLock, lock_path
 from pytest_kscientist.kswarnings import KsNoDeviceLock
 
 HOLD_S = 2.0
+SAID_AFTER = device_lock.SAID_AFTER_S + 0.2  # a wait this long is said when it ends
 
 
 def _lock(tmp_path: Path, device: str = "cuda:0") -> DeviceLock:
@@ -136,6 +137,39 @@ KsSession.device_lock = property(_lock)
 """
 
 
+def _run_while_held(args: list[str], lock: DeviceLock, env: dict[str, str] | None = None,
+                    cwd: Path | None = None) -> str:
+    """A pytest session's output, run while the test holds ``lock`` until the session says it
+    waits for it (its line comes through the pipe at once), then a little over the wait that
+    is said when it ends (SAID_AFTER)."""
+    lines: list[str] = []
+    waiting = threading.Event()
+    with lock.held("the test's own turn", print):
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if "is busy" in line:
+                    waiting.set()
+            waiting.set()  # the end of its output: it never said so
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        waiting.wait(300)
+        time.sleep(SAID_AFTER)
+        alive = proc.poll() is None
+    proc.wait(300)
+    reader.join(60)
+    out = "".join(lines)
+    assert "is busy" in out, f"the session never said it waited:\n{out}"
+    assert alive, f"the session ended while the GPU was held:\n{out}"
+    assert proc.returncode == 0, out
+    return out
+
+
 @pytest.mark.parametrize("kind", ["validate", "check", "bench"])
 def test_a_sessions_items_that_run_kernels_wait_for_another_sessions_turn(
         tmp_path: Path, axpy_dir: Path, kind: str) -> None:
@@ -144,25 +178,10 @@ def test_a_sessions_items_that_run_kernels_wait_for_another_sessions_turn(
     env = {**os.environ, "KS_TEST_LOCK": str(path)}
     args = [*PYTEST, str(axpy_dir), "--ks-baselines", "none", "-k", kind]
 
-    def run() -> tuple[str, float]:
-        start = time.monotonic()
-        proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout, time.monotonic() - start
-
-    free, _ = run()
-    assert "is busy" not in free, free
-    said: list[str] = []
-    with DeviceLock(path, "cuda:7").held("the test's own turn", said.append):
-        started = time.monotonic()
-        proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        time.sleep(HOLD_S + 3)  # its collection and first item, then the wait
-        assert proc.poll() is None, "the session ran its items while the GPU was held"
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
-    assert time.monotonic() - started >= HOLD_S + 3
+    free = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert free.returncode == 0 and "is busy" not in free.stdout, free.stdout + free.stderr
+    out = _run_while_held(args, DeviceLock(path, "cuda:7"), env, tmp_path)
     busy = [line for line in out.splitlines() if "is busy" in line]
     assert len(busy) == 1, out  # one item waited; the rest found the GPU free
     assert busy[0].startswith("pytest-kscientist: cuda:7 is busy: another pytest-kscientist "
@@ -180,13 +199,7 @@ def test_a_gpu_session_waits_while_another_holds_its_gpu(tmp_path: Path, axpy_di
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     assert uuid and uuid in lock.path.name, lock.path
     args = [*PYTEST, str(axpy_dir), "--ks-baselines", "none", "--ks-device", "cuda:0"]
-    with lock.held("the test's own turn", print):
-        proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        time.sleep(20)  # torch's import, a worker's start, then the wait
-        assert proc.poll() is None, "the session ran its items while the GPU was held"
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    out = _run_while_held(args, lock, cwd=tmp_path)
     assert f"cuda:0 is busy: another pytest-kscientist session is checking or timing kernels " \
            f"on it (pid {os.getpid()}" in out, out
     assert "cuda:0: this session's turn came after " in out, out

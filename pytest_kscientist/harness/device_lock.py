@@ -183,5 +183,6 @@ def say_now(config: Any) -> Callable[[str], None]:
         capture = plugins.get_plugin("capturemanager")
         with capture.global_and_fixture_disabled() if capture else nullcontext():
             terminal.write_line(f"pytest-kscientist: {line}", yellow=True)
+            terminal.flush()  # now, through a pipe too (a CI log, `| tee`)
 
     return say
