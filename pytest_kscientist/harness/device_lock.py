@@ -64,8 +64,8 @@ def _open(path: Path) -> int:
 
 
 class DeviceLock:
-    """A GPU's machine-wide lock, opened once a session (``open``) and held a while at a time
-    (``held``); ``device`` names the GPU in lines, as the session does (``cuda:0``)."""
+    """A GPU's machine-wide lock, opened once a session (``open_lock``) and held a while at a
+    time (``held``); ``device`` names the GPU in lines, as the session does (``cuda:0``)."""
 
     def __init__(self, path: Path, device: str) -> None:
         self.path = path
@@ -96,8 +96,10 @@ class DeviceLock:
         os.pwrite(self._fd, line, 0)
 
     def _release(self) -> None:
-        os.ftruncate(self._fd, 0)
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        try:
+            os.ftruncate(self._fd, 0)
+        finally:  # given back even where the file could not be emptied
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -150,7 +152,6 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container)
         return str(os.getuid())
-
 
 
 def open_lock(device: str) -> DeviceLock | None:
