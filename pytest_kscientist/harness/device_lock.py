@@ -26,8 +26,8 @@ import socket
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +72,33 @@ class DeviceLock:
         self.device = device
         self._fd = _open(path)
 
+    @contextmanager
     def held(self, who: str, say: Callable[[str], None], remind_s: float = REMIND_S,
-             poll_s: float = POLL_S) -> _Hold:
-        """A context that waits for the lock (``say``-ing who holds it, then every ``remind_s``
-        while that lasts), writes ``who`` into the file, and gives the lock back on exit."""
-        return _Hold(self, who, say, remind_s, poll_s)
+             poll_s: float = POLL_S) -> Iterator[float]:
+        """Wait for the lock (``say``-ing who holds it, then every ``remind_s`` while that
+        lasts), write ``who`` into the file, and give the lock back on exit; yields the seconds
+        waited (0.0 where the lock was free)."""
+        start, said = time.monotonic(), None
+        while not self._try():
+            now = time.monotonic()
+            if said is None or now - said >= remind_s:
+                said = now
+                say(self._waiting(who, now - start))
+            time.sleep(poll_s)
+        waited = 0.0 if said is None else time.monotonic() - start
+        if waited >= SAID_AFTER_S:
+            say(f"{self.device}: this session's turn came after {waited:.1f} s; {who} goes on")
+        try:
+            self._claim(who)
+            yield waited
+        finally:
+            self._release()
+
+    def _waiting(self, who: str, waited_s: float) -> str:
+        holder = self.holder() or "a process that has not yet said who it is"
+        return (f"{self.device} is busy: another pytest-kscientist session is checking or timing "
+                f"kernels on it ({holder}); {who} waits for its turn, so that neither session's "
+                f"timings are slowed by the other (waited {waited_s:.0f} s; lock {self.path})")
 
     def holder(self) -> str:
         """What the lock's holder wrote into the file ('' when nothing)."""
@@ -103,48 +125,6 @@ class DeviceLock:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-class _Hold:
-    """``DeviceLock.held``: entering it waits for the lock; ``waited_s`` says how long."""
-
-    def __init__(self, lock: DeviceLock, who: str, say: Callable[[str], None], remind_s: float,
-                 poll_s: float) -> None:
-        self.lock, self.who, self.say = lock, who, say
-        self.remind_s, self.poll_s = remind_s, poll_s
-        self.waited_s = 0.0
-
-    def __enter__(self) -> _Hold:
-        lock = self.lock
-        if not lock._try():
-            start = time.monotonic()
-            said = None
-            while not lock._try():
-                now = time.monotonic()
-                if said is None or now - said >= self.remind_s:
-                    said = now
-                    self.say(self._waiting(now - start))
-                time.sleep(self.poll_s)
-            self.waited_s = time.monotonic() - start
-            if self.waited_s >= SAID_AFTER_S:
-                self.say(f"{lock.device}: this session's turn came after {self.waited_s:.1f} s; "
-                         f"{self.who} goes on")
-        try:
-            lock._claim(self.who)
-        except BaseException:
-            lock._release()
-            raise
-        return self
-
-    def _waiting(self, waited_s: float) -> str:
-        holder = self.lock.holder() or "a process that has not yet said who it is"
-        return (f"{self.lock.device} is busy: another pytest-kscientist session is checking or "
-                f"timing kernels on it ({holder}); {self.who} waits for its turn, so that "
-                f"neither session's timings are slowed by the other (waited {waited_s:.0f} s; "
-                f"lock {self.lock.path})")
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock._release()
 
 
 def _user() -> str:
