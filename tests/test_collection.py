@@ -163,7 +163,9 @@ def test_exitfirst_stops_at_the_first_failure(pytester: pytest.Pytester) -> None
         "-k", "not reference",
     )
     result.assert_outcomes(passed=1, failed=1)  # the task's validation, then wrong's check
-    result.stdout.fnmatch_lines(["*wrong check n1000-s1: wrong result: 1000 of 1000 elements*"])
+    # x + y for 2x + y: an element with |x| under ~2e-6 is inside the tolerance, and the seeds'
+    # salt is drawn per session, so one run in ~650 counts 999 (31 of 20,000 random draws)
+    result.stdout.fnmatch_lines(["*wrong check n1000-s1: wrong result: * of 1000 elements*"])
 
 
 def test_salt_is_reproducible(pytester: pytest.Pytester) -> None:
