@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A new knob of the CUDA seed, on one sm_90 GPU (issue 33; notes/fp8_gemm_h200.md):
+#   here, before committing the change (the device's copy of the tree has no git history):
+#     git show HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py >.gl/old_seed.py
+#   device call (repository root, carry [".whl", ".gl"], timeout_s 600):
+#     bash bench/knob_device.sh KNOB "V1 V2 ..." [OLD_SEED]      (default .gl/old_seed.py)
+# In order, each under its own limit, stopping (with the probe's status) if the probe finds a
+# wrong element:
+#   (a) OLD_SEED under another build name, and a copy of the seed at each value but the first,
+#       written to $OUT/kernels/;
+#   (b) bench/knob_probe.py: the checks at each value, then the plain loop     -> $OUT/probe.log
+#   (c) the seed's gpu-marked tests                                           -> $OUT/gpu.log
+#   (d) the harness: the seed, its copies and the old seed in the same rounds
+#                                                               -> $OUT/harness.log, harness.json
+#   (e) the harness's per-shape table (bench/summarize.py)                   -> printed last
+set -u
+KNOB=${1:?usage: bash bench/knob_device.sh KNOB \"V1 V2 ...\" [OLD_SEED]}
+VALUES=${2:?usage: bash bench/knob_device.sh KNOB \"V1 V2 ...\" [OLD_SEED]}
+OLD_SEED=${3:-.gl/old_seed.py}
+OUT=${OUT:-/tmp/ks-knob}
+export OUT
+source bench/device_env.sh
+START=$(date +%s)
+took() { echo "$1 rc $2 at +$(( $(date +%s) - START ))s"; }
+nvidia-smi -L
+mkdir -p "$OUT/kernels"
+sed 's/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/' "$OLD_SEED" >"$OUT/kernels/old_seed.py" 2>/dev/null
+if ! grep -q ks_cuda_wgmma_old "$OUT/kernels/old_seed.py" \
+    || grep -q "\"$KNOB\"" "$OUT/kernels/old_seed.py"; then
+  echo "knob_device: $OLD_SEED is not the seed before the change (build name ks_cuda_wgmma_v8," \
+       "no $KNOB); write it with: git show HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py" \
+       ">.gl/old_seed.py (before committing the change)"
+  exit 2
+fi
+KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
+for value in ${VALUES#* }; do
+  python3 - "$KNOB" "$value" "$OUT/kernels/${KNOB,,}_$value.py" <<'PY' || exit 2
+import sys
+from pathlib import Path
+from pytest_kscientist.api import rewrite_tunables
+src = Path("tasks/fp8_gemm/seeds/cuda_wgmma.py").read_text()
+Path(sys.argv[3]).write_text(rewrite_tunables(src, {sys.argv[1]: int(sys.argv[2])}))
+PY
+  KERNELS+=(--kernel "$OUT/kernels/${KNOB,,}_$value.py")
+done
+KERNELS+=(--kernel "$OUT/kernels/old_seed.py")
+# shellcheck disable=SC2086  # the values are words
+timeout -s INT 200 python3 bench/knob_probe.py "$KNOB" $VALUES --old "$OUT/kernels/old_seed.py" \
+  >"$OUT/probe.log" 2>&1
+rc=$?; took probe $rc
+grep -v Warning "$OUT/probe.log" | cut -c1-240 | tail -32
+[ $rc = 0 ] || [ $rc = 4 ] || exit $rc  # 4: a graph replay only (the probe says which)
+timeout -s INT 150 python3 -m pytest tests/test_cuda_seed.py -m gpu -q -p no:cacheprovider -rfE \
+  >"$OUT/gpu.log" 2>&1
+took gpu-tests $?
+tail -3 "$OUT/gpu.log" | cut -c1-300
+timeout -s INT 200 python3 -m pytest tasks/fp8_gemm -k bench -q -p no:cacheprovider \
+  "${KERNELS[@]}" --ks-baselines none --ks-skip-reference --ks-timeout 300 \
+  --ks-json "$OUT/harness.json" >"$OUT/harness.log" 2>&1
+took harness $?
+tail -2 "$OUT/harness.log" | cut -c1-300
+python3 bench/summarize.py --table "$OUT/harness.json" 2>&1 | tail -30 | cut -c1-260
