@@ -17,6 +17,13 @@ set -u
 KNOB=${1:?usage: bash bench/knob_device.sh KNOB \"V1 V2 ...\" [OLD_SEED]}
 VALUES=${2:?usage: bash bench/knob_device.sh KNOB \"V1 V2 ...\" [OLD_SEED]}
 OLD_SEED=${3:-.gl/old_seed.py}
+if ! grep -q 'name="ks_cuda_wgmma_v8"' "$OLD_SEED" 2>/dev/null \
+    || grep -q "\"$KNOB\"" "$OLD_SEED"; then
+  echo "knob_device: $OLD_SEED is not the seed before the change (build name ks_cuda_wgmma_v8," \
+       "no $KNOB); write it with: git show HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py" \
+       ">.gl/old_seed.py (before committing the change)"
+  exit 2
+fi
 OUT=${OUT:-/tmp/ks-knob}
 export OUT
 source bench/device_env.sh
@@ -24,14 +31,7 @@ START=$(date +%s)
 took() { echo "$1 rc $2 at +$(( $(date +%s) - START ))s"; }
 nvidia-smi -L
 mkdir -p "$OUT/kernels"
-sed 's/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/' "$OLD_SEED" >"$OUT/kernels/old_seed.py" 2>/dev/null
-if ! grep -q ks_cuda_wgmma_old "$OUT/kernels/old_seed.py" \
-    || grep -q "\"$KNOB\"" "$OUT/kernels/old_seed.py"; then
-  echo "knob_device: $OLD_SEED is not the seed before the change (build name ks_cuda_wgmma_v8," \
-       "no $KNOB); write it with: git show HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py" \
-       ">.gl/old_seed.py (before committing the change)"
-  exit 2
-fi
+sed 's/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/' "$OLD_SEED" >"$OUT/kernels/old_seed.py"
 KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
 for value in ${VALUES#* }; do
   python3 - "$KNOB" "$value" "$OUT/kernels/${KNOB,,}_$value.py" <<'PY' || exit 2

@@ -30,6 +30,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_kscientist.api import read_tunables  # noqa: E402  (after the path)
+
+SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TOL = (1e-3, 2e-2)  # the task's atol and rtol (tasks/fp8_gemm/task.toml)
 CHECKS = [((1024, 512, 7168), {}), ((1024, 4608, 7168), {}), ((6144, 7168, 256), {}),
           ((96, 7168, 256), {"PERSISTENT": 0, "STREAM_K": 0}),
@@ -135,11 +140,16 @@ def main() -> int:
     parser.add_argument("--old", type=Path, help="the seed before the change, another build name")
     parser.add_argument("--reps", type=int, default=30, help="calls a timed cell (median)")
     args = parser.parse_args()
+    knobs = read_tunables(SEED.read_text())  # before the build: a misspelt knob costs no minute
+    if args.knob not in knobs:
+        parser.error(f"{args.knob} is not a knob of {SEED.relative_to(ROOT)} (its TUNABLES: "
+                     f"{', '.join(knobs)}); apply the change that adds it first")
+    if args.old is not None and not args.old.is_file():
+        parser.error(f"--old {args.old}: no such file (the seed before the change, e.g. git show "
+                     f"HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py | sed "
+                     f"s/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/ >{args.old})")
     started = time.perf_counter()
-    seed = load("cuda_wgmma", ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py")
-    if args.knob not in seed.TUNABLES:
-        parser.error(f"knob_probe: {args.knob} is not one of the seed's TUNABLES "
-                     f"({', '.join(seed.TUNABLES)})")
+    seed = load("cuda_wgmma", SEED)
     old = load("cuda_wgmma_old", args.old) if args.old else None
     ref = load("fp8_reference", ROOT / "tasks" / "fp8_gemm" / "reference.py")
     print(f"built in {time.perf_counter() - started:.1f} s", flush=True)
