@@ -11,17 +11,17 @@ rows, so every knob falls back). Then per benchmark shape a plain event loop (sy
 start, call, end, synchronise; median of --reps calls on one input) of the old seed (--old: the
 seed before the change under another build name, e.g. `git show
 HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py | sed s/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/`) and the
-seed at each value, with the mean durations of its launches (torch.profiler, us, by kernel
-name). The harness is what to quote for a verdict; this loop says where the time went. Last,
-two shapes captured in a CUDA graph at each value and replayed on two inputs in turn (exit
-status 4 on any element outside the tolerance or a capture that fails).
+seed at each value, with the mean durations of its launches (torch.profiler, us, each kernel
+by its function's name). The harness is what to quote for a verdict; this loop says where the
+time went. Last, two shapes captured in a CUDA graph at each value and replayed on two inputs
+in turn (exit status 4 on any element outside the tolerance or a capture that fails). The
+tolerance is the task's (task.toml's [check]).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,10 +32,16 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_kscientist.api import read_tunables  # noqa: E402  (after the path)
+from pytest_kscientist.api import (  # noqa: E402  (after the path)
+    geomean,
+    load_module,
+    load_reference,
+    load_task,
+    read_tunables,
+)
 
-SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
-TOL = (1e-3, 2e-2)  # the task's atol and rtol (tasks/fp8_gemm/task.toml)
+TASK = ROOT / "tasks" / "fp8_gemm"
+SEED = TASK / "seeds" / "cuda_wgmma.py"
 CHECKS = [((1024, 512, 7168), {}), ((1024, 4608, 7168), {}), ((6144, 7168, 256), {}),
           ((96, 7168, 256), {"PERSISTENT": 0, "STREAM_K": 0}),
           ((1024, 1536, 7168), {"OVERLAP": 0}), ((6144, 576, 7168), {"BLOCK_N": 64}),
@@ -45,14 +51,6 @@ GRAPHS = [(1024, 1536, 7168), (256, 1000, 640)]
 SHAPES = [(1024, 1536, 7168), (1024, 4608, 7168), (1024, 512, 7168), (1024, 7168, 256),
           (1024, 4096, 512), (1024, 7168, 2304), (6144, 7168, 256), (6144, 4608, 7168),
           (6144, 576, 7168)]
-KERNELS = ("upcast_kernel", "upcast_beside", "gemm_kernel")
-
-
-def load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def inputs(ref, m: int, n: int, k: int, seed: int, b_copy: bool = False) -> list:
@@ -62,7 +60,14 @@ def inputs(ref, m: int, n: int, k: int, seed: int, b_copy: bool = False) -> list
     return data
 
 
-def misses(seed, ref, shape, extra: dict, knob: str, values: list[int]) -> list[int]:
+def outside(got: torch.Tensor, want: torch.Tensor, check) -> int:
+    """Elements of ``got`` outside the task's tolerance (``check``: its atol and rtol) of
+    ``want``; a NaN (C's fill, never written) counts."""
+    within = (got.float() - want).abs() <= check.atol + check.rtol * want.abs()
+    return int((~within).sum())
+
+
+def misses(seed, ref, check, shape, extra: dict, knob: str, values: list[int]) -> list[int]:
     """Elements outside the tolerance at each value."""
     m, n, k = shape
     extra = dict(extra)
@@ -73,12 +78,11 @@ def misses(seed, ref, shape, extra: dict, knob: str, values: list[int]) -> list[
         data[4].fill_(float("nan"))
         seed.fp8_gemm(*data, {**seed.tunables_for(m=m, n=n, k=k), **extra, knob: value})
         torch.cuda.synchronize()
-        got = data[4].float()
-        out.append(int((~((got - want).abs() <= TOL[0] + TOL[1] * want.abs())).sum()))
+        out.append(outside(data[4], want, check))
     return out
 
 
-def graph_misses(seed, ref, shape, knob: str, values: list[int]) -> list[int]:
+def graph_misses(seed, ref, check, shape, knob: str, values: list[int]) -> list[int]:
     """Elements outside the tolerance at each value when the call is captured in a CUDA graph
     and replayed on two inputs in turn (a replay reuses everything the capture fixed)."""
     m, n, k = shape
@@ -100,8 +104,7 @@ def graph_misses(seed, ref, shape, knob: str, values: list[int]) -> list[int]:
             static[4].fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
-            got = static[4].float()
-            bad += int((~((got - want).abs() <= TOL[0] + TOL[1] * want.abs())).sum())
+            bad += outside(static[4], want, check)
         out.append(bad)
     return out
 
@@ -119,18 +122,22 @@ def event_us(fn, data, calls: int) -> float:
     return sorted(times)[calls // 2]
 
 
+def kernel_name(key: str) -> str:
+    """A profiler key's function name: 'void gemm_kernel<128, 1>(CUtensorMap_st, ...)' is
+    gemm_kernel."""
+    return re.sub(r"^void |[<(].*$", "", key).strip()
+
+
 def launch_us(fn, data) -> str:
-    """Mean launch durations over 5 calls by kernel name, us ('-' where none ran)."""
+    """Each kernel the call launched, by its function's name, with its mean duration over 5
+    calls (us), in the order they ran."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             fn(data)
         torch.cuda.synchronize()
-    found = {}
-    for event in prof.key_averages():
-        for name in KERNELS:
-            if name in event.key:
-                found[name] = event.device_time_total / event.count
-    return " / ".join(f"{found[name]:.1f}" if name in found else "-" for name in KERNELS)
+    found = [(kernel_name(event.key), event.device_time_total / event.count)
+             for event in prof.key_averages() if event.device_time_total > 0]
+    return " / ".join(f"{name} {us:.1f}" for name, us in found)
 
 
 def main() -> int:
@@ -149,24 +156,24 @@ def main() -> int:
                      f"HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py | sed "
                      f"s/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/ >{args.old})")
     started = time.perf_counter()
-    seed = load("cuda_wgmma", SEED)
-    old = load("cuda_wgmma_old", args.old) if args.old else None
-    ref = load("fp8_reference", ROOT / "tasks" / "fp8_gemm" / "reference.py")
+    seed = load_module(SEED, "cuda_wgmma")
+    old = load_module(args.old, "cuda_wgmma_old") if args.old else None
+    task = load_task(TASK)
+    ref, check = load_reference(task), task.spec.check
     print(f"built in {time.perf_counter() - started:.1f} s", flush=True)
     bad = 0
     for shape, extra in CHECKS:
-        found = misses(seed, ref, shape, extra, args.knob, args.values)
+        found = misses(seed, ref, check, shape, extra, args.knob, args.values)
         bad += any(found)
         print("check m{}-n{}-k{} {}: outside at {} {}: {}".format(
             *shape, extra, args.knob, args.values, found), flush=True)
     if bad:
         return 3
     names = ["old"] + [f"{args.knob} {v}" for v in args.values]
-    print(f"launches: {' / '.join(KERNELS)} us, mean of 5 calls")
     print("| shape | " + " | ".join(f"{name} us" for name in names) + " | old / best | "
-          + " | ".join(f"launches at {v}" for v in args.values) + " |")
+          + " | ".join(f"launches at {v} (us, mean of 5 calls)" for v in args.values) + " |")
     print("|---" * (2 * len(names) + 1) + "|")
-    logs: list[list[float]] = [[] for _ in names]
+    columns: list[list[float]] = [[] for _ in names]
     for m, n, k in SHAPES:
         data = inputs(ref, m, n, k, 11)
         knobs = seed.tunables_for(m=m, n=n, k=k)
@@ -179,17 +186,17 @@ def main() -> int:
                 continue
             fn(data)
             times.append(event_us(fn, data, args.reps))
-            logs[i].append(math.log(times[-1]))
+            columns[i].append(times[-1])
         launches = [launch_us(fn, data) for fn in fns[1:]]
         print(f"| m{m}-n{n}-k{k} | " + " | ".join(f"{t:.2f}" for t in times)
               + f" | {times[0] / min(times[1:]):.3f} | " + " | ".join(launches) + " |",
               flush=True)
-    means = [math.exp(sum(log) / len(log)) if log else float("nan") for log in logs]
+    means = [geomean(column) if column else float("nan") for column in columns]
     print("| geomean | " + " | ".join(f"{t:.2f}" for t in means) + " | | "
           + " | ".join("" for _ in args.values) + " |")
     for shape in GRAPHS:
         try:
-            found = graph_misses(seed, ref, shape, args.knob, args.values)
+            found = graph_misses(seed, ref, check, shape, args.knob, args.values)
         except Exception as exc:  # a capture the call does not survive is a finding too
             found = [f"{type(exc).__name__}: {exc}"]
         bad += not all(x == 0 for x in found)

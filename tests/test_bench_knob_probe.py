@@ -1,6 +1,8 @@
 """bench/knob_probe.py and bench/knob_device.sh (no GPU needed): a knob the seed lacks, a
 missing old seed, or an old seed that is not the seed before the change is named before any
-build or device setup, with the command that makes the right file."""
+build or device setup, with the command that makes the right file; the probe's count of
+elements outside the task's tolerance counts C's NaN fill, and its launch table names each
+kernel by its function."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import os
 import subprocess
 import sys
 
-from helpers import REPO
+import torch
+from helpers import REPO, load_file
 
 SEED = REPO / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 
@@ -47,3 +50,17 @@ def test_the_device_script_refuses_an_old_seed_that_is_not_the_one_before(tmp_pa
         assert not (tmp_path / "out").exists()
     proc = _run(["bash", "bench/knob_device.sh"], tmp_path)
     assert proc.returncode != 0 and "usage: bash bench/knob_device.sh KNOB" in proc.stderr
+
+
+def test_the_probe_counts_what_the_task_would_fail_and_names_kernels_by_function() -> None:
+    probe = load_file(REPO / "bench" / "knob_probe.py", "knob_probe")
+    check = probe.load_task(probe.TASK).spec.check  # atol 1e-3, rtol 2e-2
+    want = torch.tensor([0.0, 100.0, 100.0, 1.0, 1.0])
+    # inside 1e-3; inside 1e-3 + 2e-2 * 100; outside it; C's NaN fill, never written; exact
+    got = torch.tensor([0.0009, 101.9, 102.5, float("nan"), 1.0])
+    assert probe.outside(got, want, check) == 2
+    assert probe.outside(got.to(torch.bfloat16), want, check) == 2  # C's dtype, as the probe
+    assert probe.kernel_name("void gemm_kernel<128, 1>(CUtensorMap_st, float const*)") == (
+        "gemm_kernel")
+    assert probe.kernel_name("void upcast_beside(unsigned char const*, int)") == "upcast_beside"
+    assert probe.kernel_name("Memset (Device)") == "Memset"
