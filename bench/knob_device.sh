@@ -6,7 +6,7 @@
 #     bash bench/knob_device.sh KNOB "V1 V2 ..." [OLD_SEED]      (default .gl/old_seed.py)
 # In order, each under its own limit, stopping (with the probe's status) if the probe finds a
 # wrong element:
-#   (a) OLD_SEED under another build name, and a copy of the seed at each value but the first,
+#   (a) OLD_SEED under another build name, and a copy of the seed at each value but its own,
 #       written to $OUT/kernels/;
 #   (b) bench/knob_probe.py: the checks at each value, then the plain loop     -> $OUT/probe.log
 #   (c) the seed's gpu-marked tests (not with KNOB_GPU_TESTS=0: ~25 s less)   -> $OUT/gpu.log
@@ -33,16 +33,21 @@ nvidia-smi -L
 mkdir -p "$OUT/kernels"
 sed 's/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/' "$OLD_SEED" >"$OUT/kernels/old_seed.py"
 KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
-for value in ${VALUES#* }; do
-  python3 - "$KNOB" "$value" "$OUT/kernels/${KNOB,,}_$value.py" <<'PY' || exit 2
+# shellcheck disable=SC2086  # the values are words
+COPIES=$(python3 - "$KNOB" "$OUT/kernels" $VALUES <<'PY'
 import sys
 from pathlib import Path
-from pytest_kscientist.api import rewrite_tunables
+from pytest_kscientist.api import read_tunables, rewrite_tunables
+knob, folder, values = sys.argv[1], Path(sys.argv[2]), [int(v) for v in sys.argv[3:]]
 src = Path("tasks/fp8_gemm/seeds/cuda_wgmma.py").read_text()
-Path(sys.argv[3]).write_text(rewrite_tunables(src, {sys.argv[1]: int(sys.argv[2])}))
+for value in values:
+    if value != read_tunables(src)[knob]:  # the seed itself runs at its own value
+        path = folder / f"{knob.lower()}_{value}.py"
+        path.write_text(rewrite_tunables(src, {knob: value}))
+        print(path)
 PY
-  KERNELS+=(--kernel "$OUT/kernels/${KNOB,,}_$value.py")
-done
+) || exit 2
+for copy in $COPIES; do KERNELS+=(--kernel "$copy"); done
 KERNELS+=(--kernel "$OUT/kernels/old_seed.py")
 # shellcheck disable=SC2086  # the values are words
 timeout -s INT 200 python3 bench/knob_probe.py "$KNOB" $VALUES --old "$OUT/kernels/old_seed.py" \
