@@ -40,7 +40,8 @@ CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
 # Diagnostics of the seed as committed (its shape rules too), timed but not checked (their
 # results are wrong by design): the GEMM without its MMAs (the TMA ring, A's conversion and the
-# scaling), without writing C, and without its loads (the rest on whatever the stages hold).
+# scaling), without writing C, without its loads (the rest on whatever the stages hold), and
+# with half of B's bytes.
 PROBES = {
     "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
     "probe_no_store": [("continue;  // another CTA of this tile writes it",
@@ -48,6 +49,12 @@ PROBES = {
     "probe_no_load": [("bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);",
                        "bar_arrive(&full[s]);\n                    if (++s == stages) s = 0, "
                        "phase ^= 1;\n                    continue;")],
+    # B's second K half never loaded (a third of a step's bytes less, the consumers' work the
+    # same): how much of a step's time the bytes decide.
+    "probe_half_b": [("bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);",
+                      "bar_expect(&full[s], STAGE_BYTES - B_HALF + a_bytes + 16);"),
+                     ("for (int h = 0; h < 2; ++h)\n" + " " * 24 + "tma_load(st + A_BYTES",
+                      "for (int h = 0; h < 1; ++h)\n" + " " * 24 + "tma_load(st + A_BYTES")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # Variants of the seed's kernel, checked like the seed and timed at its committed knobs: changes
