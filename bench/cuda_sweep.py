@@ -77,6 +77,14 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # * s) instead of zeroing it first and adding (the zeroing sat in the timeline's `setup`).
 # Measured (one H100 call, --reps 30, checked): seed 84.5 us, bitcvt 86.4, bitcvt_nozero 86.5;
 # the integer conversion is slower (notes/fp8_gemm_h200.md, "A's conversion by integer ops").
+# turns_runs: a turn is a run of up to stages / 2 K steps of a tile (a k256 tile whole on four
+# stages), so one consumer's epilogue can run under the other's MMAs on the shared tile. A turn
+# of R steps finishes only if R <= stages (the one holding it needs R stages that the other has
+# not yet given back) and overlaps only if 2R <= stages; a turn of a whole tile hung on the
+# H100 at the first long-K shape (tests/test_bench_cuda_sweep.py models the ring). Measured
+# (one H100, as PINGPONG 2 of a copy of the seed, bench/knob_probe.py): GEMM 57.3 against 58.4
+# us at m6144-n7168-k256, 681.8 against 667.1 at m6144-n4608-k7168 (notes/fp8_gemm_h200.md,
+# "Turns a run of steps long").
 BITCVT = [
     ("    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n",
      "    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n"
@@ -141,6 +149,18 @@ VARIANTS = {
          "            if (pingpong && (half == 0 ? kb > g.kb0 : kb + 1 < g.kb1))\n"
          "                named_arrive(4 - half, 256);  // the other's turn\n"),
         ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n", ""),
+    ],
+    "turns_runs": [
+        ("        fetch(s);\n        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
+         "            const int here = s;\n",
+         "        fetch(s);\n        const int run = max(1, stages / 2);\n"
+         "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
+         "            const int here = s;\n            const int in_run = (kb - g.kb0) % run;\n"),
+        ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
+         "            if (pingpong && in_run == 0) named_sync(3 + half, 256);  // my turn\n"),
+        ("            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n",
+         "            if (pingpong && (in_run == run - 1 || kb + 1 == g.kb1))\n"
+         "                named_arrive(4 - half, 256);  // the other's turn\n"),
     ],
 }
 

@@ -29,59 +29,156 @@ def test_a_seed_without_a_patchs_text_is_named(tmp_path, monkeypatch) -> None:
         sweep.probe_file("broken", tmp_path)
 
 
-def _condition(variant: list[tuple[str, str]], comment: str):
-    """The C condition before `comment` in the variant's new lines, as a Python function of
-    half, kb, kb0, kb1 (the ternary rewritten)."""
-    text = next(new for _, new in variant if comment in new)
-    cond = re.search(r"if \((.+?)\)\s*(?:\n\s*)?named_", text, re.S).group(1)
-    cond = re.sub(r"\((\w+ == \d) \? (.+?) : (.+?)\)", r"((\2) if \1 else (\3))", cond)
-    cond = cond.replace("&&", "and").replace("g.kb0", "kb0").replace("g.kb1", "kb1")
-    return lambda half, kb, kb0, kb1: eval(cond, {}, dict(pingpong=1, half=half, kb=kb, kb0=kb0,
-                                                           kb1=kb1))
+def _c_to_python(expr: str) -> str:
+    """A C condition or integer expression of the seed's turn code as Python (ternaries,
+    && and ||, integer division, the segment's bounds by their model names)."""
+    expr = re.sub(r"\((\w+ == \d) \? (.+?) : (.+?)\)", r"((\2) if \1 else (\3))", expr)
+    expr = expr.replace("&&", " and ").replace("||", " or ").replace(" / ", " // ")
+    return expr.replace("g.kb0", "kb0").replace("g.kb1", "kb1")
 
 
-@pytest.mark.parametrize("segments", [[2] * 5, [1, 3, 1, 4], [56], [3, 2, 2, 7, 1]])
-def test_turns_lapse_neither_deadlocks_nor_lets_one_side_fill_a_barrier(segments) -> None:
-    """Two consumers walk the same runs of K steps; before a step a consumer waits on named
-    barrier 3 + half when the variant's condition holds, after it arrives on 4 - half when its
-    other condition holds. A barrier's phase completes once both consumers are in it; an
-    arrival by a consumer already in the pending phase would complete it without the other
-    (256 arrivals from one side's 128 threads twice): that must never happen."""
-    variant = _module().VARIANTS["turns_lapse"]
-    waits, arrives = _condition(variant, "// my turn"), _condition(variant, "// the other's turn")
-    program = {half: [(kb, 0, len_) for len_ in segments for kb in range(len_)]
-               for half in (0, 1)}
-    for seed in range(50):
-        rng = random.Random(seed)
-        pending: dict[int, set[int]] = {3: set(), 4: set()}  # barrier -> consumers in its phase
-        waiting: dict[int, int | None] = {0: None, 1: None}  # consumer -> barrier it waits on
-        pc, stage = {0: 0, 1: 0}, {0: "before", 1: "before"}
-        while pc[0] < len(program[0]) or pc[1] < len(program[1]):
-            ready = [h for h in (0, 1) if pc[h] < len(program[h]) and waiting[h] is None]
-            assert ready, f"deadlock at steps {pc} of {segments}"
-            h = rng.choice(ready)
-            kb, kb0, kb1 = program[h][pc[h]]
-            if stage[h] == "before":
-                stage[h] = "after"
-                if waits(h, kb, kb0, kb1):
-                    bar = 3 + h
-                    assert h not in pending[bar]
-                    pending[bar].add(h)
-                    waiting[h] = bar
-            else:
-                stage[h] = "before"
-                pc[h] += 1
-                if arrives(h, kb, kb0, kb1):
-                    bar = 4 - h
-                    assert h not in pending[bar], f"{h} arrives twice on {bar}: {segments}"
-                    pending[bar].add(h)
-            for bar in (3, 4):
-                if pending[bar] == {0, 1}:  # the phase completes: its waiter goes on
-                    pending[bar] = set()
-                    for c in (0, 1):
-                        if waiting[c] == bar:
-                            waiting[c] = None
-        assert pending == {3: set(), 4: set()}, (segments, pending)
+def _condition(lines: list[str], comment: str):
+    """The C condition of the first turn line before `comment` in `lines` (a variant's new
+    lines, then the seed's), with the integers the lines define (`const int run = ...;`), as a
+    Python function of half, kb, kb0, kb1 and the ring's stages."""
+    text = next(line for line in lines if comment in line)
+    head = text[:text.index(comment)]
+    statement = head[head.rindex("if ("):]
+    cond = _c_to_python(re.match(r"if \((.+)\)\s*named_", statement, re.S).group(1))
+    defined = [(name, _c_to_python(value)) for line in lines
+               for name, value in re.findall(r"const int (run|in_run) = (.+?);", line)]
+
+    def holds(half: int, kb: int, kb0: int, kb1: int, stages: int) -> bool:
+        scope = dict(pingpong=1, half=half, kb=kb, kb0=kb0, kb1=kb1, stages=stages, max=max)
+        for name, value in defined:
+            scope[name] = eval(value, {}, scope)
+        return bool(eval(cond, {}, scope))
+    return holds
+
+
+def _turns(name: str | None, tmp_path):
+    """(waits, arrives, first_turn) of the seed's turn-taking (name None) or a variant's; the
+    first turn is given ahead (and taken back at the end) where the patched text keeps those
+    lines."""
+    sweep = _module()
+    seed = sweep.CUDA_SEED.read_text()
+    source = seed if name is None else sweep.probe_file(name, tmp_path).read_text()
+    lines = [] if name is None else [new for _, new in sweep.VARIANTS[name]]
+    turn_lines = [*lines, source]
+    return (_condition(turn_lines, "// my turn"), _condition(turn_lines, "// the other's turn"),
+            "named_arrive(3, 256);  // the first turn" in source)
+
+
+def schedule(waits, arrives, first_turn: bool, segments: list[int], stages: int,
+             rng: random.Random) -> None:
+    """Both consumer warpgroups and the producer of one CTA as the seed runs them, their steps
+    in a random order. Per K step j a consumer waits for stage j to be full (at a segment's
+    first step; a later step's stage was waited for under the step before), waits for its turn
+    (named barrier 3 + half) where `waits` holds, issues, gives the turn (arrives on 4 - half)
+    where `arrives` holds, waits for stage j + 1 to be full if the segment goes on, and gives
+    stage j back. The producer puts step j into the ring once both consumers gave back step
+    j - stages. A barrier's phase completes once both consumers are in it. Fails on a deadlock,
+    and on an arrival by a consumer already in the pending phase (it would complete the phase
+    without the other: 256 arrivals from one side's 128 threads twice)."""
+    steps = [(kb, 0, n) for n in segments for kb in range(n)]
+    given_back: list[set[int]] = [set() for _ in steps]
+    filled = 0  # steps the producer has put into the ring
+    pending: dict[int, set[int]] = {3: set(), 4: set()}  # barrier -> consumers in its phase
+    waiting: dict[int, int | None] = {0: None, 1: None}  # consumer -> barrier it waits on
+    pc, stage = {0: 0, 1: 0}, {0: "full", 1: "full"}
+
+    def join(h: int, bar: int, wait: bool) -> None:
+        assert h not in pending[bar], f"{h} is in barrier {bar}'s phase twice: {segments}"
+        pending[bar].add(h)
+        if wait:
+            waiting[h] = bar
+        if pending[bar] == {0, 1}:  # the phase completes: its waiter goes on
+            pending[bar] = set()
+            for c in (0, 1):
+                if waiting[c] == bar:
+                    waiting[c] = None
+
+    def blocked(h: int) -> bool:
+        if pc[h] == len(steps) or waiting[h] is not None:
+            return True
+        j = pc[h]
+        kb, _, kb1 = steps[j]
+        return ((stage[h] == "full" and kb == 0 and filled <= j)
+                or (stage[h] == "next" and kb + 1 < kb1 and filled <= j + 1))
+
+    if first_turn:  # half 1 gives the first turn to half 0
+        join(1, 3, wait=False)
+    while pc[0] < len(steps) or pc[1] < len(steps):
+        can_fill = filled < len(steps) and (
+            filled < stages or given_back[filled - stages] == {0, 1})
+        ready: list[int | str] = [h for h in (0, 1) if not blocked(h)]
+        ready += ["producer"] if can_fill else []
+        assert ready, (f"deadlock: consumers at steps {pc} ({stage}), waiting on {waiting}, "
+                       f"{filled} steps filled, segments {segments} on {stages} stages")
+        who = rng.choice(ready)
+        if who == "producer":
+            filled += 1
+            continue
+        h = int(who)
+        j = pc[h]
+        kb, kb0, kb1 = steps[j]
+        if stage[h] == "full":
+            stage[h] = "give"
+            if waits(h, kb, kb0, kb1, stages):
+                join(h, 3 + h, wait=True)
+        elif stage[h] == "give":
+            stage[h] = "next"
+            if arrives(h, kb, kb0, kb1, stages):
+                join(h, 4 - h, wait=False)
+        else:  # past "next": the step's stage goes back
+            given_back[j].add(h)
+            pc[h], stage[h] = j + 1, "full"
+    if first_turn:  # half 0 takes the last turn half 1 gave
+        join(0, 3, wait=True)
+    assert pending == {3: set(), 4: set()} and waiting == {0: None, 1: None}, (segments, pending)
+
+
+SEGMENTS = [[2] * 5, [1, 3, 1, 4], [56], [3, 2, 2, 7, 1], [12, 12], [4, 4, 4]]
+
+
+@pytest.mark.parametrize("name", [None, "turns_lapse", "turns_runs"])
+@pytest.mark.parametrize("stages", [2, 3, 4, 6])
+def test_the_seeds_turns_and_each_variants_neither_deadlock_nor_fill_a_barrier_alone(
+        name, stages, tmp_path) -> None:
+    """The seed's turn-taking and each turn variant's, read from their C text, run to the end
+    on rings of the stage counts the seed builds (BLOCK_N 128: 2-4, BLOCK_N 64: 4-6) with
+    segments short and long, in 30 random orders each."""
+    waits, arrives, first = _turns(name, tmp_path)
+    for segments in SEGMENTS:
+        for seed in range(30):
+            schedule(waits, arrives, first, segments, stages, random.Random(seed))
+
+
+def test_turns_runs_reads_as_runs_of_half_the_ring(tmp_path) -> None:
+    """What the model runs for turns_runs is what the variant says: on four stages a turn
+    starts every second step of a segment and ends at a run's last step or the segment's."""
+    waits, arrives, _ = _turns("turns_runs", tmp_path)
+    assert [waits(0, kb, 0, 5, 4) for kb in range(5)] == [True, False, True, False, True]
+    assert [arrives(1, kb, 0, 5, 4) for kb in range(5)] == [False, True, False, True, True]
+    seed_waits, seed_arrives, first = _turns(None, tmp_path)
+    assert first and all(seed_waits(0, kb, 0, 3, 4) and seed_arrives(1, kb, 0, 3, 4)
+                         for kb in range(3))
+
+
+def test_a_turn_a_whole_tile_long_deadlocks_where_the_tile_outlasts_the_ring() -> None:
+    """The first form of turns_runs, a turn a whole segment long, hung on an H100 at the first
+    long-K shape: the model finds that, and passes it where every segment fits in half the
+    ring."""
+    def waits(half, kb, kb0, kb1, stages):
+        return kb == kb0
+
+    def arrives(half, kb, kb0, kb1, stages):
+        return kb + 1 == kb1
+
+    with pytest.raises(AssertionError, match="deadlock"):
+        schedule(waits, arrives, True, [56], 4, random.Random(0))
+    for seed in range(30):
+        schedule(waits, arrives, True, [2, 2, 1, 2], 4, random.Random(seed))
 
 
 def test_shapes_and_one_knob_point_as_the_profile_and_timeline_scripts_read_them() -> None:
