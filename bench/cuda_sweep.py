@@ -1,7 +1,7 @@
 """Check and time knob points of the CUDA seed (cuda_wgmma.py) beside the Triton seed.
 
     python3 bench/cuda_sweep.py OUT.json [--reps 30] [--grid KNOB=V1,V2 ...] [--probes]
-        [--variants [NAME ...]] [--kernels] [--extra FILE ...]
+        [--variants [NAME ...]] [--kernels] [--extra FILE ...] [--seed FILE]
 
 One GPU, outside the harness (torch, triton, nvcc). Every knob of the seed is read at each
 call, so one build serves every point: the seed as committed (its shape rules) and each point of
@@ -14,6 +14,8 @@ fused_sweep.py's loop (GPU MODE protocol plus the harness's spin). The committed
 is timed in the same loop as a row to compare with.
 --kernels: per shape, the GPU kernels' own durations (torch.profiler) of the seed as committed
 and of each --extra file.
+--seed: a variant file in the seed's place (its grid, probes and variants), so a change can be
+swept before it is written into the seed.
 OUT.json is rewritten after every row; the tables are printed last, with the geomean of the
 best point per shape (what shape rules could reach). Quote the harness for seed figures.
 """
@@ -165,6 +167,12 @@ VARIANTS = {
 }
 
 
+def use_seed(path: Path) -> None:
+    """Sweep ``path`` in the seed's place: its grid, probes and variants (--seed)."""
+    global CUDA_SEED
+    CUDA_SEED = path
+
+
 def probe_file(name: str, folder: Path) -> Path:
     """The seed's source with PROBES[name] or VARIANTS[name] applied (each old text exactly
     once), under a build name of its own."""
@@ -293,7 +301,12 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true",
                         help="per shape, the GPU kernels' own durations (torch.profiler) of the "
                              "seed and each --extra file")
+    parser.add_argument("--seed", type=Path, default=CUDA_SEED,
+                        help="the kernel file swept in the seed's place (default: the seed)")
     args = parser.parse_args()
+    if not args.seed.is_file():
+        parser.error(f"--seed {args.seed}: no such file")
+    use_seed(args.seed)
     t0 = time.monotonic()
     points_knobs = grid_points(args.grid, read_space(CUDA_SEED.read_text()))
     folder = Path(tempfile.mkdtemp(prefix="ks-cuda-"))

@@ -1,7 +1,7 @@
 """One knob of the CUDA seed on one sm_90 GPU: the seed's checks at each value, then its time at
 each value beside the seed as committed before a change (notes/fp8_gemm_h200.md).
 
-    python3 bench/knob_probe.py KNOB V1 V2 ... [--old PATH] [--reps 30]
+    python3 bench/knob_probe.py KNOB V1 V2 ... [--old PATH] [--reps 30] [--seed PATH]
 
 First every (shape, knobs) below once at each value against the task's reference and tolerance
 (C filled with NaN first; exit status 3 on any element outside it, before any timing):
@@ -15,7 +15,8 @@ seed at each value, with the mean durations of its launches (torch.profiler, us,
 by its function's name). The harness is what to quote for a verdict; this loop says where the
 time went. Last, two shapes captured in a CUDA graph at each value and replayed on two inputs
 in turn (exit status 4 on any element outside the tolerance or a capture that fails). The
-tolerance is the task's (task.toml's [check]).
+tolerance is the task's (task.toml's [check]). --seed: a variant file in the seed's place (its
+knob is read from it), so a change can be probed before it is written into the seed.
 """
 
 from __future__ import annotations
@@ -146,17 +147,23 @@ def main() -> int:
     parser.add_argument("values", type=int, nargs="+", help="its values to check and time")
     parser.add_argument("--old", type=Path, help="the seed before the change, another build name")
     parser.add_argument("--reps", type=int, default=30, help="calls a timed cell (median)")
+    parser.add_argument("--seed", type=Path, default=SEED,
+                        help="the kernel file probed in the seed's place (default: the seed)")
     args = parser.parse_args()
-    knobs = read_tunables(SEED.read_text())  # before the build: a misspelt knob costs no minute
+    if not args.seed.is_file():
+        parser.error(f"--seed {args.seed}: no such file (a copy of "
+                     f"{SEED.relative_to(ROOT)} with the change)")
+    knobs = read_tunables(args.seed.read_text())  # before the build: a misspelt knob costs nothing
     if args.knob not in knobs:
-        parser.error(f"{args.knob} is not a knob of {SEED.relative_to(ROOT)} (its TUNABLES: "
+        shown = args.seed.relative_to(ROOT) if args.seed.is_relative_to(ROOT) else args.seed
+        parser.error(f"{args.knob} is not a knob of {shown} (its TUNABLES: "
                      f"{', '.join(knobs)}); apply the change that adds it first")
     if args.old is not None and not args.old.is_file():
         parser.error(f"--old {args.old}: no such file (the seed before the change, e.g. git show "
                      f"HEAD:tasks/fp8_gemm/seeds/cuda_wgmma.py | sed "
                      f"s/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/ >{args.old})")
     started = time.perf_counter()
-    seed = load_module(SEED, "cuda_wgmma")
+    seed = load_module(args.seed, "cuda_wgmma")
     old = load_module(args.old, "cuda_wgmma_old") if args.old else None
     task = load_task(TASK)
     ref, check = load_reference(task), task.spec.check

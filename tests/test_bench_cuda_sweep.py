@@ -1,11 +1,14 @@
 """bench/cuda_sweep.py's patched builds of the CUDA seed (no GPU needed): every probe and
-variant applies to the seed as committed, and the turns_lapse variant's turn-taking, run on a
-model of named barriers, neither deadlocks nor lets an arrival complete a barrier alone."""
+variant applies to the seed as committed (or to the file --seed gives), and the seed's
+turn-taking and each turn variant's, run on a model of the named barriers and the ring of
+stages, neither deadlock nor let an arrival complete a barrier alone."""
 
 from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 from helpers import REPO, load_file
@@ -193,3 +196,20 @@ def test_shapes_and_one_knob_point_as_the_profile_and_timeline_scripts_read_them
     assert sweep.one_point(["STREAM_K=0", "PINGPONG=1"], space) == {"STREAM_K": 0, "PINGPONG": 1}
     with pytest.raises(SystemExit, match="one value a knob"):
         sweep.one_point(["STREAM_K=0,1"], space)
+
+
+def test_a_seed_given_in_the_seeds_place_is_what_probes_and_variants_patch(tmp_path) -> None:
+    """--seed: the grid, probes and variants apply to the given file, and a file that is not
+    there is named before anything is compiled."""
+    sweep = _module()
+    variant = tmp_path / "variant.py"
+    variant.write_text(sweep.CUDA_SEED.read_text() + "\n# the variant's own line\n")
+    sweep.use_seed(variant)
+    for name in ["probe_half_b", "turns_runs"]:
+        assert "# the variant's own line" in sweep.probe_file(name, tmp_path).read_text()
+    proc = subprocess.run([sys.executable, "bench/cuda_sweep.py", str(tmp_path / "o.json"),
+                           "--seed", str(tmp_path / "gone.py")], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--seed" in proc.stderr and "gone.py: no such file" in (
+        proc.stderr), proc.stderr
+    assert "compiled" not in proc.stdout

@@ -64,3 +64,18 @@ def test_the_probe_counts_what_the_task_would_fail_and_names_kernels_by_function
         "gemm_kernel")
     assert probe.kernel_name("void upcast_beside(unsigned char const*, int)") == "upcast_beside"
     assert probe.kernel_name("Memset (Device)") == "Memset"
+
+
+def test_the_probe_reads_its_knob_from_the_seed_given_in_the_seeds_place(tmp_path) -> None:
+    """--seed: a variant file is probed in the seed's place; its knobs are what count, and a
+    file that is not there is named before anything is built."""
+    variant = tmp_path / "variant.py"
+    variant.write_text("TUNABLES = {'ONLY_HERE': 1}\n")
+    proc = _run([sys.executable, "bench/knob_probe.py", "BLOCK_N", "64", "--seed", str(variant)],
+                tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"BLOCK_N is not a knob of {variant} (its TUNABLES: ONLY_HERE)" in proc.stderr
+    proc = _run([sys.executable, "bench/knob_probe.py", "BLOCK_N", "64", "--seed",
+                 str(tmp_path / "gone.py")], tmp_path)
+    assert proc.returncode == 2 and "gone.py: no such file" in proc.stderr, proc.stderr
+    assert "built in" not in proc.stdout
