@@ -87,6 +87,14 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # (one H100, as PINGPONG 2 of a copy of the seed, bench/knob_probe.py): GEMM 57.3 against 58.4
 # us at m6144-n7168-k256, 681.8 against 667.1 at m6144-n4608-k7168 (notes/fp8_gemm_h200.md,
 # "Turns a run of steps long").
+# desc_ahead: B's shared-memory descriptor made once a step, each of the 8 MMAs' as a constant
+# offset from it (the seed builds each from its address: a mask and a shift apiece). nvcc 13's
+# SASS of the BLOCK_N 128 main loop: 233 instructions a step against the seed's 247. Not yet
+# timed on a GPU (notes/fp8_gemm_h200.md, "Instructions on the consumers' path").
+# cvt_h1: A's fragments with one byte permute per raw word instead of two: bytes 0 2 1 3 into
+# one register, then the two conversions read its halves (F2FP's .H1 selector for the upper;
+# `__nv_cvt_fp8x2_to_halfraw2` of `x >> 16` costs a shift instead). 16 PRMT fewer a step: 231
+# SASS instructions against 247; with desc_ahead (desc_cvt) 217. Not yet timed on a GPU.
 BITCVT = [
     ("    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n",
      "    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n"
@@ -118,6 +126,36 @@ NOZERO = [
      "                }\n            } else\n#pragma unroll\n"
      "            for (int j = 0; j < NR / 4; ++j) {\n"
      "                acc[4 * j] += part[4 * j] * s0;\n"),
+]
+DESC_AHEAD = [
+    ("            const float s0 = sa0 * sb, s1 = sa1 * sb;\n"
+     "            convert_a(raw, frag);\n",
+     "            const float s0 = sa0 * sb, s1 = sa1 * sb;\n"
+     "            // the 14-bit address field cannot carry: shared memory ends below 256 KB\n"
+     "            const uint64_t db = smem_desc(smem + here * STAGE_BYTES + A_BYTES);\n"
+     "            convert_a(raw, frag);\n"),
+    ("                wgmma_step<BN>(part, frag[kk],\n"
+     "                               smem_desc(smem + here * STAGE_BYTES + A_BYTES + h * B_HALF"
+     " + off),\n",
+     "                wgmma_step<BN>(part, frag[kk], "
+     "db + (uint64_t)((h * B_HALF + off) >> 4),\n"),
+]
+CVT_H1 = [
+    ("            frag[2 * q + j][0] = f16x2_of(raw[q][2 * j], 0x20);\n"
+     "            frag[2 * q + j][1] = f16x2_of(raw[q][2 * j], 0x31);\n"
+     "            frag[2 * q + j][2] = f16x2_of(raw[q][2 * j + 1], 0x20);\n"
+     "            frag[2 * q + j][3] = f16x2_of(raw[q][2 * j + 1], 0x31);\n",
+     "            f16x2_pair(raw[q][2 * j], frag[2 * q + j][0], frag[2 * q + j][1]);\n"
+     "            f16x2_pair(raw[q][2 * j + 1], frag[2 * q + j][2], frag[2 * q + j][3]);\n"),
+    ("__device__ __forceinline__ void convert_a(",
+     "// Both f16x2 of a raw word (f16x2_of's 0x20 and 0x31): bytes 0 2 1 3 in one register, then\n"
+     "// a conversion of each half.\n"
+     "__device__ __forceinline__ void f16x2_pair(uint32_t r, uint32_t& m0, uint32_t& m1) {\n"
+     "    asm(\"{.reg .b16 lo, hi;\\nmov.b32 {lo, hi}, %2;\\ncvt.rn.f16x2.e4m3x2 %0, lo;\\n\"\n"
+     "        \"cvt.rn.f16x2.e4m3x2 %1, hi;}\"\n"
+     "        : \"=r\"(m0), \"=r\"(m1) : \"r\"(__byte_perm(r, 0, 0x3120)));\n"
+     "}\n"
+     "__device__ __forceinline__ void convert_a("),
 ]
 VARIANTS = {
     "bitcvt": BITCVT,
@@ -152,6 +190,9 @@ VARIANTS = {
          "                named_arrive(4 - half, 256);  // the other's turn\n"),
         ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n", ""),
     ],
+    "desc_ahead": DESC_AHEAD,
+    "cvt_h1": CVT_H1,
+    "desc_cvt": DESC_AHEAD + CVT_H1,
     "turns_runs": [
         ("        fetch(s);\n        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
          "            const int here = s;\n",
