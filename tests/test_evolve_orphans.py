@@ -22,8 +22,8 @@ from pytest_kscientist.evolve import child_exit
 from pytest_kscientist.evolve.child_exit import exit_path
 from pytest_kscientist.evolve.orphans import SessionStarted, record
 from pytest_kscientist.evolve.population import Population
+from pytest_kscientist.harness.lifeline import Lifeline
 from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
-from pytest_kscientist.harness.spawn import Lifeline
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(),
                                 reason="reads the process table from /proc")
@@ -223,7 +223,7 @@ def custom_kernel(data):
 
 @pytest.mark.parametrize("device", [
     "cpu",
-    # on a GPU a spare runner waits beside the worker (harness/spawn.py, Spares)
+    # on a GPU a spare runner waits beside the worker (harness/runners.py, Spares)
     pytest.param("cuda:0", marks=[pytest.mark.gpu, pytest.mark.skipif(
         not torch.cuda.is_available(), reason="needs a CUDA or ROCm device")]),
 ])

@@ -14,13 +14,8 @@ from helpers import AXPY
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
 from pytest_kscientist.harness.mounts import protected_paths, sandbox_available
-from pytest_kscientist.harness.spawn import (
-    RunnerProcess,
-    Spares,
-    Worker,
-    WorkerDied,
-    clean_environment,
-)
+from pytest_kscientist.harness.runners import RunnerProcess, Spares
+from pytest_kscientist.harness.spawn import Worker, WorkerDied, clean_environment
 
 WHY = sandbox_available(tuple(protected_paths(AXPY / "reference.py")))
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no worker sandbox here: {WHY}")

@@ -11,13 +11,8 @@ from helpers import REPO
 from pytest_kscientist.formats.task import load_task
 from pytest_kscientist.harness.forked import ForkedRunner
 from pytest_kscientist.harness.mounts import quiet_prefix, sandbox_prefix
-from pytest_kscientist.harness.spawn import (
-    RunnerProcess,
-    Spares,
-    Worker,
-    _spawn_mounts,
-    clean_environment,
-)
+from pytest_kscientist.harness.runners import RunnerProcess, Spares
+from pytest_kscientist.harness.spawn import Worker, _spawn_mounts, clean_environment
 
 FP8 = REPO / "tasks" / "fp8_gemm"
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from helpers import CANDIDATES, run_pytest
 
-from pytest_kscientist.harness.spawn import Spares
+from pytest_kscientist.harness.runners import Spares
 
 AXPY = Path(__file__).parent / "data" / "axpy"
 
@@ -160,7 +160,7 @@ def test_spares_taken_from_many_threads_keep_one_runner_waiting() -> None:
 # collection and the runner each worker took, with the (system-wide) monotonic clock.
 EARLY_PROBE = """
 import json, os, time
-from pytest_kscientist.harness import spawn
+from pytest_kscientist.harness import runners, spawn
 
 
 def _log(**row):
@@ -168,7 +168,7 @@ def _log(**row):
         f.write(json.dumps({"t": time.monotonic(), **row}) + "\\n")
 
 
-_runner_init, _worker_init = spawn.RunnerProcess.__init__, spawn.Worker.__init__
+_runner_init, _worker_init = runners.RunnerProcess.__init__, spawn.Worker.__init__
 
 
 def runner_init(self, *args, **kwargs):
@@ -181,7 +181,7 @@ def worker_init(self, *args, **kwargs):
     _log(event="worker", pid=self.process.proc.pid)
 
 
-spawn.RunnerProcess.__init__, spawn.Worker.__init__ = runner_init, worker_init
+runners.RunnerProcess.__init__, spawn.Worker.__init__ = runner_init, worker_init
 
 
 def pytest_collection_finish(session):

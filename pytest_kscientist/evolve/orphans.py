@@ -4,7 +4,7 @@ anything beside them, and adopted when they finished.
 Each child session's start is logged (``session_start``: its pid and start time, its results
 file, its candidates) under the population's lock before it runs anything. A run that resumes
 looks at the sessions of runs that are over (not live, not its own) whose candidates are still
-pending: one still running is killed with its workers (the lifeline, ``harness/spawn.py``,
+pending: one still running is killed with its workers (the lifeline, ``harness/lifeline.py``,
 normally does that first, within milliseconds of its parent's death); one that finished, whose
 results file exists and whose recorded exit status says it ran to its end (``child_exit.py``),
 has its results stored instead of evaluating those candidates again.

@@ -2,7 +2,7 @@
 
 The child is ``python -m pytest <task> --kernel c0004.py ... --ks-json <file>``: the same harness,
 isolation and verdicts as a hand-run session. Its output goes to a log file next to its JSON.
-It dies with its parent (a lifeline, ``harness/spawn.py``; its workers die with it in turn), and
+It dies with its parent (a lifeline, ``harness/lifeline.py``; its workers die with it in turn), and
 its start is reported to ``on_session_start``'s callback (``orphans.py``: what a resumed run
 checks).
 With ``--ks-devices``, ``ParallelSessions`` splits a generation over one child session per device,
@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from pytest_kscientist.evolve.orphans import SessionStarted
 from pytest_kscientist.evolve.population import EvaluationRecord, now
+from pytest_kscientist.harness.lifeline import Lifeline
 from pytest_kscientist.harness.results import CandidateResult, RunResults
-from pytest_kscientist.harness.spawn import Lifeline
 from pytest_kscientist.options import resolve
 
 # Flags of the parent run that state facts about how to evaluate, passed on to each child.

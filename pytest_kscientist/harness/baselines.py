@@ -22,7 +22,8 @@ from pytest_kscientist.errors import CandidateFailure
 from pytest_kscientist.formats.task import REQUIREMENT, BaselineSpec, Task
 from pytest_kscientist.harness.mounts import build_folder
 from pytest_kscientist.harness.results import BaselineTiming, CaseResult, InlineBuild
-from pytest_kscientist.harness.spawn import MachineFailed, Spares, Worker, WorkerDied
+from pytest_kscientist.harness.runners import Spares
+from pytest_kscientist.harness.spawn import MachineFailed, Worker, WorkerDied
 from pytest_kscientist.harness.stats import (
     geomean,
     ratio_interval,

@@ -161,7 +161,8 @@ def run(cmd: list[str], cwd: Path, timeout_s: float,
     nvcc names its intermediate files in ``TMPDIR`` by PID: with /tmp shared, a compile read
     another's files (on an H100 three of a session's four shared builds failed with the same
     errors; on the CPU two nvcc runs made one object, the other's kernels in both)."""
-    from pytest_kscientist.harness.spawn import Lifeline, clean_environment
+    from pytest_kscientist.harness.lifeline import Lifeline
+    from pytest_kscientist.harness.spawn import clean_environment
 
     with tempfile.TemporaryDirectory(prefix="ks-tmp-", ignore_cleanup_errors=True) as private:
         env = {**clean_environment("cpu"), **(env or {}), "TMPDIR": private}

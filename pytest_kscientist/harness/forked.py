@@ -2,7 +2,7 @@
 
 A ``Zygote`` is one such process, started with a worker's environment; ``spawn`` hands it a new
 worker's pipes, lifeline, log and status pipe over a ``SOCK_SEQPACKET`` socket and gets back a
-``ForkedRunner``, which stands where ``spawn.RunnerProcess`` stands (``Spares.take``). Used for
+``ForkedRunner``, which stands where ``runners.RunnerProcess`` stands (``Spares.take``). Used for
 sandboxed CPU workers (``KsSession.spares``): on the 2-core CPU a worker's start went from the
 ~1.4 s of its torch import to a fork (notes/timing.md, "The test suite's time").
 """
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kscientist.harness.spawn import Lifeline, StartedRunner
+from pytest_kscientist.harness.lifeline import Lifeline, StartedRunner
 from pytest_kscientist.harness.worker_folders import WorkerFolder
 from pytest_kscientist.protocol import channel
 
@@ -71,7 +71,7 @@ class ForkedRunner(StartedRunner):
 
     def __init__(self, zygote: Zygote, protect: Sequence[Path], writable: Sequence[Path]
                  ) -> None:
-        self.tmp = WorkerFolder()  # its own, as spawn.RunnerProcess's
+        self.tmp = WorkerFolder()  # its own, as runners.RunnerProcess's
         self.log_path = Path(self.tmp.name) / "candidate.log"
         self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
         req_r, self.req_w = os.pipe()

@@ -204,7 +204,7 @@ def sandbox_plan(reference: Path, builds: Path | None
         return None, why, None
     writable = (builds,) if builds is not None else ()
     # A worker's own folder under the workers' root is bound writable as it starts
-    # (spawn.RunnerProcess, forked.ForkedRunner).
+    # (runners.RunnerProcess, forked.ForkedRunner).
     caches = (*protect, extension_root(), *_verdict_cache(), worker_folders.root(),
               worker_folders.store(), *worker_folders.pytest_caches())
     home = home_folder()

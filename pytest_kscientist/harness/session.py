@@ -41,14 +41,10 @@ from pytest_kscientist.harness.results import (
     TaskValidation,
 )
 from pytest_kscientist.harness.rounds import Lineup
+from pytest_kscientist.harness.runners import RunnerProcess, Spares
 from pytest_kscientist.harness.scan import scan_file
 from pytest_kscientist.harness.scores import score_all
-from pytest_kscientist.harness.spawn import (
-    RunnerProcess,
-    Spares,
-    clean_environment,
-    gpu_visible,
-)
+from pytest_kscientist.harness.spawn import clean_environment, gpu_visible
 from pytest_kscientist.options import Settings, option_name
 
 REFERENCE_NAME = "reference"

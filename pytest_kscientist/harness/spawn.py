@@ -13,9 +13,10 @@ torch's extension root but its own build folder), with every capability dropped 
 runner starts. Without it, one warning says so and the worker runs unsandboxed.
 
 A worker dies with the pytest process that started it, however that process ends: a
-``Lifeline`` (also what ties an ``--evolve`` child session to its parent; notes/processes.md).
-A CPU session's sandboxed workers are forked from a zygote instead (``forked.py``), with the
-same sandbox set up by system calls after the fork (``worker/sandbox.py``).
+``Lifeline`` (``lifeline.py``; also what ties an ``--evolve`` child session to its parent;
+notes/processes.md). Its runner process is started ahead of it (``runners.py``): exec'd, or, for
+a CPU session's sandboxed workers, forked from a zygote (``forked.py``), with the same sandbox
+set up by system calls after the fork (``worker/sandbox.py``).
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ import hashlib
 import os
 import re
 import secrets
-import signal
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +36,10 @@ from pytest_kscientist.harness.mounts import (
     Mounts,
     extension_root,
     sandbox_plan,
-    sandbox_prefix,
     warn_cache_writable,
     warn_unsandboxed,
 )
-from pytest_kscientist.harness.worker_folders import WorkerFolder
+from pytest_kscientist.harness.runners import Spares
 from pytest_kscientist.protocol import channel
 
 SECRET_NAME = re.compile(
@@ -185,271 +182,6 @@ def _spawn_mounts(reference: Path, sandbox: bool | None, builds: Path | None = N
 def gpu_visible() -> bool:
     """Whether this machine shows a GPU's device files (NVIDIA, ROCm, WSL)."""
     return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg"))
-
-
-# Run as `python -S -c ARM FD WHO HOW CMD...` in a started process before it execs CMD: from then
-# on the release of the lifeline's write end (its starter exiting, kill -9 included) SIGKILLs CMD
-# (WHO "group": its whole process group, which it leads; "self": only itself). On Linux the
-# kernel sends the signal (F_SETSIG on an O_ASYNC pipe: no thread, so a call hung in C code or
-# holding the GIL dies too, and nothing is added to the worker's timed calls); elsewhere a
-# forked watcher blocked on the pipe sends it. A starter already gone before the arming is seen
-# as a readable (EOF) pipe: nothing is ever written to it.
-_ARM = """
-import os, select, signal, sys
-fd, who, how, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
-group = who == "group" and os.getpgrp() == os.getpid()
-try:
-    import fcntl
-    setsig = fcntl.F_SETSIG if how == "auto" else None
-except (ImportError, AttributeError):
-    setsig = None
-def die():
-    os.killpg(os.getpgrp(), signal.SIGKILL) if group else os.kill(os.getpid(), signal.SIGKILL)
-if setsig is not None:
-    fcntl.fcntl(fd, fcntl.F_SETOWN, -os.getpgrp() if group else os.getpid())
-    fcntl.fcntl(fd, setsig, signal.SIGKILL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
-else:
-    target = os.getpid()
-    if os.fork() == 0:
-        os.closerange(3, fd)
-        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-        try:
-            os.read(fd, 1)
-        except OSError:
-            pass
-        if os.getppid() == target:
-            os.killpg(target, signal.SIGKILL) if group else os.kill(target, signal.SIGKILL)
-        os._exit(0)
-if select.select([fd], [], [], 0)[0]:
-    die()
-os.execvp(cmd[0], cmd)
-"""
-
-
-class Lifeline:
-    """A pipe whose write end only this process holds, so that a process started through
-    ``command`` dies with this one, however this one ends (issue 31: a ``kill -9``'d run left
-    its child session and workers running for 20 s and more, timed beside its resumed run).
-
-    ``command`` wraps a command line; pass ``read_fd`` in ``pass_fds``, call ``started`` once
-    the process is started and ``cut`` once it has ended (cutting it earlier kills it).
-    """
-
-    def __init__(self, how: str = "auto") -> None:
-        self.read_fd, self._write_fd = os.pipe()  # neither is inherited by other processes
-        self.how = how  # "fork": the portable watcher even where the kernel's signal exists
-
-    def command(self, cmd: Sequence[str], group: bool) -> list[str]:
-        """``cmd`` run so that it dies with this process: its process group (which it must
-        lead: ``start_new_session``) with ``group``, else only itself."""
-        who = "group" if group else "self"
-        return [sys.executable, "-S", "-c", _ARM, str(self.read_fd), who, self.how, *cmd]
-
-    def started(self) -> None:
-        """Close this process's copy of the read end (the started process holds its own)."""
-        _close(self.read_fd)
-        self.read_fd = -1
-
-    def cut(self) -> None:
-        """Release the write end: whatever was started through it and still runs is killed."""
-        _close(self._write_fd)
-        self._write_fd = -1
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-class StartedRunner:
-    """What a runner not yet told its candidate holds, however it was started (exec'd here, or
-    forked: ``forked.ForkedRunner``): ``proc`` (``pid``, ``poll``, ``wait``), the pipes
-    ``req_w`` and ``res_r``, its ``lifeline``, its folder ``tmp`` and the logs of its stdout
-    and stderr, ``log_path`` and ``err_path``."""
-
-    proc: Any
-    req_w: int
-    res_r: int
-    lifeline: Lifeline
-    tmp: WorkerFolder
-    log_path: Path
-    err_path: Path
-
-    def kill(self) -> int:
-        """Kill its whole process group and close its pipes; return its exit code."""
-        if self.req_w == -1 and self.proc.returncode is not None:
-            return self.proc.returncode  # killed before: its group id may be another's by now
-        # The whole group, even after the leader exited: a candidate may leave children behind.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        code = self.proc.wait()
-        self.lifeline.cut()
-        for fd in (self.req_w, self.res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.req_w = self.res_r = -1
-        return code
-
-    def discard(self) -> None:
-        """Kill it and remove its folder."""
-        self.kill()
-        self.tmp.cleanup()
-
-
-class RunnerProcess(StartedRunner):
-    """A started ``pytest_kscientist.worker.runner`` that has not been told its candidate yet.
-
-    Until its hello it only imports torch (~5 s of a worker's start on the H200, 95% of it) and
-    waits on its request pipe; it touches no device before the hello.
-    """
-
-    def __init__(self, mounts: Mounts | None, env: dict[str, str]) -> None:
-        # Its own folder: the only one of the workers' root it may write, where its compiler
-        # caches go (worker_folders.py).
-        self.tmp = WorkerFolder()
-        self.log_path = Path(self.tmp.name) / "candidate.log"
-        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
-        prefix = [] if mounts is None else sandbox_prefix(mounts[0],
-                                                          (*mounts[1], Path(self.tmp.name)))
-        req_r, self.req_w = os.pipe()
-        self.res_r, res_w = os.pipe()
-        channel.widen(res_w)  # outputs travel this way
-        # A runner hung in a candidate's call never reads its request pipe's EOF: the lifeline
-        # kills its group (with the sandbox, unshare, whose --kill-child takes the runner and
-        # its PID namespace along) when this process dies.
-        self.lifeline = Lifeline()
-        runner = [*prefix, sys.executable, "-m", "pytest_kscientist.worker.runner", str(req_r),
-                  str(res_w)]
-        with open(self.log_path, "wb") as log, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                self.lifeline.command(runner, group=True),
-                pass_fds=(req_r, res_w, self.lifeline.read_fd),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=err,
-                cwd=self.tmp.name,
-                env={**env, **self.tmp.env()},
-                start_new_session=True,
-            )
-        os.close(req_r)
-        os.close(res_w)
-        self.lifeline.started()
-
-class Spares:
-    """Runner processes started ahead of need: taking one starts the next.
-
-    A new worker (every candidate, and again after a failed item) then skips the runner's
-    ``import torch``. Used on GPUs only: there the spare's start runs on other host cores while
-    device time is measured; on a CPU it would take a core from the worker being timed.
-    With ``fork``, a sandboxed worker is forked from a zygote of its environment instead
-    (``harness/forked.py``), which imported torch once and then waits idle; one that cannot
-    fork (its zygote died twice) gets a runner of its own, as without.
-    State of one pytest session (``KsSession.spares``); ``close`` at its end.
-    """
-
-    def __init__(self, ahead: bool, fork: bool = False) -> None:
-        self.ahead = ahead
-        self.fork = fork
-        self._zygotes: dict[tuple[Any, ...], Any] = {}  # environment -> forked.Zygote
-        self._ready: dict[tuple[Any, ...], RunnerProcess] = {}
-        self._lock = threading.Lock()  # workers may be started from several threads at once
-        self._starting: set[tuple[Any, ...]] = set()
-
-    @classmethod
-    def for_device(cls, gpu: bool) -> Spares:
-        """A session's: on a GPU, spares started ahead; on the CPU, workers forked instead."""
-        return cls(ahead=gpu, fork=not gpu)
-
-    def start_zygote(self, env: dict[str, str]) -> None:
-        """Start the zygote of ``env`` now, before any worker is asked for (``fork`` only)."""
-        self._zygote(tuple(sorted(env.items())), env)
-
-    def _zygote(self, key: tuple[Any, ...], env: dict[str, str], fresh: bool = False) -> Any:
-        from pytest_kscientist.harness.forked import Zygote
-
-        with self._lock:
-            old = self._zygotes.pop(key, None) if fresh else None
-            zygote = self._zygotes.get(key)
-            if zygote is None:
-                zygote = self._zygotes[key] = Zygote(env)
-        if old is not None:
-            old.close()
-        return zygote
-
-    def _forked(self, env: dict[str, str], mounts: Mounts) -> StartedRunner | None:
-        """A worker forked from the zygote of ``env``, sandboxed with ``mounts``; None where
-        neither the zygote nor a fresh one could fork it."""
-        from pytest_kscientist.harness.forked import ForkedRunner
-
-        key = tuple(sorted(env.items()))
-        for fresh in (False, True):
-            try:
-                return ForkedRunner(self._zygote(key, env, fresh), *mounts)
-            except OSError:
-                continue  # a dead zygote: one fresh try, then a runner of its own
-        self.fork = False  # the kernel refuses it here: every worker of the session is exec'd
-        return None
-
-    def take(self, mounts: Mounts | None, env: dict[str, str], ahead: bool = True
-             ) -> StartedRunner:
-        """A started runner sandboxed with ``mounts`` (None: no sandbox) and ``env``;
-        ``ahead``: start the next one now (not for mounts of one candidate's own, which no
-        other worker can use). With ``fork`` and ``mounts``, a forked one."""
-        if self.fork and mounts is not None:
-            forked = self._forked(env, mounts)
-            if forked is not None:
-                return forked
-        key = self._key(mounts, env)
-        with self._lock:
-            process = self._ready.pop(key, None)
-        if process is not None and process.proc.poll() is not None:
-            process.discard()  # died while waiting (killed from outside): start another
-            process = None
-        if process is None:
-            process = RunnerProcess(mounts, env)
-        if self.ahead and ahead:
-            with self._lock:  # one spare per kind, however many threads take at once
-                start = key not in self._ready and key not in self._starting
-                if start:
-                    self._starting.add(key)
-            if start:
-                spare = RunnerProcess(mounts, env)
-                with self._lock:
-                    self._ready[key] = spare
-                    self._starting.discard(key)
-        return process
-
-    @staticmethod
-    def _key(mounts: Mounts | None, env: dict[str, str]) -> tuple[Any, ...]:
-        """The kind of runner ``mounts`` and ``env`` make: one ready a kind."""
-        return (mounts, tuple(sorted(env.items())))
-
-    def adopt(self, mounts: Mounts | None, env: dict[str, str], process: RunnerProcess) -> None:
-        """Keep ``process``, started with ``mounts`` and ``env`` before this session knew its
-        device (``KsSession.start_early``), for the first worker that takes those."""
-        key = self._key(mounts, env)
-        with self._lock:
-            process, self._ready[key] = self._ready.get(key), process
-        if process is not None:
-            process.discard()
-
-    def close(self) -> None:
-        with self._lock:
-            ready, self._ready = list(self._ready.values()), {}
-        for process in ready:
-            process.discard()
-        with self._lock:
-            zygotes, self._zygotes = list(self._zygotes.values()), {}
-        for zygote in zygotes:
-            zygote.close()
 
 
 class Worker:

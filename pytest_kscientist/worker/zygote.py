@@ -6,7 +6,7 @@ import of its own: 1.4 s of torch's import saved per worker on the 2-core CPU (i
 never runs candidate code, holds no secret (its environment is a worker's) and no file of
 another worker: each request's descriptors are closed once its worker is forked.
 
-A forked worker is what ``harness/spawn.RunnerProcess`` starts through its exec'd prefix,
+A forked worker is what ``harness/runners.RunnerProcess`` starts through its exec'd prefix,
 piece for piece: its own session (process group), the lifeline armed on it, stdout and stderr
 to its log, its own folder; then, sandboxed (``sandbox.py``), new user, mount, network and PID
 namespaces with the same mounts, a child that is the namespace's init and dies with its parent
