@@ -1,8 +1,8 @@
-"""bench/knob_probe.py and bench/knob_device.sh (no GPU needed): a knob the seed lacks, a
-missing old seed, or an old seed that is not the seed before the change is named before any
-build or device setup, with the command that makes the right file; the probe's count of
-elements outside the task's tolerance counts C's NaN fill, and its launch table names each
-kernel by its function."""
+"""bench/knob_probe.py, bench/knob_device.sh and bench/variants_device.sh (no GPU needed): a
+knob the seed lacks, a variant cuda_sweep.py lacks, a missing old seed, or an old seed that is
+not the seed before the change is named before any build or device setup, with the command
+that makes the right file; the probe's count of elements outside the task's tolerance counts
+C's NaN fill, and its launch table names each kernel by its function."""
 
 from __future__ import annotations
 
@@ -79,3 +79,16 @@ def test_the_probe_reads_its_knob_from_the_seed_given_in_the_seeds_place(tmp_pat
                  str(tmp_path / "gone.py")], tmp_path)
     assert proc.returncode == 2 and "gone.py: no such file" in proc.stderr, proc.stderr
     assert "built in" not in proc.stdout
+
+
+def test_the_variants_script_refuses_a_name_cuda_sweep_lacks_before_the_device_setup(
+        tmp_path) -> None:
+    """bench/variants_device.sh: a name that is not one of cuda_sweep.py's VARIANTS is named,
+    with the list, before anything is written; without names it says its usage."""
+    proc = _run(["bash", "bench/variants_device.sh", "desc_cvt", "no_such_variant"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "variants_device: ['no_such_variant'] not in bench/cuda_sweep.py's VARIANTS" in (
+        proc.stderr) and "'desc_cvt'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+    proc = _run(["bash", "bench/variants_device.sh"], tmp_path)
+    assert proc.returncode == 2 and "usage: bash bench/variants_device.sh NAME" in proc.stderr

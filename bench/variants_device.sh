@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Variants of the CUDA seed (bench/cuda_sweep.py's VARIANTS) on one sm_90 GPU, in one device call
+# (issue 33; notes/fp8_gemm_h200.md):
+#   device call (repository root, carry [".whl"], timeout_s 600):
+#     bash bench/variants_device.sh NAME [NAME ...]
+# A name not in VARIANTS is refused before the device setup. In order, each under its own limit:
+#   (a) each variant written as a kernel file of its own build name           -> $OUT/kernels/
+#   (b) bench/cuda_sweep.py --variants NAME...: every variant checked (the task's tests and
+#       benchmarks, odd shapes, C filled with NaN first), then the plain loop and the launches'
+#       durations beside the seed                                        -> $OUT/sweep.log
+#   (c) the harness: the seed and every variant in the same rounds  -> $OUT/harness.log, .json
+#   (d) the harness's per-shape table (bench/summarize.py)                      -> printed last
+set -u
+if [ $# -lt 1 ]; then
+  echo "usage: bash bench/variants_device.sh NAME [NAME ...] (names: bench/cuda_sweep.py's" \
+       "VARIANTS)" >&2
+  exit 2
+fi
+OUT=${OUT:-/tmp/ks-variants}
+export OUT
+FILES=$(python3 - "$OUT/kernels" "$@" <<'PY'
+import sys
+from pathlib import Path
+
+sys.path[:0] = ["bench"]
+import cuda_sweep  # noqa: E402  (after the path)
+
+folder, names = Path(sys.argv[1]), sys.argv[2:]
+unknown = [name for name in names if name not in cuda_sweep.VARIANTS]
+if unknown:
+    sys.exit(f"variants_device: {unknown} not in bench/cuda_sweep.py's VARIANTS: "
+             f"{sorted(cuda_sweep.VARIANTS)}")
+folder.mkdir(parents=True, exist_ok=True)
+for name in names:
+    print(cuda_sweep.probe_file(name, folder))
+PY
+) || exit 2
+source bench/device_env.sh
+START=$(date +%s)
+took() { echo "$1 rc $2 at +$(( $(date +%s) - START ))s"; }
+nvidia-smi -L
+timeout -s INT 240 python3 bench/cuda_sweep.py "$OUT/sweep.json" --reps 30 --kernels \
+  --variants "$@" >"$OUT/sweep.log" 2>&1
+rc=$?; took sweep $rc
+grep -v Warning "$OUT/sweep.log" | grep "^| \|^|---\|: [0-9.]* (+" | cut -c1-240 | head -16
+[ $rc = 0 ] || exit $rc
+KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
+for file in $FILES; do KERNELS+=(--kernel "$file"); done
+timeout -s INT 240 python3 -m pytest tasks/fp8_gemm -k bench -q -p no:cacheprovider \
+  "${KERNELS[@]}" --ks-baselines none --ks-skip-reference --ks-timeout 300 \
+  --ks-json "$OUT/harness.json" >"$OUT/harness.log" 2>&1
+took harness $?
+grep -A$(( $# + 1 )) "side by side" "$OUT/harness.log" | cut -c1-200
+python3 bench/summarize.py --table "$OUT/harness.json" 2>&1 | tail -30 | cut -c1-260
