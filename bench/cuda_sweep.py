@@ -95,6 +95,8 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # one register, then the two conversions read its halves (F2FP's .H1 selector for the upper;
 # `__nv_cvt_fp8x2_to_halfraw2` of `x >> 16` costs a shift instead). 16 PRMT fewer a step: 231
 # SASS instructions against 247; with desc_ahead (desc_cvt) 217. Not yet timed on a GPU.
+# desc_cvt_lo: desc_cvt with the wgmma's descriptor passed as its low word, the high word (the
+# same for every descriptor) set inside the asm: no 64-bit add and carry for the offsets. 209.
 BITCVT = [
     ("    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n",
      "    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n"
@@ -157,6 +159,18 @@ CVT_H1 = [
      "}\n"
      "__device__ __forceinline__ void convert_a("),
 ]
+# The wgmma's descriptor as its low word; the high word, the same for every descriptor, set
+# inside the asm.
+DESC_LO = [
+    ('.reg .pred p;\\\\nsetp.ne.b32 p, %{regs + 5}, 0;\\\\n"\\n\'',
+     ".reg .pred p;\\\\n.reg .b32 hi;\\\\n.reg .b64 dsc;\\\\n'\n"
+     "        f'setp.ne.b32 p, %{regs + 5}, 0;\\\\nmov.b32 hi, 0x40000040;\\\\n'\n"
+     '        f\'mov.b64 dsc, {{%{regs + 4}, hi}};\\\\n"\\n\''),
+    ('{{{a}}}, %{regs + 4}, p, 1, 1, 0;',
+     '{{{a}}}, dsc, p, 1, 1, 0;'),
+    ('"l"(db), "r"(accumulate)',
+     '"r"((uint32_t)db), "r"(accumulate)'),
+]
 VARIANTS = {
     "bitcvt": BITCVT,
     "nozero": NOZERO,
@@ -193,6 +207,7 @@ VARIANTS = {
     "desc_ahead": DESC_AHEAD,
     "cvt_h1": CVT_H1,
     "desc_cvt": DESC_AHEAD + CVT_H1,
+    "desc_cvt_lo": DESC_AHEAD + CVT_H1 + DESC_LO,
     "turns_runs": [
         ("        fetch(s);\n        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
          "            const int here = s;\n",
