@@ -1,0 +1,219 @@
+"""The CUDA seed's kernels as nvcc builds them for sm_90a, read on the CPU (no GPU needed): per
+GEMM kernel its registers, spilled bytes and ptxas remarks (C75xx: wgmma serialised, a
+warpgroup.arrive injected), and its main loop's SASS by kind of instruction.
+
+    python3 bench/cuda_sass.py [FILE ...] [--variants NAME ...] [--dump DIR]
+
+FILE: kernel files that build as the seed does (default: the seed); --variants: cuda_sweep.py's
+VARIANTS of the seed, each patched as the sweep patches it. The main loop is the one that holds
+the HGMMA: from the target of the first backward branch past the last HGMMA to that branch, so
+its count is the instructions one K step issues. --dump DIR keeps each file's SASS.
+Needs nvcc, cuobjdump and nvdisasm: CUDA's own, or PyPI's `nvidia-cuda-cuobjdump` and
+`nvidia-cuda-nvdisasm` wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
+found in the installed `nvidia/*/bin`). Used for issue 33's instruction counts
+(notes/fp8_gemm_h200.md, "Instructions on the consumers' path").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
+KINDS = ["HGMMA", "WARPGROUP.DEPBAR", "R2UR", "PRMT", "F2FP", "FFMA", "LDSM", "LDS", "BAR"]
+ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
+BRANCH = re.compile(r"\bBRA (?:`\()?0x([0-9a-f]+)")
+
+
+def tool_path() -> str:
+    """PATH with cuobjdump and nvdisasm on it; SystemExit naming the wheels when neither CUDA's
+    own nor PyPI's are found."""
+    folders = []
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        folders += sorted(str(p.parent) for p in Path(base).glob("*/bin/cuobjdump"))
+        folders += sorted(str(p.parent) for p in Path(base).glob("*/bin/nvdisasm"))
+    path = os.pathsep.join([*dict.fromkeys(folders), os.environ.get("PATH", "")])
+    missing = [t for t in ("nvcc", "cuobjdump", "nvdisasm") if not shutil.which(t, path=path)]
+    if missing:
+        raise SystemExit(f"cuda_sass: {', '.join(missing)} not found; nvcc comes with CUDA, the "
+                         "others with it or from PyPI: pip install nvidia-cuda-cuobjdump "
+                         "nvidia-cuda-nvdisasm")
+    return path
+
+
+def build_of(path: Path) -> dict:
+    """The load_inline call that kernel file ``path`` makes when it is imported (nothing is
+    built: the call is caught)."""
+    import torch.utils.cpp_extension as extension
+
+    calls: list[dict] = []
+    real = extension.load_inline
+    extension.load_inline = lambda **kw: calls.append(kw) or types.SimpleNamespace()
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), {"__name__": "cuda_sass_target"})
+    finally:
+        extension.load_inline = real
+    if not calls or not calls[0].get("cuda_sources"):
+        raise SystemExit(f"cuda_sass: {path} made no load_inline call with cuda_sources")
+    return calls[0]
+
+
+def compile_sass(path: Path, folder: Path, tools: str) -> tuple[str, str]:
+    """(ptxas's report, cuobjdump's SASS) of ``path``'s CUDA part, built with its own flags."""
+    import torch.utils.cpp_extension as extension
+
+    build = build_of(path)
+    source, obj = folder / f"{path.stem}.cu", folder / f"{path.stem}.o"
+    source.write_text("\n".join(build["cuda_sources"]))
+    env = {**os.environ, "PATH": tools}
+    proc = subprocess.run(
+        ["nvcc", "-c", "-o", str(obj), str(source), *extension.COMMON_NVCC_FLAGS,
+         "-Xcompiler", "-fPIC", *build.get("extra_cuda_cflags", []), "-std=c++20",
+         "-Xptxas", "-v"], capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode:
+        raise SystemExit(f"cuda_sass: nvcc failed on {path}:\n{proc.stderr[-4000:]}")
+    sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True,
+                          env=env, timeout=300, check=True).stdout
+    return proc.stdout + proc.stderr, sass
+
+
+def label(mangled: str) -> str:
+    """``_Z11gemm_kernelILi128ELi1EEv...`` -> ``gemm_kernel<128, 1>`` (int and bool template
+    arguments; the name alone where there are none)."""
+    match = re.match(r"_Z(\d+)", mangled)
+    if not match:
+        return mangled
+    start = match.end()
+    name = mangled[start:start + int(match.group(1))]
+    rest = mangled[start + len(name):]
+    if not rest.startswith("I"):
+        return name
+    args = re.findall(r"L([ib])(\d+)E", rest[:rest.find("EEv") + 2] if "EEv" in rest else rest)
+    shown = [v if kind == "i" else ("true" if v == "1" else "false") for kind, v in args]
+    return f"{name}<{', '.join(shown)}>"
+
+
+def kernels(sass: str) -> dict[str, list[str]]:
+    """Each function's instruction lines, by its mangled name."""
+    found: dict[str, list[str]] = {}
+    for block in re.split(r"\n\s*Function : ", sass)[1:]:
+        name, _, body = block.partition("\n")
+        found[name.strip()] = [line for line in body.splitlines() if ADDRESS.search(line)]
+    return found
+
+
+def main_loop(lines: list[str]) -> list[str]:
+    """The instructions of the loop that holds the HGMMA (see the module's docstring); [] where
+    the function has none."""
+    at = [int(ADDRESS.search(line).group(1), 16) for line in lines]
+    mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    if not mma:
+        return []
+    for i in range(mma[-1], len(lines)):
+        branch = BRANCH.search(lines[i])
+        if branch and int(branch.group(1), 16) <= at[mma[0]]:
+            top = at.index(int(branch.group(1), 16))
+            return lines[top:i + 1]
+    return []
+
+
+def opcode(line: str) -> str:
+    text = line.split("*/", 1)[1].strip() if "*/" in line else line.strip()
+    text = re.sub(r"^@!?U?P\w+\s+", "", text)
+    return text.split(" ", 1)[0].rstrip(";")
+
+
+def census(loop: list[str]) -> Counter:
+    """Instructions of ``loop`` by the KINDS above (a kind counts every opcode it begins)."""
+    counts: Counter = Counter()
+    for line in loop:
+        op = opcode(line)
+        for kind in KINDS:
+            if op == kind or op.startswith(kind + "."):
+                counts[kind] += 1
+    return counts
+
+
+def ptxas_rows(report: str) -> dict[str, dict]:
+    """Per mangled kernel: registers, spilled bytes (stores + loads) and its C75xx remarks."""
+    rows: dict[str, dict] = {}
+    current = None
+    for line in report.splitlines():
+        entry = re.search(r"Compiling entry function '(\w+)'", line)
+        if entry:
+            current = rows.setdefault(entry.group(1), {"registers": None, "spills": 0,
+                                                       "remarks": set()})
+            continue
+        remark = re.search(r"\((C75\d\d)\).*function '(\w+)", line)
+        if remark:
+            rows.setdefault(remark.group(2), {"registers": None, "spills": 0,
+                                              "remarks": set()})["remarks"].add(remark.group(1))
+        if current is None:
+            continue
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if spill:
+            current["spills"] = int(spill.group(1)) + int(spill.group(2))
+        used = re.search(r"Used (\d+) registers", line)
+        if used:
+            current["registers"] = int(used.group(1))
+    return rows
+
+
+def table(name: str, report: str, sass: str) -> list[str]:
+    rows = ptxas_rows(report)
+    out = [f"{name}:", "| kernel | registers | spilled bytes | remarks | instructions a step | "
+           + " | ".join(KINDS) + " |", "|---" * (5 + len(KINDS)) + "|"]
+    for mangled, lines in sorted(kernels(sass).items(), key=lambda kv: label(kv[0])):
+        if "gemm" not in mangled:
+            continue
+        loop, row = main_loop(lines), rows.get(mangled, {})
+        counts = census(loop)
+        out.append(f"| {label(mangled)} | {row.get('registers')} | {row.get('spills', 0)} | "
+                   f"{' '.join(sorted(row.get('remarks', ()))) or '-'} | {len(loop)} | "
+                   + " | ".join(str(counts[k]) for k in KINDS) + " |")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", type=Path, help="kernel files (default: the seed)")
+    parser.add_argument("--variants", nargs="*", default=[],
+                        help="bench/cuda_sweep.py's VARIANTS of the seed, patched as it does")
+    parser.add_argument("--dump", type=Path, help="a folder for each file's SASS")
+    args = parser.parse_args()
+    import cuda_sweep
+
+    unknown = [v for v in args.variants if v not in cuda_sweep.VARIANTS]
+    if unknown:
+        parser.error(f"{unknown} not in bench/cuda_sweep.py's VARIANTS: "
+                     f"{sorted(cuda_sweep.VARIANTS)}")
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    tools = tool_path()
+    folder = Path(tempfile.mkdtemp(prefix="ks-sass-"))
+    targets = [*args.files] or ([] if args.variants else [SEED])
+    targets += [cuda_sweep.probe_file(v, folder) for v in args.variants]
+    for path in targets:
+        report, sass = compile_sass(path, folder, tools)
+        if args.dump:
+            args.dump.mkdir(parents=True, exist_ok=True)
+            (args.dump / f"{path.stem}.sass").write_text(sass)
+        print("\n".join(table(path.name, report, sass)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
