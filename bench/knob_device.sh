@@ -27,12 +27,11 @@ fi
 OUT=${OUT:-/tmp/ks-knob}
 export OUT
 source bench/device_env.sh
-START=$(date +%s)
-took() { echo "$1 rc $2 at +$(( $(date +%s) - START ))s"; }
+source bench/seed_rounds.sh
 nvidia-smi -L
 mkdir -p "$OUT/kernels"
 sed 's/ks_cuda_wgmma_v8/ks_cuda_wgmma_old/' "$OLD_SEED" >"$OUT/kernels/old_seed.py"
-KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
+KERNELS=()
 # shellcheck disable=SC2086  # the values are words
 COPIES=$(python3 - "$KNOB" "$OUT/kernels" $VALUES <<'PY'
 import sys
@@ -61,9 +60,4 @@ if [ "${KNOB_GPU_TESTS:-1}" != 0 ]; then
   took gpu-tests $?
   tail -3 "$OUT/gpu.log" | cut -c1-300
 fi
-timeout -s INT 200 python3 -m pytest tasks/fp8_gemm -k bench -q -p no:cacheprovider \
-  "${KERNELS[@]}" --ks-baselines none --ks-skip-reference --ks-timeout 300 \
-  --ks-json "$OUT/harness.json" >"$OUT/harness.log" 2>&1
-took harness $?
-tail -2 "$OUT/harness.log" | cut -c1-300
-python3 bench/summarize.py --table "$OUT/harness.json" 2>&1 | tail -30 | cut -c1-260
+seed_rounds 200 "${KERNELS[@]}"

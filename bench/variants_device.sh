@@ -36,19 +36,13 @@ for name in names:
 PY
 ) || exit 2
 source bench/device_env.sh
-START=$(date +%s)
-took() { echo "$1 rc $2 at +$(( $(date +%s) - START ))s"; }
+source bench/seed_rounds.sh
 nvidia-smi -L
 timeout -s INT 240 python3 bench/cuda_sweep.py "$OUT/sweep.json" --reps 30 --kernels \
   --variants "$@" >"$OUT/sweep.log" 2>&1
 rc=$?; took sweep $rc
 grep -v Warning "$OUT/sweep.log" | grep "^| \|^|---\|: [0-9.]* (+" | cut -c1-240 | head -16
 [ $rc = 0 ] || exit $rc
-KERNELS=(--kernel tasks/fp8_gemm/seeds/cuda_wgmma.py)
+KERNELS=()
 for file in $FILES; do KERNELS+=(--kernel "$file"); done
-timeout -s INT 240 python3 -m pytest tasks/fp8_gemm -k bench -q -p no:cacheprovider \
-  "${KERNELS[@]}" --ks-baselines none --ks-skip-reference --ks-timeout 300 \
-  --ks-json "$OUT/harness.json" >"$OUT/harness.log" 2>&1
-took harness $?
-grep -A$(( $# + 1 )) "side by side" "$OUT/harness.log" | cut -c1-200
-python3 bench/summarize.py --table "$OUT/harness.json" 2>&1 | tail -30 | cut -c1-260
+seed_rounds 240 "${KERNELS[@]}"
