@@ -12,8 +12,8 @@ this process, each point is checked on the task's 11 tests, the 18 benchmarks an
 (the task's tolerance, c filled with NaN first) and timed on the benchmarks with
 fused_sweep.py's loop (GPU MODE protocol plus the harness's spin). The committed Triton seed
 is timed in the same loop as a row to compare with.
---kernels: per shape, the GPU kernels' own durations (torch.profiler) of the seed as committed
-and of each --extra file.
+--kernels: per shape, the GPU kernels' own durations (torch.profiler) of the seed as committed,
+each --extra file and each variant.
 --seed: a variant file in the seed's place (its grid, probes and variants), so a change can be
 swept before it is written into the seed.
 OUT.json is rewritten after every row; the tables are printed last, with the geomean of the
@@ -356,7 +356,7 @@ def main() -> None:
                         help="other kernel files to check and time beside (their defaults)")
     parser.add_argument("--kernels", action="store_true",
                         help="per shape, the GPU kernels' own durations (torch.profiler) of the "
-                             "seed and each --extra file")
+                             "seed, each --extra file and each variant")
     parser.add_argument("--seed", type=Path, default=CUDA_SEED,
                         help="the kernel file swept in the seed's place (default: the seed)")
     args = parser.parse_args()
@@ -422,9 +422,9 @@ def main() -> None:
         args.out.write_text(json.dumps(rows, indent=1))
         print(f"{name}: {row.get('geomean_us') or row['failed']} (+{time.monotonic() - t0:.0f}s)",
               flush=True)
-    if args.kernels:  # the seed as committed and each --extra file, as committed
+    if args.kernels:  # the seed, each --extra file and each variant, as committed
         rows["_kernels"] = {}
-        for key in ["cuda_wgmma", *(f.stem for f in args.extra)]:
+        for key in ["cuda_wgmma", *(f.stem for f in args.extra), *variants]:
             if key not in modules or rows[key]["failed"]:
                 continue
             if key in committed:
