@@ -121,11 +121,8 @@ class StartedRunner:
             pass
         code = self.proc.wait()
         self.lifeline.cut()
-        for fd in (self.req_w, self.res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _close(self.req_w)
+        _close(self.res_r)
         self.req_w = self.res_r = -1
         return code
 
