@@ -101,7 +101,7 @@ def label(mangled: str) -> str:
     rest = mangled[start + len(name):]
     if not rest.startswith("I"):
         return name
-    args = re.findall(r"L([ib])(\d+)E", rest[:rest.find("EEv") + 2] if "EEv" in rest else rest)
+    args = re.findall(r"L([ib])(\d+)E", rest.split("EEv")[0] + "E")  # up to the arguments' end
     shown = [v if kind == "i" else ("true" if v == "1" else "false") for kind, v in args]
     return f"{name}<{', '.join(shown)}>"
 
