@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_kscientist.api import (  # noqa: E402  (after the path)
     geomean,
+    judge,
     load_module,
     load_reference,
     load_task,
@@ -63,9 +64,10 @@ def inputs(ref, m: int, n: int, k: int, seed: int, b_copy: bool = False) -> list
 
 def outside(got: torch.Tensor, want: torch.Tensor, check) -> int:
     """Elements of ``got`` outside the task's tolerance (``check``: its atol and rtol) of
-    ``want``; a NaN (C's fill, never written) counts."""
-    within = (got.float() - want).abs() <= check.atol + check.rtol * want.abs()
-    return int((~within).sum())
+    ``want``, as the harness judges them (a NaN where the reference has none, C's fill never
+    written, counts); all of them where the shapes differ."""
+    miss = judge(got.float(), want.float(), check.atol, check.rtol)
+    return (miss.count or got.numel()) if miss else 0
 
 
 def misses(seed, ref, check, shape, extra: dict, knob: str, values: list[int]) -> list[int]:

@@ -33,11 +33,11 @@ from pytest_kscientist.worker import threads as _threads
 from pytest_kscientist.worker import timing as _timing
 
 __all__ = [
-    "CandidateResult", "Evaluator", "Member", "Point", "Population", "RunResults", "ThreadWatch",
-    "Worker", "best_member", "compare", "compose", "confirmed_speedup", "geomean", "load_module",
-    "load_reference", "load_task", "make_timer", "median_interval", "read_hip_source", "read_space",
-    "read_tunables", "received", "rewrite_tunables", "round_quota", "sandbox_available", "split",
-    "start_worker", "t95",
+    "CandidateResult", "Evaluator", "Member", "Point", "Population", "RunResults",
+    "ThreadWatch", "Worker", "best_member", "compare", "compose", "confirmed_speedup",
+    "geomean", "judge", "load_module", "load_reference", "load_task", "make_timer",
+    "median_interval", "read_hip_source", "read_space", "read_tunables", "received",
+    "rewrite_tunables", "round_quota", "sandbox_available", "split", "start_worker", "t95",
 ]
 
 # -- tasks, references and kernel files ------------------------------------------------------
@@ -78,6 +78,10 @@ t95 = _stats.t95
 
 compare = _correctness.compare
 """``compare(out, ref, atol, rtol)``: None when ``out`` matches ``ref``, else why not."""
+
+judge = _correctness.judge
+"""``judge(out, ref, atol, rtol)``: None when ``out`` matches ``ref``, else a ``Mismatch`` with
+its ``count`` of elements outside the tolerance (0 where shape or dtype differ)."""
 
 # -- workers (the pytest side of the two processes) ------------------------------------------
 
