@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 import tempfile
 import time
@@ -314,23 +315,33 @@ def check(module, reference, cases, tolerance: dict) -> str:
     return ""
 
 
-def kernel_us(module, labels, inputs) -> dict[str, dict[str, float]]:
-    """Per shape, each GPU kernel's mean duration over 10 calls (torch.profiler's CUPTI times),
-    to set beside the loop's event times: what they miss is launch gaps and host time."""
+def kernel_name(key: str) -> str:
+    """A profiler key's function name: 'void gemm_kernel<128, 1>(CUtensorMap_st, ...)' is
+    gemm_kernel."""
+    return re.sub(r"^void |[<(].*$", "", key).strip()
+
+
+def launch_us(fn, data, calls: int = 10) -> dict[str, float]:
+    """Each GPU kernel ``fn(data)`` launches, by its function's name, with its device time per
+    call over ``calls`` calls (torch.profiler's CUPTI times), in the order they first ran."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    out: dict[str, dict[str, float]] = {}
-    for label, data in zip(labels, inputs, strict=True):
-        module.custom_kernel(data)
+    fn(data)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(data)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(10):
-                module.custom_kernel(data)
-            torch.cuda.synchronize()
-        out[label] = {e.key[:40]: e.device_time_total / 10 for e in prof.key_averages()
-                      if e.device_time_total > 0}
-    return out
+    return {kernel_name(e.key): e.device_time_total / calls for e in prof.key_averages()
+            if e.device_time_total > 0}
+
+
+def kernel_us(module, labels, inputs) -> dict[str, dict[str, float]]:
+    """Per shape, ``launch_us`` of the module's custom_kernel, to set beside the loop's event
+    times: what they miss is launch gaps and host time."""
+    return {label: launch_us(module.custom_kernel, data)
+            for label, data in zip(labels, inputs, strict=True)}
 
 
 def label_of(knobs: dict) -> str:

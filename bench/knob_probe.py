@@ -22,16 +22,16 @@ knob is read from it), so a change can be probed before it is written into the s
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from cuda_sweep import launch_us  # noqa: E402  (after the path)
 
 from pytest_kscientist.api import (  # noqa: E402  (after the path)
     geomean,
@@ -125,24 +125,6 @@ def event_us(fn, data, calls: int) -> float:
     return sorted(times)[calls // 2]
 
 
-def kernel_name(key: str) -> str:
-    """A profiler key's function name: 'void gemm_kernel<128, 1>(CUtensorMap_st, ...)' is
-    gemm_kernel."""
-    return re.sub(r"^void |[<(].*$", "", key).strip()
-
-
-def launch_us(fn, data) -> str:
-    """Each kernel the call launched, by its function's name, with its mean duration over 5
-    calls (us), in the order they ran."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            fn(data)
-        torch.cuda.synchronize()
-    found = [(kernel_name(event.key), event.device_time_total / event.count)
-             for event in prof.key_averages() if event.device_time_total > 0]
-    return " / ".join(f"{name} {us:.1f}" for name, us in found)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("knob", help="a TUNABLES name of the seed")
@@ -196,7 +178,8 @@ def main() -> int:
             fn(data)
             times.append(event_us(fn, data, args.reps))
             columns[i].append(times[-1])
-        launches = [launch_us(fn, data) for fn in fns[1:]]
+        launches = [" / ".join(f"{name} {us:.1f}" for name, us in launch_us(fn, data, 5).items())
+                    for fn in fns[1:]]
         print(f"| m{m}-n{n}-k{k} | " + " | ".join(f"{t:.2f}" for t in times)
               + f" | {times[0] / min(times[1:]):.3f} | " + " | ".join(launches) + " |",
               flush=True)
