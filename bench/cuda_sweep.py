@@ -35,9 +35,10 @@ from multiprocessing import get_context
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The plugin is imported where it is used, not here: bench/variants_device.sh and
+# bench/cuda_sass.py read PROBES and VARIANTS before the device's wheels (pydantic) are in.
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from pytest_kscientist.api import geomean  # noqa: E402  (after the path)
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
@@ -88,28 +89,20 @@ ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # (one H100, as PINGPONG 2 of a copy of the seed, bench/knob_probe.py): GEMM 57.3 against 58.4
 # us at m6144-n7168-k256, 681.8 against 667.1 at m6144-n4608-k7168 (notes/fp8_gemm_h200.md,
 # "Turns a run of steps long").
-# desc_ahead: B's shared-memory descriptor made once a step, each of the 8 MMAs' as a constant
-# offset from it (the seed builds each from its address: a mask and a shift apiece). nvcc 13's
-# SASS of the BLOCK_N 128 main loop: 233 instructions a step against the seed's 247. Not yet
-# timed on a GPU (notes/fp8_gemm_h200.md, "Instructions on the consumers' path").
-# cvt_h1: A's fragments with one byte permute per raw word instead of two: bytes 0 2 1 3 into
-# one register, then the two conversions read its halves (F2FP's .H1 selector for the upper;
-# `__nv_cvt_fp8x2_to_halfraw2` of `x >> 16` costs a shift instead). 16 PRMT fewer a step: 231
-# SASS instructions against 247; with desc_ahead (desc_cvt) 217. Not yet timed on a GPU.
-# desc_cvt_lo: desc_cvt with the wgmma's descriptor passed as its low word, the high word (the
-# same for every descriptor) set inside the asm: no 64-bit add and carry for the offsets. 209.
+# In the seed since 2026-12-07 (measured as variants desc_ahead, cvt_h1, desc_cvt, desc_cvt_lo:
+# 247 -> 209 SASS instructions a step, harness 83.62 against 86.73 us on one H100; notes/
+# fp8_gemm_h200.md, "Instructions on the consumers' path"): B's descriptor made once a step
+# and passed as its low word, and one byte permute per raw word of A.
+PAIR_END = '        : "=r"(lo), "=r"(hi) : "r"(__byte_perm(r, 0, 0x3120)));\n}\n'
 BITCVT = [
-    ("    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n",
-     "    return (uint32_t)h.x | ((uint32_t)h.y << 16);\n}\n"
-     "template <uint32_t SEL>\n"
+    (PAIR_END,
+     PAIR_END + "template <uint32_t SEL>\n"
      "__device__ __forceinline__ uint32_t f16x2_div256(uint32_t r) {\n"
      "    uint32_t x;\n"
      "    asm(\"prmt.b32 %0, %1, 0, %2;\" : \"=r\"(x) : \"r\"(r), \"n\"(SEL));\n"
      "    return (x << 7) & 0xBF80BF80u;\n}\n"),
-    ("            frag[2 * q + j][0] = f16x2_of(raw[q][2 * j], 0x20);\n"
-     "            frag[2 * q + j][1] = f16x2_of(raw[q][2 * j], 0x31);\n"
-     "            frag[2 * q + j][2] = f16x2_of(raw[q][2 * j + 1], 0x20);\n"
-     "            frag[2 * q + j][3] = f16x2_of(raw[q][2 * j + 1], 0x31);\n",
+    ("            f16x2_pair(raw[q][2 * j], frag[2 * q + j][0], frag[2 * q + j][1]);\n"
+     "            f16x2_pair(raw[q][2 * j + 1], frag[2 * q + j][2], frag[2 * q + j][3]);\n",
      "            frag[2 * q + j][0] = f16x2_div256<0xA280>(raw[q][2 * j]);\n"
      "            frag[2 * q + j][1] = f16x2_div256<0xB391>(raw[q][2 * j]);\n"
      "            frag[2 * q + j][2] = f16x2_div256<0xA280>(raw[q][2 * j + 1]);\n"
@@ -129,48 +122,6 @@ NOZERO = [
      "                }\n            } else\n#pragma unroll\n"
      "            for (int j = 0; j < NR / 4; ++j) {\n"
      "                acc[4 * j] += part[4 * j] * s0;\n"),
-]
-DESC_AHEAD = [
-    ("            const float s0 = sa0 * sb, s1 = sa1 * sb;\n"
-     "            convert_a(raw, frag);\n",
-     "            const float s0 = sa0 * sb, s1 = sa1 * sb;\n"
-     "            // the 14-bit address field cannot carry: shared memory ends below 256 KB\n"
-     "            const uint64_t db = smem_desc(smem + here * STAGE_BYTES + A_BYTES);\n"
-     "            convert_a(raw, frag);\n"),
-    ("                wgmma_step<BN>(part, frag[kk],\n"
-     "                               smem_desc(smem + here * STAGE_BYTES + A_BYTES + h * B_HALF"
-     " + off),\n",
-     "                wgmma_step<BN>(part, frag[kk], "
-     "db + (uint64_t)((h * B_HALF + off) >> 4),\n"),
-]
-CVT_H1 = [
-    ("            frag[2 * q + j][0] = f16x2_of(raw[q][2 * j], 0x20);\n"
-     "            frag[2 * q + j][1] = f16x2_of(raw[q][2 * j], 0x31);\n"
-     "            frag[2 * q + j][2] = f16x2_of(raw[q][2 * j + 1], 0x20);\n"
-     "            frag[2 * q + j][3] = f16x2_of(raw[q][2 * j + 1], 0x31);\n",
-     "            f16x2_pair(raw[q][2 * j], frag[2 * q + j][0], frag[2 * q + j][1]);\n"
-     "            f16x2_pair(raw[q][2 * j + 1], frag[2 * q + j][2], frag[2 * q + j][3]);\n"),
-    ("__device__ __forceinline__ void convert_a(",
-     "// Both f16x2 of a raw word (f16x2_of's 0x20 and 0x31): bytes 0 2 1 3 in one register, then\n"
-     "// a conversion of each half.\n"
-     "__device__ __forceinline__ void f16x2_pair(uint32_t r, uint32_t& m0, uint32_t& m1) {\n"
-     "    asm(\"{.reg .b16 lo, hi;\\nmov.b32 {lo, hi}, %2;\\ncvt.rn.f16x2.e4m3x2 %0, lo;\\n\"\n"
-     "        \"cvt.rn.f16x2.e4m3x2 %1, hi;}\"\n"
-     "        : \"=r\"(m0), \"=r\"(m1) : \"r\"(__byte_perm(r, 0, 0x3120)));\n"
-     "}\n"
-     "__device__ __forceinline__ void convert_a("),
-]
-# The wgmma's descriptor as its low word; the high word, the same for every descriptor, set
-# inside the asm.
-DESC_LO = [
-    ('.reg .pred p;\\\\nsetp.ne.b32 p, %{regs + 5}, 0;\\\\n"\\n\'',
-     ".reg .pred p;\\\\n.reg .b32 hi;\\\\n.reg .b64 dsc;\\\\n'\n"
-     "        f'setp.ne.b32 p, %{regs + 5}, 0;\\\\nmov.b32 hi, 0x40000040;\\\\n'\n"
-     '        f\'mov.b64 dsc, {{%{regs + 4}, hi}};\\\\n"\\n\''),
-    ('{{{a}}}, %{regs + 4}, p, 1, 1, 0;',
-     '{{{a}}}, dsc, p, 1, 1, 0;'),
-    ('"l"(db), "r"(accumulate)',
-     '"r"((uint32_t)db), "r"(accumulate)'),
 ]
 VARIANTS = {
     "bitcvt": BITCVT,
@@ -205,10 +156,6 @@ VARIANTS = {
          "                named_arrive(4 - half, 256);  // the other's turn\n"),
         ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n", ""),
     ],
-    "desc_ahead": DESC_AHEAD,
-    "cvt_h1": CVT_H1,
-    "desc_cvt": DESC_AHEAD + CVT_H1,
-    "desc_cvt_lo": DESC_AHEAD + CVT_H1 + DESC_LO,
     "turns_runs": [
         ("        fetch(s);\n        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
          "            const int here = s;\n",
@@ -353,7 +300,7 @@ def main() -> None:
     import torch
     from fused_sweep import gpumode_us, load
 
-    from pytest_kscientist.api import read_space
+    from pytest_kscientist import api
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -375,7 +322,7 @@ def main() -> None:
         parser.error(f"--seed {args.seed}: no such file")
     use_seed(args.seed)
     t0 = time.monotonic()
-    points_knobs = grid_points(args.grid, read_space(CUDA_SEED.read_text()))
+    points_knobs = grid_points(args.grid, api.read_space(CUDA_SEED.read_text()))
     folder = Path(tempfile.mkdtemp(prefix="ks-cuda-"))
     paths = {"cuda_wgmma": CUDA_SEED}
     if args.probes:
@@ -426,7 +373,7 @@ def main() -> None:
                     for label, data in zip(labels, inputs, strict=True):
                         row["us"][label] = gpumode_us(module.custom_kernel, data, args.reps,
                                                       flush)
-                    row["geomean_us"] = geomean(list(row["us"].values()))
+                    row["geomean_us"] = api.geomean(list(row["us"].values()))
             except Exception:
                 row["failed"] = traceback.format_exc()[-1500:]
         rows[name] = row
@@ -449,6 +396,8 @@ def main() -> None:
 
 def report(rows: dict, labels: list[str]) -> None:
     """The points by geomean, then the fastest checked CUDA point per shape and their geomean."""
+    from pytest_kscientist import api
+
     ok = {n: r for n, r in rows.items() if not n.startswith("_") and not r["failed"]}
     print("\n| point | geomean_us | " + " | ".join(labels) + " |")
     print("|---" * (len(labels) + 2) + "|")
@@ -461,7 +410,7 @@ def report(rows: dict, labels: list[str]) -> None:
     cuda = {n: r for n, r in ok.items() if n.startswith("cuda")}
     if cuda:
         best = {label: min(cuda, key=lambda n: cuda[n]["us"][label]) for label in labels}
-        composed = geomean([cuda[best[label]]["us"][label] for label in labels])
+        composed = api.geomean([cuda[best[label]]["us"][label] for label in labels])
         print(f"\nthe fastest CUDA point per shape (their geomean {composed:.1f}):")
         for label in labels:
             print(f"  {label}: {cuda[best[label]]['us'][label]:.1f} {best[label]}")

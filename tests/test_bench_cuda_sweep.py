@@ -25,6 +25,17 @@ def test_every_probe_and_variant_applies_under_its_own_build_name(tmp_path) -> N
         assert f'name="ks_{name}' in source and 'name="ks_cuda_wgmma' not in source
 
 
+def test_reading_the_variants_needs_no_plugin() -> None:
+    """bench/variants_device.sh checks the names against VARIANTS before the device's wheels
+    are installed: importing cuda_sweep must not import the plugin (pydantic; the first device
+    run of the script stopped there)."""
+    code = ("import sys; sys.path.insert(0, 'bench'); import cuda_sweep; "
+            "print(sorted(m for m in sys.modules if m.startswith('pytest_kscientist')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 def test_a_seed_without_a_patchs_text_is_named(tmp_path, monkeypatch) -> None:
     sweep = _module()
     monkeypatch.setitem(sweep.VARIANTS, "broken", [("no such line\n", "")])

@@ -87,10 +87,10 @@ def test_the_variants_script_refuses_a_name_cuda_sweep_lacks_before_the_device_s
         tmp_path) -> None:
     """bench/variants_device.sh: a name that is not one of cuda_sweep.py's VARIANTS is named,
     with the list, before anything is written; without names it says its usage."""
-    proc = _run(["bash", "bench/variants_device.sh", "desc_cvt", "no_such_variant"], tmp_path)
+    proc = _run(["bash", "bench/variants_device.sh", "nozero", "no_such_variant"], tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "variants_device: ['no_such_variant'] not in bench/cuda_sweep.py's VARIANTS" in (
-        proc.stderr) and "'desc_cvt'" in proc.stderr, proc.stderr
+        proc.stderr) and "'nozero'" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
     proc = _run(["bash", "bench/variants_device.sh"], tmp_path)
     assert proc.returncode == 2 and "usage: bash bench/variants_device.sh NAME" in proc.stderr

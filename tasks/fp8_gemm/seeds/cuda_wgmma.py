@@ -82,19 +82,23 @@ def stages_for(block_n: int, drop: int, c_buffers: int = 1) -> int:
 
 
 def _wgmma(block_n: int) -> str:
-    """The m64nNk16 fp16 wgmma, A from registers, with its fp32 fragment as N/2 operands."""
+    """The m64nNk16 fp16 wgmma, A from registers, with its fp32 fragment as N/2 operands and
+    B's descriptor as its low word (the high word, DESC_HI, is joined inside the asm)."""
     regs = block_n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     a = ", ".join(f"%{regs + i}" for i in range(4))
     return (
         f"template <> __device__ __forceinline__ void wgmma_step<{block_n}>(float* d, "
-        "const uint32_t* a, uint64_t db, int accumulate) {\n"
-        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+        "const uint32_t* a, uint32_t db, int accumulate) {\n"
+        f'    asm volatile("{{\\n.reg .pred p;\\n.reg .b32 hi;\\n.reg .b64 desc;\\n"\n'
+        f'        "setp.ne.b32 p, %{regs + 5}, 0;\\nmov.b32 hi, %{regs + 6};\\n"\n'
+        f'        "mov.b64 desc, {{%{regs + 4}, hi}};\\n"\n'
         f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
-        f'{{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+        f'{{{a}}}, desc, p, 1, 1, 0;\\n}}\\n"\n'
         f'        : {binds}\n'
-        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate)\n'
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate),\n'
+        '          "n"(DESC_HI)\n'
         '        : "memory");\n'
         "}\n"
     )
@@ -187,10 +191,14 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes),
                     "r"(smem_u32(bar)) : "memory");
 }
-// K-major operand, 128-byte rows swizzled in groups of 8 rows (1024 bytes apart).
-__device__ __forceinline__ uint64_t smem_desc(const void* p) {
-    return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+// A wgmma descriptor of a K-major operand, 128-byte rows swizzled in groups of 8 rows (1024
+// bytes apart). Its high word (the groups' stride >> 4, the 128-byte swizzle) is the same for
+// every operand, so a descriptor travels as its low word (the address >> 4, the leading byte
+// offset 1) and wgmma_step joins DESC_HI to it: adding an offset >> 4 to the low word needs no
+// 64-bit add (the 14-bit address field cannot carry: shared memory ends below 256 KB).
+constexpr uint32_t DESC_HI = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t smem_desc_lo(const void* p) {
+    return ((smem_u32(p) & 0x3FFFF) >> 4) | (1u << 16);
 }
 // C's tile out of shared memory: a 64 x 64 bf16 box (128-byte rows, swizzled as loaded).
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int c0, int c1) {
@@ -213,14 +221,16 @@ __device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
-// Bytes (k, m), (k+1, m) of such a register as an f16x2 (sel 0x20) or of m + 1 (sel 0x31).
-__device__ __forceinline__ uint32_t f16x2_of(uint32_t r, uint32_t sel) {
-    const uint32_t pair = __byte_perm(r, 0, sel);
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(pair & 0xFFFF), __NV_E4M3);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+// Bytes (k, m), (k+1, m) of such a register as an f16x2 (`lo`) and those of m + 1 (`hi`): one
+// permute puts bytes 0 2 1 3 in a register, then each half is converted (two permutes, one per
+// pair, were 16 more instructions a step).
+__device__ __forceinline__ void f16x2_pair(uint32_t r, uint32_t& lo, uint32_t& hi) {
+    asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;}"
+        : "=r"(lo), "=r"(hi) : "r"(__byte_perm(r, 0, 0x3120)));
 }
 template <int BN>
-__device__ __forceinline__ void wgmma_step(float* d, const uint32_t* a, uint64_t db, int acc);
+__device__ __forceinline__ void wgmma_step(float* d, const uint32_t* a, uint32_t db, int acc);
 @WGMMA@
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
@@ -363,10 +373,8 @@ __device__ __forceinline__ void convert_a(const uint32_t (&raw)[BK / 32][4],
     for (int q = 0; q < BK / 32; ++q) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            frag[2 * q + j][0] = f16x2_of(raw[q][2 * j], 0x20);
-            frag[2 * q + j][1] = f16x2_of(raw[q][2 * j], 0x31);
-            frag[2 * q + j][2] = f16x2_of(raw[q][2 * j + 1], 0x20);
-            frag[2 * q + j][3] = f16x2_of(raw[q][2 * j + 1], 0x31);
+            f16x2_pair(raw[q][2 * j], frag[2 * q + j][0], frag[2 * q + j][1]);
+            f16x2_pair(raw[q][2 * j + 1], frag[2 * q + j][2], frag[2 * q + j][3]);
         }
     }
 }
@@ -516,6 +524,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
         for (int kb = g.kb0; kb < g.kb1; ++kb) {
             const int here = s;
             const float s0 = sa0 * sb, s1 = sa1 * sb;
+            // B's descriptor once a step, each MMA's a constant offset from it
+            const uint32_t db = smem_desc_lo(smem + here * STAGE_BYTES + A_BYTES);
             convert_a(raw, frag);
             // Pinned here, before the turn and the fence: left to ptxas, the conversions moved
             // between the wgmma and it injected a warpgroup.arrive before each (C7519), 3.5%
@@ -529,9 +539,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
                 const int h = kk / 4, off = (kk % 4) * 32;
-                wgmma_step<BN>(part, frag[kk],
-                               smem_desc(smem + here * STAGE_BYTES + A_BYTES + h * B_HALF + off),
-                               kk > 0);
+                wgmma_step<BN>(part, frag[kk], db + ((h * B_HALF + off) >> 4), kk > 0);
             }
             wgmma_commit();
             if (pingpong) named_arrive(4 - half, 256);  // the other's turn
