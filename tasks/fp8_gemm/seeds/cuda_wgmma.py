@@ -83,7 +83,7 @@ def stages_for(block_n: int, drop: int, c_buffers: int = 1) -> int:
 
 def _wgmma(block_n: int) -> str:
     """The m64nNk16 fp16 wgmma, A from registers, with its fp32 fragment as N/2 operands and
-    B's descriptor as its low word (the high word, DESC_HI, is joined inside the asm)."""
+    B's descriptor as its low word (smem_desc_lo)."""
     regs = block_n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -191,11 +191,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                  :: "r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes),
                     "r"(smem_u32(bar)) : "memory");
 }
-// A wgmma descriptor of a K-major operand, 128-byte rows swizzled in groups of 8 rows (1024
-// bytes apart). Its high word (the groups' stride >> 4, the 128-byte swizzle) is the same for
-// every operand, so a descriptor travels as its low word (the address >> 4, the leading byte
-// offset 1) and wgmma_step joins DESC_HI to it: adding an offset >> 4 to the low word needs no
-// 64-bit add (the 14-bit address field cannot carry: shared memory ends below 256 KB).
+// A K-major operand's wgmma descriptor (128-byte rows swizzled in 8-row groups 1024 bytes
+// apart) as its low word: address >> 4, leading byte offset 1. The high word DESC_HI (stride,
+// swizzle) is the same for all, joined in wgmma_step. Offsets add to the low word without carry
+// (shared memory ends below 256 KB).
 constexpr uint32_t DESC_HI = (1024 >> 4) | (1u << 30);
 __device__ __forceinline__ uint32_t smem_desc_lo(const void* p) {
     return ((smem_u32(p) & 0x3FFFF) >> 4) | (1u << 16);
@@ -221,9 +220,8 @@ __device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
-// Bytes (k, m), (k+1, m) of such a register as an f16x2 (`lo`) and those of m + 1 (`hi`): one
-// permute puts bytes 0 2 1 3 in a register, then each half is converted (two permutes, one per
-// pair, were 16 more instructions a step).
+// Bytes (k, m), (k+1, m) of such a register as an f16x2 (`lo`), those of m + 1 (`hi`): one
+// permute (bytes 0 2 1 3), then each half converted.
 __device__ __forceinline__ void f16x2_pair(uint32_t r, uint32_t& lo, uint32_t& hi) {
     asm("{.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
         "cvt.rn.f16x2.e4m3x2 %1, h;}"
