@@ -128,11 +128,11 @@ VARIANTS = {
     "nozero": NOZERO,
     "bitcvt_nozero": BITCVT + NOZERO,
     "setup_ahead": [
-        ("    while (walk.next(sched, g)) {\n        int m0, n0;\n"
+        ("    while (all_(walk.next(sched, g))) {\n        int m0, n0;\n"
          "        tile_origin<BN>(sched, g.tile, m0, n0);\n        // The fragment's",
          "    Seg ahead;\n    int am0 = 0, an0 = 0;\n    bool more = walk.next(sched, ahead);\n"
          "    if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n"
-         "    while (more) {\n        g = ahead;\n        const int m0 = am0, n0 = an0;\n"
+         "    while (all_(more)) {\n        g = ahead;\n        const int m0 = am0, n0 = an0;\n"
          "        bool taken = false;\n        // The fragment's"),
         ("            wgmma_wait();\n            if (lane == 0) bar_arrive(&empty[here]);",
          "            if (!taken) {  // the next segment, while this step's MMAs run\n"
@@ -157,10 +157,10 @@ VARIANTS = {
         ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n", ""),
     ],
     "turns_runs": [
-        ("        fetch(s);\n        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
+        ("        fetch(s);\n        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n"
          "            const int here = s;\n",
          "        fetch(s);\n        const int run = max(1, stages / 2);\n"
-         "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n"
+         "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n"
          "            const int here = s;\n            const int in_run = (kb - g.kb0) % run;\n"),
         ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
          "            if (pingpong && in_run == 0) named_sync(3 + half, 256);  // my turn\n"),

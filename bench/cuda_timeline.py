@@ -112,16 +112,16 @@ PATCHES = [
      "    uint32_t ks_acc[KS_TL_EVENTS] = {};\n"
      "    const uint32_t ks_t0 = ks_clk();\n    uint32_t ks_t = ks_t0, ks_u;\n"),
     ("        bar_wait(&full[s], phase);\n        fetch(s);\n"
-     "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n",
+     "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n",
      "        KS_MARK(6);\n        ++ks_acc[9];\n"
      "        bar_wait(&full[s], phase);\n        KS_MARK(0);\n        fetch(s);\n"
-     "        for (int kb = g.kb0; kb < g.kb1; ++kb) {\n            ++ks_acc[8];\n"),
+     "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n            ++ks_acc[8];\n"),
     ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
      "            KS_MARK(1);\n"
      "            if (pingpong) named_sync(3 + half, 256);  // my turn\n            KS_MARK(2);\n"),
     ("            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n"
      "            if (++s == stages) s = 0, phase ^= 1;\n"
-     "            if (kb + 1 < g.kb1) {\n"
+     "            if (all_(kb + 1 < g.kb1)) {\n"
      "                bar_wait(&full[s], phase);\n"
      "                fetch(s);\n"
      "            }\n"
@@ -129,7 +129,7 @@ PATCHES = [
      "            if (pingpong) named_arrive(4 - half, 256);  // the other's turn\n"
      "            KS_MARK(3);\n"
      "            if (++s == stages) s = 0, phase ^= 1;\n"
-     "            if (kb + 1 < g.kb1) {\n"
+     "            if (all_(kb + 1 < g.kb1)) {\n"
      "                bar_wait(&full[s], phase);\n"
      "                KS_MARK(0);\n"
      "                fetch(s);\n"
