@@ -43,7 +43,8 @@ GENERATIONS = 50
 # selector 11,840, designer 29,587, writer 19,997 at generation 50; 11,741, 29,487 and 19,997
 # at 100. The designer and writer prompts carry two complete kernels (25k of those). With the
 # seeds' shape_of (38.0 kB cuda_wgmma.py): selector 11,840, designer 29,669, writer 20,079 at
-# generation 50; designer and writer get 1k more room for the seeds to grow.
+# generation 50; designer and writer get 1k more room for the seeds to grow. With 44.2 kB
+# (fewer instructions a step, 2026-12-07): selector 11,840, designer 31,710, writer 22,376.
 BOUND_TOKENS = {"selector": 12_000, "designer": 32_000, "writer": 22_500}
 
 TRACEBACK = "Traceback (most recent call last):\n" + "".join(

@@ -526,9 +526,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             // B's descriptor once a step, each MMA's a constant offset from it
             const uint32_t db = smem_desc_lo(smem + here * STAGE_BYTES + A_BYTES);
             convert_a(raw, frag);
-            // Pinned here, before the turn and the fence: left to ptxas, the conversions moved
-            // between the wgmma and it injected a warpgroup.arrive before each (C7519), 3.5%
-            // slower on the H200 (notes/fp8_gemm_h200.md, "A's bytes a step ahead").
+            // Pinned before the turn and the fence: else ptxas moves the conversions among the
+            // wgmma, injecting a warpgroup.arrive before each (C7519; 3.5% slower on the H200).
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
                 asm volatile("" : "+r"(frag[kk][0]), "+r"(frag[kk][1]), "+r"(frag[kk][2]),
@@ -710,9 +709,8 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
 }
 """
 
-# The Python wrapper, built by the host compiler against Python's C API alone: 0.2 s, where a
-# wrapper on torch's extension header took 14-42 s, so the build is nvcc's alone. custom_kernel
-# below checks the tensors, allocates, plans the schedule and passes integers.
+# The Python wrapper on Python's C API alone (a 0.2 s build; on torch's header 14-42 s).
+# custom_kernel below checks the tensors, allocates, plans the schedule and passes integers.
 WRAPPER_SRC = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -769,8 +767,8 @@ static PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, KS_NAME(TORCH_EXTENSION_NAME
 PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MODULE); }
 """
 
-# Issue 32: torch's headers in cuda.cu made the build 56.5 s on an H200 (the kernels alone 4 s);
-# no_implicit_headers keeps them out of both files (an older torch without it: slower, alike).
+# no_implicit_headers keeps torch's headers out of both files (issue 32: a 56.5 s build, 4 s
+# without; an older torch lacks it: slower, alike).
 def _build(**fast):
     return load_inline(
         name="ks_cuda_wgmma_v8",
