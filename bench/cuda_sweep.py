@@ -123,7 +123,53 @@ NOZERO = [
      "            for (int j = 0; j < NR / 4; ++j) {\n"
      "                acc[4 * j] += part[4 * j] * s0;\n"),
 ]
+# a_ahead: the producer thread loads A's tiles and A's scales of the ring's first stages before
+# it waits for the upcast (OVERLAP's griddepcontrol.wait): they need nothing the upcast writes.
+# Where the upcast's grid leaves SMs free (m1024-n7168-k256: 56 blocks for 132 SMs) or drains,
+# the GEMM's CTAs start early and sat idle at the wait; now A's first bytes come from HBM
+# meanwhile. The consumers wait as before. Built 2026-12-07, not yet timed.
+A_AHEAD = [
+    ('    // OVERLAP: wait for the upcast\'s writes (B, its scales, the counters); else a no-op\n'
+     '    asm volatile("griddepcontrol.wait;" ::: "memory");\n',
+     '    // OVERLAP: wait for the upcast\'s writes (B, its scales, the counters); else a no-op.\n'
+     '    // The producer thread loads A of the ring\'s first stages before it waits.\n'
+     '    if (threadIdx.x != 0) asm volatile("griddepcontrol.wait;" ::: "memory");\n'),
+    ("        if (threadIdx.x == 0) {\n            while (walk.next(sched, g)) {\n",
+     "        if (threadIdx.x == 0) {\n"
+     "            int ahead = 0;  // steps whose A (tile and scales) is loaded before the wait\n"
+     "            {\n"
+     "                Walk w = walk;\n"
+     "                Seg g2;\n"
+     "                while (ahead < stages && w.next(sched, g2)) {\n"
+     "                    int m0, n0;\n"
+     "                    tile_origin<BN>(sched, g2.tile, m0, n0);\n"
+     "                    const uint32_t a_bytes = (min(BM, sched.m - m0) + 3) / 4 * 16;\n"
+     "                    for (int kb = g2.kb0; kb < g2.kb1 && ahead < stages; ++kb, ++ahead) {\n"
+     "                        bar_expect(&full[ahead], STAGE_BYTES + a_bytes + 16);\n"
+     "                        tma_load(smem + ahead * STAGE_BYTES, &map_a, &full[ahead], m0,\n"
+     "                                 kb * BK);\n"
+     "                        bulk_load(scales + ahead * BM * 4, as + kb * lds + m0, a_bytes,\n"
+     "                                  &full[ahead]);\n"
+     "                    }\n"
+     "                }\n"
+     "            }\n"
+     '            asm volatile("griddepcontrol.wait;" ::: "memory");\n'
+     "            int issued = 0;\n"
+     "            while (walk.next(sched, g)) {\n"),
+    ("                    bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);\n"
+     "                    tma_load(st, &map_a, &full[s], m0, kb * BK);\n",
+     "                    const bool early = issued++ < ahead;  // the ring's first pass\n"
+     "                    if (!early) {\n"
+     "                        bar_expect(&full[s], STAGE_BYTES + a_bytes + 16);\n"
+     "                        tma_load(st, &map_a, &full[s], m0, kb * BK);\n"
+     "                    }\n"),
+    ("                    bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes, &full[s]);\n",
+     "                    if (!early)\n"
+     "                        bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes,"
+     " &full[s]);\n"),
+]
 VARIANTS = {
+    "a_ahead": A_AHEAD,
     "bitcvt": BITCVT,
     "nozero": NOZERO,
     "bitcvt_nozero": BITCVT + NOZERO,

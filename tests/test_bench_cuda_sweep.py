@@ -224,3 +224,15 @@ def test_a_seed_given_in_the_seeds_place_is_what_probes_and_variants_patch(tmp_p
     assert proc.returncode == 2 and "--seed" in proc.stderr and "gone.py: no such file" in (
         proc.stderr), proc.stderr
     assert "compiled" not in proc.stdout
+
+
+def test_a_ahead_loads_nothing_the_upcast_writes_before_the_wait(tmp_path) -> None:
+    """The a_ahead variant: before the producer thread's griddepcontrol.wait it loads only A and
+    A's scales (task inputs), never B's fp16 copy or its scale slots (the upcast's writes), and
+    every other thread still waits at the top."""
+    source = _module().probe_file("a_ahead", tmp_path).read_text()
+    producer = source[source.index("        if (threadIdx.x == 0) {\n            int ahead"):]
+    before_wait = producer[:producer.index('asm volatile("griddepcontrol.wait;"')]
+    assert "&map_a" in before_wait and "as + kb * lds" in before_wait
+    assert "&map_b" not in before_wait and "bsq" not in before_wait
+    assert 'if (threadIdx.x != 0) asm volatile("griddepcontrol.wait;"' in source
