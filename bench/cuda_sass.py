@@ -150,17 +150,19 @@ def census(loop: list[str]) -> Counter:
 def ptxas_rows(report: str) -> dict[str, dict]:
     """Per mangled kernel: registers, spilled bytes (stores + loads) and its C75xx remarks."""
     rows: dict[str, dict] = {}
+
+    def row(kernel: str) -> dict:
+        return rows.setdefault(kernel, {"registers": None, "spills": 0, "remarks": set()})
+
     current = None
     for line in report.splitlines():
         entry = re.search(r"Compiling entry function '(\w+)'", line)
         if entry:
-            current = rows.setdefault(entry.group(1), {"registers": None, "spills": 0,
-                                                       "remarks": set()})
+            current = row(entry.group(1))
             continue
         remark = re.search(r"\((C75\d\d)\).*function '(\w+)", line)
         if remark:
-            rows.setdefault(remark.group(2), {"registers": None, "spills": 0,
-                                              "remarks": set()})["remarks"].add(remark.group(1))
+            row(remark.group(2))["remarks"].add(remark.group(1))
         if current is None:
             continue
         spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
@@ -196,10 +198,9 @@ def main() -> None:
     args = parser.parse_args()
     import cuda_sweep
 
-    unknown = [v for v in args.variants if v not in cuda_sweep.VARIANTS]
-    if unknown:
-        parser.error(f"{unknown} not in bench/cuda_sweep.py's VARIANTS: "
-                     f"{sorted(cuda_sweep.VARIANTS)}")
+    why = cuda_sweep.unknown_variants(args.variants)
+    if why:
+        parser.error(why)
     missing = [str(f) for f in args.files if not f.is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")

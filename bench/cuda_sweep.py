@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # bench/cuda_sass.py read PROBES and VARIANTS before the device's wheels (pydantic) are in.
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
 # Diagnostics of the seed as committed (its shape rules too), timed but not checked (their
@@ -221,6 +220,14 @@ def use_seed(path: Path) -> None:
     """Sweep ``path`` in the seed's place: its grid, probes and variants (--seed)."""
     global CUDA_SEED
     CUDA_SEED = path
+
+
+def unknown_variants(names: list[str]) -> str:
+    """Why ``names`` cannot be built as VARIANTS ('' when every one is a variant): what
+    cuda_sass.py and variants_device.sh say before they build or set up anything."""
+    unknown = [name for name in names if name not in VARIANTS]
+    return (f"{unknown} not in bench/cuda_sweep.py's VARIANTS: {sorted(VARIANTS)}"
+            if unknown else "")
 
 
 def probe_file(name: str, folder: Path) -> Path:

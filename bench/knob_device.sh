@@ -39,8 +39,9 @@ from pathlib import Path
 from pytest_kscientist.api import read_tunables, rewrite_tunables
 knob, folder, values = sys.argv[1], Path(sys.argv[2]), [int(v) for v in sys.argv[3:]]
 src = Path("tasks/fp8_gemm/seeds/cuda_wgmma.py").read_text()
+own = read_tunables(src)[knob]
 for value in values:
-    if value != read_tunables(src)[knob]:  # the seed itself runs at its own value
+    if value != own:  # the seed itself runs at its own value
         path = folder / f"{knob.lower()}_{value}.py"
         path.write_text(rewrite_tunables(src, {knob: value}))
         print(path)

@@ -26,10 +26,9 @@ sys.path[:0] = ["bench"]
 import cuda_sweep  # noqa: E402  (after the path)
 
 folder, names = Path(sys.argv[1]), sys.argv[2:]
-unknown = [name for name in names if name not in cuda_sweep.VARIANTS]
-if unknown:
-    sys.exit(f"variants_device: {unknown} not in bench/cuda_sweep.py's VARIANTS: "
-             f"{sorted(cuda_sweep.VARIANTS)}")
+why = cuda_sweep.unknown_variants(names)
+if why:
+    sys.exit(f"variants_device: {why}")
 folder.mkdir(parents=True, exist_ok=True)
 for name in names:
     print(cuda_sweep.probe_file(name, folder))

@@ -61,6 +61,7 @@ class RunnerProcess(StartedRunner):
         os.close(res_w)
         self.lifeline.started()
 
+
 class Spares:
     """Runner processes started ahead of need: taking one starts the next.
 
