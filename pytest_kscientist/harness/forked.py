@@ -71,9 +71,7 @@ class ForkedRunner(StartedRunner):
 
     def __init__(self, zygote: Zygote, protect: Sequence[Path], writable: Sequence[Path]
                  ) -> None:
-        self.tmp = WorkerFolder()  # its own, as runners.RunnerProcess's
-        self.log_path = Path(self.tmp.name) / "candidate.log"
-        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
+        self._take_folder()
         req_r, self.req_w = os.pipe()
         self.res_r, res_w = os.pipe()
         channel.widen(res_w)

@@ -110,6 +110,13 @@ class StartedRunner:
     log_path: Path
     err_path: Path
 
+    def _take_folder(self) -> None:
+        """Its own worker folder (the only one of the workers' root it may write, where its
+        compiler caches go: worker_folders.py), with its logs inside."""
+        self.tmp = WorkerFolder()
+        self.log_path = Path(self.tmp.name) / "candidate.log"
+        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
+
     def kill(self) -> int:
         """Kill its whole process group and close its pipes; return its exit code."""
         if self.req_w == -1 and self.proc.returncode is not None:

@@ -18,7 +18,6 @@ from typing import Any
 from pytest_kscientist.harness.forked import ForkedRunner, Zygote
 from pytest_kscientist.harness.lifeline import Lifeline, StartedRunner
 from pytest_kscientist.harness.mounts import Mounts, sandbox_prefix
-from pytest_kscientist.harness.worker_folders import WorkerFolder
 from pytest_kscientist.protocol import channel
 
 
@@ -30,11 +29,7 @@ class RunnerProcess(StartedRunner):
     """
 
     def __init__(self, mounts: Mounts | None, env: dict[str, str]) -> None:
-        # Its own folder: the only one of the workers' root it may write, where its compiler
-        # caches go (worker_folders.py).
-        self.tmp = WorkerFolder()
-        self.log_path = Path(self.tmp.name) / "candidate.log"
-        self.err_path = Path(self.tmp.name) / "candidate-stderr.log"
+        self._take_folder()
         prefix = [] if mounts is None else sandbox_prefix(mounts[0],
                                                           (*mounts[1], Path(self.tmp.name)))
         req_r, self.req_w = os.pipe()
