@@ -6,8 +6,10 @@ warpgroup.arrive injected), and its main loop's SASS by kind of instruction.
 
 FILE: kernel files that build as the seed does (default: the seed); --variants: cuda_sweep.py's
 VARIANTS of the seed, each patched as the sweep patches it. The main loop is the one that holds
-the HGMMA: from the target of the first backward branch past the last HGMMA to that branch, so
-its count is the instructions one K step issues. --dump DIR keeps each file's SASS.
+the HGMMA: from the target of the first backward branch past the last HGMMA to that branch,
+less any block a forward branch skips that packs C to bf16 (the previous tile's epilogue, run
+in a tile's first step only), so its count is the instructions one K step issues. --dump DIR
+keeps each file's SASS.
 Needs nvcc, cuobjdump and nvdisasm: CUDA's own, or PyPI's `nvidia-cuda-cuobjdump` and
 `nvidia-cuda-nvdisasm` wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
 found in the installed `nvidia/*/bin`). Used for issue 33's instruction counts
@@ -126,8 +128,26 @@ def main_loop(lines: list[str]) -> list[str]:
         branch = BRANCH.search(lines[i])
         if branch and int(branch.group(1), 16) <= at[mma[0]]:
             top = at.index(int(branch.group(1), 16))
-            return lines[top:i + 1]
+            return once_a_tile_dropped(lines[top:i + 1])
     return []
+
+
+def once_a_tile_dropped(loop: list[str]) -> list[str]:
+    """``loop`` without the blocks a forward branch skips that pack C to bf16 (``F2FP.BF16``):
+    the previous tile's epilogue, which the seed runs in a tile's first K step only."""
+    at = [int(ADDRESS.search(line).group(1), 16) for line in loop]
+    kept, i = [], 0
+    while i < len(loop):
+        kept.append(loop[i])
+        branch = BRANCH.search(loop[i])
+        target = int(branch.group(1), 16) if branch else -1
+        if at[i] < target <= at[-1] and target in at:
+            end = at.index(target)
+            if any("F2FP.BF16" in line for line in loop[i + 1:end]):
+                i = end
+                continue
+        i += 1
+    return kept
 
 
 def opcode(line: str) -> str:

@@ -62,6 +62,24 @@ def test_the_main_loop_is_the_one_that_holds_the_mma_counted_by_kind() -> None:
     assert sass.main_loop(found["_Z13upcast_kernelILb1EEv4Cast"]) == []
 
 
+def test_a_step_does_not_count_the_previous_tiles_epilogue_it_skips() -> None:
+    loop = [line for line in """
+        /*0100*/                   HGMMA.64x128x16.F32 R24, R88, gdesc[UR20], RZ, !UPT, gsb0 ;
+        /*0110*/                   @!P0 BRA 0x0150 ;
+        /*0120*/                   F2FP.BF16.F32.PACK_AB R216, R153, R152 ;
+        /*0130*/                   STS [R3], R216 ;
+        /*0140*/                   UTMASTG.2D [UR4], [UR6] ;
+        /*0150*/                   @!P1 BRA 0x0170 ;
+        /*0160*/                   F2FP.F16.E4M3.UNPACK_B R4, R2 ;
+        /*0170*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0180*/                   @!P3 BRA 0x0100 ;
+    """.splitlines() if "/*" in line]
+    kept = _module().once_a_tile_dropped(loop)
+    # the block with C's bf16 packing goes; the other skipped block (no F2FP.BF16) stays
+    assert [line.split("*/")[0].strip() for line in kept] == [
+        "/*0100", "/*0110", "/*0150", "/*0160", "/*0170", "/*0180"]
+
+
 def test_kernels_are_named_by_their_template_arguments() -> None:
     sass = _module()
     assert sass.label("_Z11gemm_kernelILi128ELi1EEv14CUtensorMap_st") == "gemm_kernel<128, 1>"
