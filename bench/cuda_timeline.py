@@ -11,9 +11,7 @@ for its turn (`turn`, PINGPONG), issuing the step's MMAs (`issue`), waiting for 
 up to the wait for the TMA store that last used C's buffer to have read it (`epi_wait`, with
 the stream-K fixup), writing C's tile into it (`epi_write`), the fence and the store's issue
 (`epi_store`), the rest (`setup`: the next tile's walk, or the whole epilogue when C is stored
-from registers); the producer thread adds its waits for a free stage (`empty`). Each span is
-added to the CTA's slot as it ends (an atomic from thread 0; sums in registers took registers
-the consumers need). Sums over the
+from registers); the producer thread adds its waits for a free stage (`empty`). Sums over the
 launch's CTAs come back through a `__device__` array read by a host function the patch adds
 (`ks_timeline`).
 
@@ -59,10 +57,7 @@ __device__ __forceinline__ void ks_put(int role, int event, uint32_t cycles) {
     atomicAdd(&ks_tl[((blockIdx.x % KS_TL_CTAS) * 3 + role) * KS_TL_EVENTS + event],
               (unsigned long long)cycles);
 }
-// thread 0 of a consumer warpgroup adds each span to its CTA's slot as it ends (an atomic not
-// waited for): sums in registers would take 13 of the consumers'
-#define KS_ADD(ev, x) do { if (t == 0) ks_put(half, ev, x); } while (0)
-#define KS_MARK(ev) do { ks_u = ks_clk(); KS_ADD(ev, ks_u - ks_t); ks_t = ks_u; } while (0)
+#define KS_MARK(ev) do { ks_u = ks_clk(); ks_acc[ev] += ks_u - ks_t; ks_t = ks_u; } while (0)
 """.replace("@CTAS@", str(CTAS)).replace("@EVENTS@", str(EVENTS))
 
 # The seed's cuda.cu includes no torch header (issue 32): it copies the stamps out (and zeroes
@@ -114,12 +109,13 @@ PATCHES = [
     # the consumers: thread 0 of each warpgroup
     ('    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");\n',
      '    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");\n'
+     "    uint32_t ks_acc[KS_TL_EVENTS] = {};\n"
      "    const uint32_t ks_t0 = ks_clk();\n    uint32_t ks_t = ks_t0, ks_u;\n"),
     ("        bar_wait(&full[s], phase);\n        fetch(s);\n"
      "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n",
-     "        KS_MARK(6);\n        KS_ADD(9, 1);\n"
+     "        KS_MARK(6);\n        ++ks_acc[9];\n"
      "        bar_wait(&full[s], phase);\n        KS_MARK(0);\n        fetch(s);\n"
-     "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n            KS_ADD(8, 1);\n"),
+     "        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n            ++ks_acc[8];\n"),
     ("            if (pingpong) named_sync(3 + half, 256);  // my turn\n",
      "            KS_MARK(1);\n"
      "            if (pingpong) named_sync(3 + half, 256);  // my turn\n            KS_MARK(2);\n"),
@@ -157,7 +153,9 @@ PATCHES = [
     ("    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n",
      "    KS_MARK(6);\n"
      "    if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn\n"
-     "    KS_ADD(7, ks_clk() - ks_t0);\n"),
+     "    ks_acc[7] = ks_clk() - ks_t0;\n"
+     "    if (t == 0)\n"
+     "        for (int e = 0; e < KS_TL_EVENTS; ++e) ks_put(half, e, ks_acc[e]);\n"),
     ("cuda_sources=[kernel_source() + LAUNCH_SRC]",
      "cuda_sources=[kernel_source() + LAUNCH_SRC + KS_HOST_CU]"),
 ]
