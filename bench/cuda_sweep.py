@@ -126,7 +126,8 @@ NOZERO = [
 # it waits for the upcast (OVERLAP's griddepcontrol.wait): they need nothing the upcast writes.
 # Where the upcast's grid leaves SMs free (m1024-n7168-k256: 56 blocks for 132 SMs) or drains,
 # the GEMM's CTAs start early and sat idle at the wait; now A's first bytes come from HBM
-# meanwhile. The consumers wait as before. Built 2026-12-07, not yet timed.
+# meanwhile. The consumers wait as before. Timed 2026-12-07 (one H100): 1.2 us less GEMM at
+# m1024-n512-k7168, 8% more at m6144-n4608-k7168; rejected (notes/fp8_gemm_h200.md).
 A_AHEAD = [
     ('    // OVERLAP: wait for the upcast\'s writes (B, its scales, the counters); else a no-op\n'
      '    asm volatile("griddepcontrol.wait;" ::: "memory");\n',
@@ -168,6 +169,10 @@ A_AHEAD = [
      " &full[s]);\n"),
 ]
 VARIANTS = {
+    # control: the seed's own source under another build name, timed as a variant is. Every
+    # variant of 2026-12-07 lost 4-8% at long K, one of them with no change in the consumers'
+    # loop: a control in the same call says what the build and the rows' order move alone.
+    "control": [],
     "a_ahead": A_AHEAD,
     "bitcvt": BITCVT,
     "nozero": NOZERO,

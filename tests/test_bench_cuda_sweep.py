@@ -25,6 +25,15 @@ def test_every_probe_and_variant_applies_under_its_own_build_name(tmp_path) -> N
         assert f'name="ks_{name}' in source and 'name="ks_cuda_wgmma' not in source
 
 
+def test_the_control_is_the_seed_under_another_build_name(tmp_path) -> None:
+    """`control` times the seed's own kernels as a variant is timed (built apart, measured in
+    its row's turn): all that may differ from the seed is the build's name."""
+    sweep = _module()
+    control = sweep.probe_file("control", tmp_path).read_text()
+    assert control == sweep.CUDA_SEED.read_text().replace('name="ks_cuda_wgmma',
+                                                          'name="ks_control')
+
+
 def test_reading_the_variants_needs_no_plugin() -> None:
     """bench/variants_device.sh checks the names against VARIANTS before the device's wheels
     are installed: importing cuda_sweep must not import the plugin (pydantic; the first device
