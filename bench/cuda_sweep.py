@@ -168,12 +168,53 @@ A_AHEAD = [
      "                        bulk_load(scales + s * BM * 4, as + kb * lds + m0, a_bytes,"
      " &full[s]);\n"),
 ]
+# stsm_epi: C's tile written into shared memory by stmatrix (four 8x8 bf16 matrices a warp
+# instruction, one 16-byte row each lane: 8 a thread a tile) instead of 32 4-byte stores, the
+# seed's row order (fragment row g is the warp's row 2g) kept by the rows' addresses. Short K is
+# bound by the consumers' own instructions (notes/fp8_gemm_h200.md); this takes ~50 off a tile.
+STSM_EPI = [
+    ("__device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {",
+     "__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,\n"
+     "                                        uint32_t d) {\n"
+     "    asm volatile(\"stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\"\n"
+     "                 :: \"r\"(addr), \"r\"(a), \"r\"(b), \"r\"(c), \"r\"(d) : \"memory\");\n"
+     "}\n"
+     "__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {\n"
+     "    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);\n"
+     "    return *reinterpret_cast<const uint32_t*>(&v);\n"
+     "}\n"
+     "__device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {"),
+    ("""#pragma unroll
+            for (int j = 0; j < NR / 4; ++j) {
+                const int col = j * 8 + (lane % 4) * 2;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = row + h - m0 - half * 64;  // 0..63
+                    *reinterpret_cast<__nv_bfloat162*>(
+                        mine + (col / 64) * 8192 + r * 128 +
+                        ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =
+                        __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                }
+            }
+""", """#pragma unroll
+            for (int j = 0; j < NR / 4; j += 2) {  // matrices (j, h 0), (j, h 1), (j + 1, h 0 / 1)
+                const int q = lane / 8, col = (j + q / 2) * 8;
+                const int r = warp * 16 + 2 * (lane % 8) + q % 2;  // row lane % 8 of matrix q
+                stsm_x4(smem_u32(mine + (col / 64) * 8192 + r * 128 +
+                                 ((((col % 64) / 8) ^ (r & 7)) << 4)),
+                        bf16x2(acc[4 * j], acc[4 * j + 1]), bf16x2(acc[4 * j + 2], acc[4 * j + 3]),
+                        bf16x2(acc[4 * j + 4], acc[4 * j + 5]),
+                        bf16x2(acc[4 * j + 6], acc[4 * j + 7]));
+            }
+"""),
+]
 VARIANTS = {
     # control: the seed's own source under another build name, timed as a variant is. Every
     # variant of 2026-12-07 lost 4-8% at long K, one of them with no change in the consumers'
     # loop: a control in the same call says what the build and the rows' order move alone.
     "control": [],
     "a_ahead": A_AHEAD,
+    "stsm_epi": STSM_EPI,
     "bitcvt": BITCVT,
     "nozero": NOZERO,
     "bitcvt_nozero": BITCVT + NOZERO,
