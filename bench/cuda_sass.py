@@ -7,9 +7,9 @@ warpgroup.arrive injected), and its main loop's SASS by kind of instruction.
 FILE: kernel files that build as the seed does (default: the seed); --variants: cuda_sweep.py's
 VARIANTS of the seed, each patched as the sweep patches it. The main loop is the one that holds
 the HGMMA: from the target of the first backward branch past the last HGMMA to that branch,
-less any block a forward branch skips that packs C to bf16 (the previous tile's epilogue, run
-in a tile's first step only), so its count is the instructions one K step issues. --dump DIR
-keeps each file's SASS.
+less any block a forward branch skips that packs C to bf16 (a previous tile's epilogue run in
+a tile's first step only, as notes/patches/cuda_wgmma_epi_defer.diff places it), so its count
+is the instructions one K step issues. --dump DIR keeps each file's SASS.
 Needs nvcc, cuobjdump and nvdisasm: CUDA's own, or PyPI's `nvidia-cuda-cuobjdump` and
 `nvidia-cuda-nvdisasm` wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
 found in the installed `nvidia/*/bin`). Used for issue 33's instruction counts
@@ -134,14 +134,15 @@ def main_loop(lines: list[str]) -> list[str]:
 
 def once_a_tile_dropped(loop: list[str]) -> list[str]:
     """``loop`` without the blocks a forward branch skips that pack C to bf16 (``F2FP.BF16``):
-    the previous tile's epilogue, which the seed runs in a tile's first K step only."""
+    a tile's epilogue run inside the next tile's first K step only (as
+    notes/patches/cuda_wgmma_epi_defer.diff does; the seed has none in its loop)."""
     at = [int(ADDRESS.search(line).group(1), 16) for line in loop]
     kept, i = [], 0
     while i < len(loop):
         kept.append(loop[i])
         branch = BRANCH.search(loop[i])
         target = int(branch.group(1), 16) if branch else -1
-        if at[i] < target <= at[-1] and target in at:
+        if target > at[i] and target in at:
             end = at.index(target)
             if any("F2FP.BF16" in line for line in loop[i + 1:end]):
                 i = end
