@@ -9,7 +9,8 @@ VARIANTS of the seed, each patched as the sweep patches it. The main loop is the
 the HGMMA: from the target of the first backward branch past the last HGMMA to that branch,
 less any block a forward branch skips that packs C to bf16 (a previous tile's epilogue run in
 a tile's first step only, as notes/patches/cuda_wgmma_epi_defer.diff places it), so its count
-is the instructions one K step issues. --dump DIR keeps each file's SASS.
+is the instructions one K step issues; `loop at` gives its first address and that address's
+offset in a 128-byte line (where it sits in the code). --dump DIR keeps each file's SASS.
 Needs nvcc, cuobjdump and nvdisasm: CUDA's own, or PyPI's `nvidia-cuda-cuobjdump` and
 `nvidia-cuda-nvdisasm` wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
 found in the installed `nvidia/*/bin`). Used for issue 33's instruction counts
@@ -151,6 +152,16 @@ def once_a_tile_dropped(loop: list[str]) -> list[str]:
     return kept
 
 
+def loop_at(loop: list[str]) -> str:
+    """The loop's first address and its byte offset in a 128-byte line ('-' for no loop): with
+    the instructions unchanged, the loop's offset alone moved long K by ~5% (cuda_sweep.py's
+    pad variants)."""
+    if not loop:
+        return "-"
+    top = int(ADDRESS.search(loop[0]).group(1), 16)
+    return f"{top:#x} (+{top % 128})"
+
+
 def opcode(line: str) -> str:
     text = line.split("*/", 1)[1].strip() if "*/" in line else line.strip()
     text = re.sub(r"^@!?U?P\w+\s+", "", text)
@@ -198,7 +209,7 @@ def ptxas_rows(report: str) -> dict[str, dict]:
 def table(name: str, report: str, sass: str) -> list[str]:
     rows = ptxas_rows(report)
     out = [f"{name}:", "| kernel | registers | spilled bytes | remarks | instructions a step | "
-           + " | ".join(KINDS) + " |", "|---" * (5 + len(KINDS)) + "|"]
+           "loop at | " + " | ".join(KINDS) + " |", "|---" * (6 + len(KINDS)) + "|"]
     for mangled, lines in sorted(kernels(sass).items(), key=lambda kv: label(kv[0])):
         if "gemm" not in mangled:
             continue
@@ -206,7 +217,7 @@ def table(name: str, report: str, sass: str) -> list[str]:
         counts = census(loop)
         out.append(f"| {label(mangled)} | {row.get('registers')} | {row.get('spills', 0)} | "
                    f"{' '.join(sorted(row.get('remarks', ()))) or '-'} | {len(loop)} | "
-                   + " | ".join(str(counts[k]) for k in KINDS) + " |")
+                   f"{loop_at(loop)} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
     return out
 
 

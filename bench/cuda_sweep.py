@@ -209,6 +209,24 @@ STSM_EPI = [
             }
 """),
 ]
+# The K loop's place in the code (pad48, pad80, pad128, a_ahead_pad): a_ahead changes only the
+# producer's code and the split fixup only code after the loop, yet both lost 4-8% at long K,
+# where the seed's own source under another build name (`control`) read level (one H100, 2026-12-07,
+# notes/fp8_gemm_h200.md). Their consumers' K loops begin 48 and 80 bytes into a 128-byte line;
+# the seed's and epi_defer's at its start. PAD(n) puts n one-instruction `nanosleep 0` (16 bytes
+# each in SASS, run once by thread 0 at the CTA's start) ahead of the loop in the code, which
+# moves the loop and leaves its instructions as they were (python3 bench/cuda_sass.py --dump, on
+# the CPU): pad48 and pad80 are the seed's loop, byte for byte, at a_ahead's and the split's
+# offsets; pad128 at the seed's offset 128 bytes on (a control for the pads themselves);
+# a_ahead_pad is a_ahead with its loop back at a line's start.
+PAD_AFTER = '        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");\n'
+
+
+def pad(n: int) -> list[tuple[str, str]]:
+    """The patch that puts ``n`` nanosleep instructions after the barriers' init fence."""
+    return [(PAD_AFTER, PAD_AFTER + '        asm volatile("nanosleep.u32 0;");\n' * n)]
+
+
 VARIANTS = {
     # control: the seed's own source under another build name, timed as a variant is. Every
     # variant of 2026-12-07 lost 4-8% at long K, one of them (a_ahead) changing only the
@@ -217,6 +235,10 @@ VARIANTS = {
     "control": [],
     "a_ahead": A_AHEAD,
     "stsm_epi": STSM_EPI,
+    "pad48": pad(3),
+    "pad80": pad(5),
+    "pad128": pad(8),
+    "a_ahead_pad": A_AHEAD + pad(5),
     "bitcvt": BITCVT,
     "nozero": NOZERO,
     "bitcvt_nozero": BITCVT + NOZERO,

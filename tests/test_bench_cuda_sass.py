@@ -96,7 +96,10 @@ def test_ptxas_figures_and_remarks_land_on_their_kernel() -> None:
     assert (upcast["registers"], upcast["spills"], upcast["remarks"]) == (59, 0, set())
     table = _module().table("seed.py", REPORT, SASS)
     assert table[0] == "seed.py:" and len(table) == 4  # the GEMM alone, under its header
-    assert table[3].startswith("| gemm_kernel<128, 1> | 168 | 20 | C7514 | 11 | 2 |")
+    # 11 instructions a step, the loop's top at 0x20 (32 bytes into its 128-byte line)
+    assert table[3].startswith("| gemm_kernel<128, 1> | 168 | 20 | C7514 | 11 | 0x20 (+32) | 2 |")
+    assert len(table[1].split("|")) == len(table[2].split("|")) == len(table[3].split("|"))
+    assert _module().loop_at([]) == "-"
 
 
 def test_missing_tools_are_named_with_the_wheels_that_bring_them(monkeypatch) -> None:

@@ -34,6 +34,26 @@ def test_the_control_is_the_seed_under_another_build_name(tmp_path) -> None:
                                                           'name="ks_control')
 
 
+def test_the_pads_add_only_nanosleeps_where_the_ring_is_set_up(tmp_path) -> None:
+    """pad48, pad80 and pad128 are the seed plus 3, 5 and 8 `nanosleep 0` after the barriers'
+    init fence (thread 0, once a CTA), so they move the K loop in the code and nothing else;
+    a_ahead_pad is a_ahead plus 5 of them."""
+    sweep = _module()
+    seed = sweep.CUDA_SEED.read_text()
+    sleep = '        asm volatile("nanosleep.u32 0;");\n'
+    for name, n in (("pad48", 3), ("pad80", 5), ("pad128", 8)):
+        source = sweep.probe_file(name, tmp_path).read_text()
+        assert source.count(sleep) == n and sleep not in seed
+        assert source.replace(sleep, "") == seed.replace('name="ks_cuda_wgmma',
+                                                         f'name="ks_{name}')
+        fence = source.index(sweep.PAD_AFTER) + len(sweep.PAD_AFTER)
+        assert source[fence:fence + n * len(sleep)] == sleep * n
+    ahead = sweep.probe_file("a_ahead", tmp_path).read_text()
+    padded = sweep.probe_file("a_ahead_pad", tmp_path).read_text()
+    assert padded.replace(sleep, "") == ahead.replace('name="ks_a_ahead', 'name="ks_a_ahead_pad')
+    assert padded.count(sleep) == 5
+
+
 def test_reading_the_variants_needs_no_plugin() -> None:
     """bench/variants_device.sh checks the names against VARIANTS before the device's wheels
     are installed: importing cuda_sweep must not import the plugin (pydantic; the first device
