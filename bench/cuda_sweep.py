@@ -172,7 +172,8 @@ A_AHEAD = [
 # instruction, one 16-byte row each lane: 8 a thread a tile) instead of 32 4-byte stores, the
 # seed's row order (fragment row g is the warp's row 2g) kept by the rows' addresses. Short K is
 # bound by the consumers' own instructions (notes/fp8_gemm_h200.md); the write takes 63 SASS
-# instructions a thread a tile against the seed's 76. Built on the CPU, not yet timed.
+# instructions a thread a tile against the seed's 76. Measured level with the seed (one H100,
+# harness 1.004x, 0.974-1.030; short K no faster): rejected.
 STSM_EPI = [
     ("__device__ __forceinline__ void ldsm_t(uint32_t addr, uint32_t (&r)[4]) {",
      "__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,\n"
@@ -210,15 +211,15 @@ STSM_EPI = [
 """),
 ]
 # The K loop's place in the code (pad48, pad80, pad128, a_ahead_pad): a_ahead changes only the
-# producer's code and the split fixup only code after the loop, yet both lost 4-8% at long K,
-# where the seed's own source under another build name (`control`) read level (one H100, 2026-12-07,
-# notes/fp8_gemm_h200.md). Their consumers' K loops begin 48 and 80 bytes into a 128-byte line;
-# the seed's and epi_defer's at its start. PAD(n) puts n one-instruction `nanosleep 0` (16 bytes
+# producer's code, yet lost 5-8% at long K in two calls, where the seed's own source under
+# another build name (`control`) read level (one H100 each, 2026-12-07, notes/fp8_gemm_h200.md).
+# Its consumers' K loop begins 48 bytes into a 128-byte line, the seed's at a line's start (the
+# split fixup patch's, 5% slower, at 80). pad(n) puts n one-instruction `nanosleep 0` (16 bytes
 # each in SASS, run once by thread 0 at the CTA's start) ahead of the loop in the code, which
 # moves the loop and leaves its instructions as they were (python3 bench/cuda_sass.py --dump, on
-# the CPU): pad48 and pad80 are the seed's loop, byte for byte, at a_ahead's and the split's
-# offsets; pad128 at the seed's offset 128 bytes on (a control for the pads themselves);
-# a_ahead_pad is a_ahead with its loop back at a line's start.
+# the CPU): pad48 and pad80 are the seed's loop, byte for byte, at those offsets; pad128 at the
+# seed's offset one line on (a control for the pads themselves); a_ahead_pad is a_ahead with its
+# loop back at a line's start.
 PAD_AFTER = '        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");\n'
 
 
@@ -228,10 +229,9 @@ def pad(n: int) -> list[tuple[str, str]]:
 
 
 VARIANTS = {
-    # control: the seed's own source under another build name, timed as a variant is. Every
-    # variant of 2026-12-07 lost 4-8% at long K, one of them (a_ahead) changing only the
-    # producer's code: a control in the same call says what the build and the rows' order move
-    # alone.
+    # control: the seed's own source under another build name, timed as a variant is: what the
+    # build and the rows' order move alone (one H100: level with the seed, 1.002x, 0.971-1.032,
+    # and within 0.3% at long K, where a_ahead lost 5% in the same call).
     "control": [],
     "a_ahead": A_AHEAD,
     "stsm_epi": STSM_EPI,
