@@ -126,8 +126,8 @@ NOZERO = [
 # it waits for the upcast (OVERLAP's griddepcontrol.wait): they need nothing the upcast writes.
 # Where the upcast's grid leaves SMs free (m1024-n7168-k256: 56 blocks for 132 SMs) or drains,
 # the GEMM's CTAs start early and sat idle at the wait; now A's first bytes come from HBM
-# meanwhile. The consumers wait as before. Timed 2026-12-07 (one H100): 1.2 us less GEMM at
-# m1024-n512-k7168, 8% more at m6144-n4608-k7168; rejected (notes/fp8_gemm_h200.md).
+# meanwhile. The consumers wait as before. Timed 2026-12-07 (one H100, two calls): 1.2 us less
+# GEMM at m1024-n512-k7168, 5-8% more at m6144-n4608-k7168; rejected (notes/fp8_gemm_h200.md).
 A_AHEAD = [
     ('    // OVERLAP: wait for the upcast\'s writes (B, its scales, the counters); else a no-op\n'
      '    asm volatile("griddepcontrol.wait;" ::: "memory");\n',
@@ -218,14 +218,15 @@ STSM_EPI = [
 # each in SASS, run once by thread 0 at the CTA's start) ahead of the loop in the code, which
 # moves the loop and leaves its instructions as they were (python3 bench/cuda_sass.py --dump, on
 # the CPU): pad48 and pad80 are the seed's loop, byte for byte, at those offsets; pad128 at the
-# seed's offset one line on (a control for the pads themselves); a_ahead_pad is a_ahead with its
-# loop back at a line's start.
+# seed's offset one line on (a control for the pads themselves); a_ahead_pad is a_ahead's loop
+# back at a line's start.
 PAD_AFTER = '        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");\n'
+PAD_LINE = '        asm volatile("nanosleep.u32 0;");\n'
 
 
 def pad(n: int) -> list[tuple[str, str]]:
-    """The patch that puts ``n`` nanosleep instructions after the barriers' init fence."""
-    return [(PAD_AFTER, PAD_AFTER + '        asm volatile("nanosleep.u32 0;");\n' * n)]
+    """The patch that puts ``n`` PAD_LINEs after the barriers' init fence."""
+    return [(PAD_AFTER, PAD_AFTER + PAD_LINE * n)]
 
 
 VARIANTS = {

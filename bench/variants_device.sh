@@ -3,10 +3,9 @@
 # (issue 33; notes/fp8_gemm_h200.md):
 #   device call (repository root, carry [".whl"], timeout_s 600):
 #     bash bench/variants_device.sh NAME [NAME ...]
-# Name `control` too (the seed's source under another build name): every variant timed on
-# 2026-12-07 lost 4-8% at long K, one (a_ahead) changing only the producer's code, so a row
-# that differs from the seed only by its build says what the build and the rows' order move
-# alone.
+# Name `control` too (the seed's source under another build name): a row that differs from the
+# seed only by its build says what the build and the rows' order move alone (on one H100,
+# 2026-12-07: nothing beyond the noise, 1.002x, 0.971-1.032).
 # A name not in VARIANTS is refused before the device setup. In order, each under its own limit:
 #   (a) each variant written as a kernel file of its own build name           -> $OUT/kernels/
 #   (b) bench/cuda_sweep.py --variants NAME...: every variant checked (the task's tests and

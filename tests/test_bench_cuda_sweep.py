@@ -40,7 +40,8 @@ def test_the_pads_add_only_nanosleeps_where_the_ring_is_set_up(tmp_path) -> None
     a_ahead_pad is a_ahead plus 5 of them."""
     sweep = _module()
     seed = sweep.CUDA_SEED.read_text()
-    sleep = '        asm volatile("nanosleep.u32 0;");\n'
+    sleep = sweep.PAD_LINE
+    assert "nanosleep.u32 0;" in sleep
     for name, n in (("pad48", 3), ("pad80", 5), ("pad128", 8)):
         source = sweep.probe_file(name, tmp_path).read_text()
         assert source.count(sleep) == n and sleep not in seed
