@@ -266,3 +266,72 @@ def test_a_ahead_loads_nothing_the_upcast_writes_before_the_wait(tmp_path) -> No
     assert "&map_a" in before_wait and "as + kb * lds" in before_wait
     assert "&map_b" not in before_wait and "bsq" not in before_wait
     assert 'if (threadIdx.x != 0) asm volatile("griddepcontrol.wait;"' in source
+
+
+def _stream_k_walk(units: int, steps: int, sk_ctas: int, grid: int) -> dict:
+    """The kernel's Walk and fixup slots, mirrored: per CTA its stream-K segments as (tile,
+    kb0, kb1, slot) with slot 0 for the CTA's first segment and 1 after (what `fixup` writes)."""
+    walks = {}
+    for cta in range(grid):
+        u, u1 = ((units * cta // sk_ctas, units * (cta + 1) // sk_ctas) if cta < sk_ctas
+                 else (0, 0))
+        segments, first = [], True
+        while u < u1:
+            tile = u // steps
+            kb0 = u - tile * steps
+            kb1 = min(steps, kb0 + (u1 - u))
+            segments.append((tile, kb0, kb1, 0 if first else 1))
+            first = False
+            u += kb1 - kb0
+        walks[cta] = segments
+    return walks
+
+
+def test_sk_fit_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_was_written_to(
+        tmp_path, monkeypatch) -> None:
+    """sk_fit changes only how many CTAs share the cut tiles: for the task's stream-K shapes and
+    drawn ones, the kernel's walk (mirrored) still covers every cut K step once, a CTA writes
+    each of its two slots at most once, and the CTA that sums a tile (owner's range, the slot
+    picked by the part's first unit) finds each part where its CTA wrote it. At m1024-n512-k7168
+    it takes 128 CTAs of 14 steps, one tile each, and nowhere is its longest CTA longer than
+    the even cut's."""
+    from test_cuda_seed import seed_namespace
+
+    ns = seed_namespace(monkeypatch, _module().probe_file("sk_fit", tmp_path).read_text())
+    rng = random.Random(7)
+    shapes = [(1024, 512, 7168), (1024, 576, 7168), (1024, 1536, 7168), (1024, 4608, 7168),
+              (1024, 7168, 2048), (6144, 512, 7168), (6144, 576, 7168), (6144, 7168, 2304)]
+    shapes += [(32 * rng.randint(1, 192), 64 * rng.randint(1, 112), 128 * rng.randint(14, 56))
+               for _ in range(40)]
+    fitted = {}
+    for m, n, k in shapes:
+        steps = k // 128
+        sched, grid, sk_tiles = ns.plan(m, n, steps, 128, 8, 1, 1, 132)
+        dp_tiles, sk_ctas, units = sched[6:9]
+        if not sk_tiles:
+            continue
+        assert 0 < sk_ctas <= min(132, units) and grid == (132 if dp_tiles else sk_ctas)
+        assert ns.longest_cta(units, steps, sk_ctas) <= ns.longest_cta(units, steps,
+                                                                       min(132, units))
+        walks = _stream_k_walk(units, steps, sk_ctas, grid)
+        covered = [t * steps + kb for segs in walks.values() for t, kb0, kb1, _ in segs
+                   for kb in range(kb0, kb1)]
+        assert sorted(covered) == list(range(units)), (m, n, k)
+        written = {}  # (cta, slot) -> the tile whose part is there
+        for cta, segs in walks.items():
+            for tile, kb0, kb1, slot in segs:
+                if kb0 > 0 or kb1 < steps:
+                    assert (cta, slot) not in written, (m, n, k, cta)
+                    written[cta, slot] = tile
+        for tile in set(written.values()):
+            # the kernel's owner(): the CTA whose range holds a unit, for the tile's first and last
+            lo, hi = (((u + 1) * sk_ctas - 1) // units
+                      for u in (tile * steps, tile * steps + steps - 1))
+            parts = {cta for (cta, _), t in written.items() if t == tile}
+            assert parts == set(range(lo, hi + 1)), (m, n, k, tile)
+            for cta in parts:
+                slot = 0 if (units * cta // sk_ctas) // steps == tile else 1
+                assert written[cta, slot] == tile, (m, n, k, tile, cta)
+        fitted[m, n, k] = sk_ctas
+    assert fitted[1024, 512, 7168] == 128
+    assert all(len(segs) == 1 for segs in _stream_k_walk(32 * 56, 56, 128, 128).values())
