@@ -298,7 +298,13 @@ def test_every_seed_with_shape_keys_says_the_shape_of_a_call(seed: Path) -> None
 # on the short benchmark (50 us on 2 cores) and a tenth of it on the long one (10 ms), so the
 # donor's side of the graft holds under the suite's other workers. A memory-bound fixed cost
 # (a 20 MB fill, 2.5 ms alone) read 6 ms under CI's load, too near the seed's 10 ms.
-FLAT = '''"""out = 2*x + y in one torch call, after a fixed wait of a millisecond."""
+# The donor: a wait, then one torch call. The wait is 1 ms on the long benchmark, where the
+# blocks seed takes 256 steps (9.1 ms alone on a 2-core CPU where a step cost ~35 us), and 6 ms
+# on the short one, so the donor's geomean (~2.5 ms) stays above the seed's on slow machines
+# too. With 1 ms on both, the seed's geomean there (1265.6 us in the harness) passed the
+# donor's (1147.2), the donor became the base and nothing was grafted.
+FLAT = '''"""out = 2*x + y in one torch call, after a wait: 6 ms below 4096 elements, 1 ms from
+there."""
 
 import time
 
@@ -307,7 +313,7 @@ import torch
 
 def custom_kernel(data):
     x, y, out = data
-    time.sleep(0.001)
+    time.sleep(0.006 if x.numel() < 4096 else 0.001)
     return torch.add(y, x, alpha=2, out=out)
 '''
 
