@@ -153,8 +153,8 @@ def once_a_tile_dropped(loop: list[str]) -> list[str]:
 
 
 def loop_at(loop: list[str]) -> str:
-    """The loop's first address and its byte offset in a 128-byte line ('-' for no loop):
-    whether the offset alone moves long K is what cuda_sweep.py's pad variants are for."""
+    """The loop's first address and its byte offset in a 128-byte line ('-' for no loop). The
+    offset alone moved nothing beyond the noise (cuda_sweep.py's pad variants, one H100)."""
     if not loop:
         return "-"
     top = int(ADDRESS.search(loop[0]).group(1), 16)

@@ -219,45 +219,11 @@ STSM_EPI = [
 # moves the loop and leaves its instructions as they were (python3 bench/cuda_sass.py --dump, on
 # the CPU): pad48 and pad80 are the seed's loop, byte for byte, at those offsets; pad128 at the
 # seed's offset one line on (a control for the pads themselves); a_ahead_pad is a_ahead's loop
-# back at a line's start.
+# back at a line's start. Measured (one H100, 2026-12-07): the pads level with the seed (every
+# interval holding 1), a_ahead_pad as slow as a_ahead: the offset is not a factor.
 PAD_AFTER = '        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");\n'
 PAD_LINE = '        asm volatile("nanosleep.u32 0;");\n'
 
-
-# Stream-K's CTA count fitted to the cut tiles (sk_fit; only plan() changes, the kernels are the
-# seed's): the seed cuts the cut tiles' K steps evenly over min(SMs, units) CTAs, so at
-# m1024-n512-k7168 (32 tiles of 56 steps, 132 CTAs of ~13.6 steps) most CTAs hold two cut
-# segments of two tiles, each with its fixup (~7,000-7,500 consumer cycles a segment against
-# ~1,550 a step in the seed's timeline, one H100). sk_fit takes the CTA count, at most
-# min(SMs, units), whose longest CTA is shortest when a cut segment counts SK_FIXUP_STEPS steps
-# more (ties: more CTAs); at m1024-n512-k7168 128 CTAs of 14 steps, one segment each. A model,
-# not a measurement: it predicts 4-24% of GEMM on eight of the 12 stream-K benchmarks.
-SK_FIT = [
-    ("def plan(m: int, n: int, steps: int,",
-     "SK_FIXUP_STEPS = 4.5  # a cut segment's fixup, in K steps\n\n\n"
-     "def longest_cta(units: int, steps: int, ctas: int) -> float:\n"
-     "    \"\"\"The most K steps a stream-K CTA runs over ``ctas`` even ranges, each cut segment\n"
-     "    counted SK_FIXUP_STEPS more.\"\"\"\n"
-     "    worst = 0.0\n"
-     "    for b in range(ctas):\n"
-     "        u, u1 = units * b // ctas, units * (b + 1) // ctas\n"
-     "        cost = float(u1 - u)\n"
-     "        while u < u1:\n"
-     "            end = min((u // steps + 1) * steps, u1)\n"
-     "            if end - u < steps:\n"
-     "                cost += SK_FIXUP_STEPS\n"
-     "            u = end\n"
-     "        worst = max(worst, cost)\n"
-     "    return worst\n\n\n"
-     "@__import__(\"functools\").lru_cache(maxsize=1024)\n"
-     "def sk_ctas_for(units: int, steps: int, sms: int) -> int:\n"
-     "    \"\"\"The stream-K CTA count whose longest CTA is shortest (ties: more CTAs).\"\"\"\n"
-     "    return min(range(1, min(sms, units) + 1),\n"
-     "               key=lambda ctas: (longest_cta(units, steps, ctas), -ctas))\n\n\n"
-     "def plan(m: int, n: int, steps: int,"),
-    ("    sk_ctas = min(sms, sk_units)\n",
-     "    sk_ctas = sk_ctas_for(sk_units, steps, sms) if sk_units else 0\n"),
-]
 
 
 def pad(n: int) -> list[tuple[str, str]]:
@@ -276,7 +242,6 @@ VARIANTS = {
     "pad80": pad(5),
     "pad128": pad(8),
     "a_ahead_pad": A_AHEAD + pad(5),
-    "sk_fit": SK_FIT,
     "bitcvt": BITCVT,
     "nozero": NOZERO,
     "bitcvt_nozero": BITCVT + NOZERO,

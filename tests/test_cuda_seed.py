@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import random
 import re
 import shutil
 import subprocess
@@ -165,9 +166,85 @@ def test_plan_gives_every_tile_to_whole_ctas_or_stream_k(monkeypatch) -> None:
                         assert tiles % 132 == 0 or sk_tiles >= tiles % 132
                     else:
                         assert grid == (min(tiles, 132) if persistent else tiles)
-    # m1024-n512-k7168: 32 tiles for 132 SMs, all cut by K (56 steps each) among 132 CTAs
+    # m1024-n512-k7168: 32 tiles for 132 SMs, all cut by K (56 steps each) among 128 CTAs
     assert ns.plan(1024, 512, 56, 128, 8, 1, 1, 132) == (
-        [1024, 512, 56, 8, 4, 8, 0, 132, 32 * 56], 132, 32)
+        [1024, 512, 56, 8, 4, 8, 0, 128, 32 * 56], 128, 32)
+
+
+def _stream_k_walk(units: int, steps: int, sk_ctas: int, grid: int) -> dict:
+    """The kernel's Walk and fixup slots, mirrored: per CTA its stream-K segments as (tile,
+    kb0, kb1, slot) with slot 0 for the CTA's first segment and 1 after (what `fixup` writes)."""
+    walks = {}
+    for cta in range(grid):
+        u, u1 = ((units * cta // sk_ctas, units * (cta + 1) // sk_ctas) if cta < sk_ctas
+                 else (0, 0))
+        segments, first = [], True
+        while u < u1:
+            tile = u // steps
+            kb0 = u - tile * steps
+            kb1 = min(steps, kb0 + (u1 - u))
+            segments.append((tile, kb0, kb1, 0 if first else 1))
+            first = False
+            u += kb1 - kb0
+        walks[cta] = segments
+    return walks
+
+
+def _longest(units: int, steps: int, ctas: int, fixup: float = 8.0) -> float:
+    """The most K steps a CTA runs over ``ctas`` even ranges, each cut part counted ``fixup``
+    more: sk_ctas_for's cost, written out segment by segment."""
+    worst = 0.0
+    for walk in _stream_k_walk(units, steps, ctas, ctas).values():
+        worst = max(worst, sum(kb1 - kb0 + (fixup if kb1 - kb0 < steps else 0)
+                               for _, kb0, kb1, _ in walk))
+    return worst
+
+
+def test_stream_k_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_was_written_to(
+        monkeypatch) -> None:
+    """However many CTAs sk_ctas_for gives the cut tiles, for the task's stream-K shapes and
+    drawn ones the kernel's walk (mirrored) covers every cut K step once, a CTA writes each of
+    its two slots at most once, and the CTA that sums a tile (owner's range, the slot picked by
+    the part's first unit) finds each part where its CTA wrote it. At m1024-n512-k7168 it takes
+    128 CTAs of 14 steps, one tile each, and nowhere is its modelled longest CTA longer than
+    the even cut's over min(SMs, units)."""
+    ns = seed_namespace(monkeypatch, SEED.read_text())
+    rng = random.Random(7)
+    shapes = [(1024, 512, 7168), (1024, 576, 7168), (1024, 1536, 7168), (1024, 4608, 7168),
+              (1024, 7168, 2048), (6144, 512, 7168), (6144, 576, 7168), (6144, 7168, 2304)]
+    shapes += [(32 * rng.randint(1, 192), 64 * rng.randint(1, 112), 128 * rng.randint(14, 56))
+               for _ in range(40)]
+    fitted = {}
+    for m, n, k in shapes:
+        steps = k // 128
+        sched, grid, sk_tiles = ns.plan(m, n, steps, 128, 8, 1, 1, 132)
+        dp_tiles, sk_ctas, units = sched[6:9]
+        if not sk_tiles:
+            continue
+        assert 0 < sk_ctas <= min(132, units) and grid == (132 if dp_tiles else sk_ctas)
+        assert _longest(units, steps, sk_ctas) <= _longest(units, steps, min(132, units))
+        walks = _stream_k_walk(units, steps, sk_ctas, grid)
+        covered = [t * steps + kb for segs in walks.values() for t, kb0, kb1, _ in segs
+                   for kb in range(kb0, kb1)]
+        assert sorted(covered) == list(range(units)), (m, n, k)
+        written = {}  # (cta, slot) -> the tile whose part is there
+        for cta, segs in walks.items():
+            for tile, kb0, kb1, slot in segs:
+                if kb0 > 0 or kb1 < steps:
+                    assert (cta, slot) not in written, (m, n, k, cta)
+                    written[cta, slot] = tile
+        for tile in set(written.values()):
+            # the kernel's owner(): the CTA whose range holds a unit, for the tile's first and last
+            lo, hi = (((u + 1) * sk_ctas - 1) // units
+                      for u in (tile * steps, tile * steps + steps - 1))
+            parts = {cta for (cta, _), t in written.items() if t == tile}
+            assert parts == set(range(lo, hi + 1)), (m, n, k, tile)
+            for cta in parts:
+                slot = 0 if (units * cta // sk_ctas) // steps == tile else 1
+                assert written[cta, slot] == tile, (m, n, k, tile, cta)
+        fitted[m, n, k] = sk_ctas
+    assert fitted[1024, 512, 7168] == 128
+    assert all(len(segs) == 1 for segs in _stream_k_walk(32 * 56, 56, 128, 128).values())
 
 
 def test_custom_kernel_names_a_wrong_input(monkeypatch) -> None:

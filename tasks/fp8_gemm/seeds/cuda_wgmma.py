@@ -15,13 +15,15 @@ only for the store before last; a stage fewer fits). OVERLAP: the GEMM is the up
 programmatic dependent (its CTAs start as the upcast drains and load once it has finished).
 
 Every knob is read at each call, so shape rules cost no build. PERSISTENT: one CTA an SM over
-the tiles (else one a tile). STREAM_K (one CTA an SM) cuts the K steps of the last, partial
-wave's tiles evenly among the SMs (2: and one full wave more; 0: whole tiles only); a CTA
+the tiles (else one a tile). STREAM_K cuts the K steps of the last, partial wave's tiles
+evenly among sk_ctas_for's CTAs (2: and one full wave more; 0: whole tiles only); a CTA
 holding part of a tile writes its fp32 partial to a slot of its own and counts itself in, and
 the last to count adds the others' and writes C: no CTA waits for another.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -793,6 +795,18 @@ def shape_of(data):
     return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
 
 
+@functools.lru_cache(maxsize=1024)
+def sk_ctas_for(units: int, steps: int, sms: int, fixup: float = 8.0) -> int:
+    """Stream-K's CTA count (<= sms) whose longest range is shortest, a cut part costing
+    ``fixup`` steps (notes/fp8_gemm_h200.md, "Stream-K's CTAs")."""
+    def cost(u0, u1):
+        a, b = u0 % steps > 0, u1 % steps > 0
+        return u1 - u0 + fixup * (a + b - (a and b and u0 // steps == u1 // steps))
+
+    return min(range(1, min(sms, units) + 1), key=lambda c: (max(
+        cost(units * i // c, units * (i + 1) // c) for i in range(c)), -c))
+
+
 def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
          persistent: int, sms: int) -> tuple[list[int], int, int]:
     """Sched's fields (the wrapper's order), the grid, and how many tiles stream-K cuts."""
@@ -803,7 +817,7 @@ def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
         sms if stream_k == 2 and tiles > sms else 0)
     dp_tiles = tiles - sk_tiles
     sk_units = sk_tiles * steps
-    sk_ctas = min(sms, sk_units)
+    sk_ctas = sk_ctas_for(sk_units, steps, sms) if sk_units else 0
     grid = ((sms if dp_tiles > 0 else sk_ctas) if sk_tiles else
             min(tiles, sms) if persistent else tiles)
     return ([m, n, steps, tiles_m, tiles_n, max(1, group_m), dp_tiles, sk_ctas, sk_units], grid,
