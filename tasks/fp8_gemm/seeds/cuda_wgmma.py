@@ -23,8 +23,6 @@ the last to count adds the others' and writes C: no CTA waits for another.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch.utils.cpp_extension import load_inline
 
@@ -795,16 +793,19 @@ def shape_of(data):
     return {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1]}
 
 
-@functools.lru_cache(maxsize=1024)
 def sk_ctas_for(units: int, steps: int, sms: int, fixup: float = 8.0) -> int:
-    """Stream-K's CTA count (<= sms) whose longest range is shortest, a cut part costing
-    ``fixup`` steps (notes/fp8_gemm_h200.md, "Stream-K's CTAs")."""
-    def cost(u0, u1):
-        a, b = u0 % steps > 0, u1 % steps > 0
-        return u1 - u0 + fixup * (a + b - (a and b and u0 // steps == u1 // steps))
-
-    return min(range(1, min(sms, units) + 1), key=lambda c: (max(
-        cost(units * i // c, units * (i + 1) // c) for i in range(c)), -c))
+    """Stream-K's CTAs (<= sms): a whole tile each, parts of one tile each, or the even cut
+    (parts of two), whichever's longest CTA is shortest, a part costing ``fixup`` steps more
+    (notes/fp8_gemm_h200.md, "Stream-K's CTAs")."""
+    tiles, most = units // steps, min(sms, units)
+    if tiles >= most:
+        return most
+    parts, costs = most // tiles, {tiles: steps}
+    if parts > 1:
+        costs[parts * tiles] = -(-steps // parts) + fixup
+    if most % tiles:
+        costs[most] = -(-units // most) + 2 * fixup
+    return min(costs, key=lambda c: (costs[c], -c))
 
 
 def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
