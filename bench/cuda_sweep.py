@@ -225,7 +225,6 @@ PAD_AFTER = '        asm volatile("fence.mbarrier_init.release.cluster;" ::: "me
 PAD_LINE = '        asm volatile("nanosleep.u32 0;");\n'
 
 
-
 def pad(n: int) -> list[tuple[str, str]]:
     """The patch that puts ``n`` PAD_LINEs after the barriers' init fence."""
     return [(PAD_AFTER, PAD_AFTER + PAD_LINE * n)]

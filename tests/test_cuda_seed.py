@@ -246,8 +246,8 @@ def test_stream_k_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_wa
                 assert written[cta, slot] == tile, (m, n, k, tile, cta)
         fitted[m, n, k] = sk_ctas
     assert fitted[1024, 512, 7168] == 128
-    # the counts the H100 runs measured (notes/fp8_gemm_h200.md, "Stream-K's CTAs"), from a
-    # search of every count; the seed's three candidates give the same at every benchmark
+    # the counts the H100 runs measured, from a search of every count (notes/fp8_gemm_h200.md,
+    # "The loop's offset measured, and stream-K's CTAs"); the seed's three candidates agree
     measured = {(1024, 1536, 7168): 96, (1024, 576, 7168): 120, (1024, 7168, 2048): 104,
                 (1024, 4608, 7168): 120, (1024, 7168, 2304): 104, (1024, 512, 7168): 128,
                 (6144, 1536, 7168): 96, (6144, 576, 7168): 108, (6144, 7168, 2048): 96,

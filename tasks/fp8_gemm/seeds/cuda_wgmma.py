@@ -796,7 +796,7 @@ def shape_of(data):
 def sk_ctas_for(units: int, steps: int, sms: int, fixup: float = 8.0) -> int:
     """Stream-K's CTAs (<= sms): a whole tile each, parts of one tile each, or the even cut
     (parts of two), whichever's longest CTA is shortest, a part costing ``fixup`` steps more
-    (notes/fp8_gemm_h200.md, "Stream-K's CTAs")."""
+    (notes/fp8_gemm_h200.md, "The loop's offset measured, and stream-K's CTAs")."""
     tiles, most = units // steps, min(sms, units)
     if tiles >= most:
         return most
