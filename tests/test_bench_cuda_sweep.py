@@ -266,4 +266,3 @@ def test_a_ahead_loads_nothing_the_upcast_writes_before_the_wait(tmp_path) -> No
     assert "&map_a" in before_wait and "as + kb * lds" in before_wait
     assert "&map_b" not in before_wait and "bsq" not in before_wait
     assert 'if (threadIdx.x != 0) asm volatile("griddepcontrol.wait;"' in source
-

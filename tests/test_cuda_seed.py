@@ -215,7 +215,6 @@ def test_stream_k_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_wa
               (1024, 7168, 2048), (6144, 512, 7168), (6144, 576, 7168), (6144, 7168, 2304)]
     shapes += [(32 * rng.randint(1, 192), 64 * rng.randint(1, 112), 128 * rng.randint(14, 56))
                for _ in range(40)]
-    fitted = {}
     for m, n, k in shapes:
         steps = k // 128
         sched, grid, sk_tiles = ns.plan(m, n, steps, 128, 8, 1, 1, 132)
@@ -244,8 +243,6 @@ def test_stream_k_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_wa
             for cta in parts:
                 slot = 0 if (units * cta // sk_ctas) // steps == tile else 1
                 assert written[cta, slot] == tile, (m, n, k, tile, cta)
-        fitted[m, n, k] = sk_ctas
-    assert fitted[1024, 512, 7168] == 128
     # the counts the H100 runs measured, from a search of every count (notes/fp8_gemm_h200.md,
     # "The loop's offset measured, and stream-K's CTAs"); the seed's three candidates agree
     measured = {(1024, 1536, 7168): 96, (1024, 576, 7168): 120, (1024, 7168, 2048): 104,

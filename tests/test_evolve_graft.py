@@ -294,15 +294,12 @@ def test_every_seed_with_shape_keys_says_the_shape_of_a_call(seed: Path) -> None
     assert ns["shape_of"](data) == {"m": m, "n": n, "k": k}
 
 
-# A fixed cost of 1 ms that takes no CPU or memory bandwidth: about 20x the blocks seed's time
-# on the short benchmark (50 us on 2 cores) and a tenth of it on the long one (10 ms), so the
-# donor's side of the graft holds under the suite's other workers. A memory-bound fixed cost
-# (a 20 MB fill, 2.5 ms alone) read 6 ms under CI's load, too near the seed's 10 ms.
-# The donor: a wait, then one torch call. The wait is 1 ms on the long benchmark, where the
-# blocks seed takes 256 steps (9.1 ms alone on a 2-core CPU where a step cost ~35 us), and 6 ms
-# on the short one, so the donor's geomean (~2.5 ms) stays above the seed's on slow machines
-# too. With 1 ms on both, the seed's geomean there (1265.6 us in the harness) passed the
-# donor's (1147.2), the donor became the base and nothing was grafted.
+# The donor: a wait that takes no CPU or memory bandwidth (a 20 MB fill, 2.5 ms alone, read
+# 6 ms under CI's load), then one torch call. 1 ms on the long benchmark, a tenth of the blocks
+# seed's 256 steps there (10 ms on CI's 2 cores; 9.1 ms alone on a slower 2-core CPU, ~35 us a
+# step), so the donor wins it; 6 ms on the short one, so its geomean (~2.5 ms) stays above the
+# seed's and the seed stays the base. With 1 ms on both, the slower machine's seed geomean
+# (1265.6 us in the harness) passed the donor's (1147.2) and nothing was grafted.
 FLAT = '''"""out = 2*x + y in one torch call, after a wait: 6 ms below 4096 elements, 1 ms from
 there."""
 

@@ -800,12 +800,12 @@ def sk_ctas_for(units: int, steps: int, sms: int, fixup: float = 8.0) -> int:
     tiles, most = units // steps, min(sms, units)
     if tiles >= most:
         return most
-    parts, costs = most // tiles, {tiles: steps}
+    parts, best = most // tiles, (steps, -tiles)  # (longest, -CTAs): ties to more
     if parts > 1:
-        costs[parts * tiles] = -(-steps // parts) + fixup
+        best = min(best, (-(-steps // parts) + fixup, -parts * tiles))
     if most % tiles:
-        costs[most] = -(-units // most) + 2 * fixup
-    return min(costs, key=lambda c: (costs[c], -c))
+        best = min(best, (-(-units // most) + 2 * fixup, -most))
+    return -best[1]
 
 
 def plan(m: int, n: int, steps: int, block_n: int, group_m: int, stream_k: int,
