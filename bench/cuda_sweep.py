@@ -45,6 +45,11 @@ TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
 # results are wrong by design): the GEMM without its MMAs (the TMA ring, A's conversion and the
 # scaling), without writing C, without its loads (the rest on whatever the stages hold), and
 # with half of B's bytes.
+# The fixup's texts that a probe and a variant both patch: each thread's store of its partial,
+# and the fence and barrier between the stores and thread 0's count.
+FIXUP_STORE = ("        __stcg(mine + j * 128,", "        if (false) __stcg(mine + j * 128,")
+FIXUP_FENCE = ("                                           acc[4 * j + 3]));\n"
+               "    __threadfence();\n    named_sync(1 + half, 128);\n")
 PROBES = {
     "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
     "probe_no_store": [("continue;  // another CTA of this tile writes it",
@@ -58,6 +63,20 @@ PROBES = {
                       "bar_expect(&full[s], STAGE_BYTES - B_HALF + a_bytes + 16);"),
                      ("for (int h = 0; h < 2; ++h)\n" + " " * 24 + "tma_load(st + A_BYTES",
                       "for (int h = 0; h < 1; ++h)\n" + " " * 24 + "tma_load(st + A_BYTES")],
+    # Stream-K's fixup taken apart where tiles are cut (the seed's rules): none of it (each CTA
+    # holding part of a tile writes C as if it held the tile whole), no partial stored or
+    # fenced before the count, and no other CTA's partial read by the last to count. Their K
+    # loops are not the seed's (`bench/cuda_sass.py`, gemm_kernel<128, 1>: 204, 198 and 200
+    # instructions a step against 194), so read them where tiles are cut against their drift
+    # on the shapes where none is (the k < 1792 shapes and m1024-n1536-k7168).
+    "probe_fixup_free": [("    float4* mine = slot(blockIdx.x, g.first);\n",
+                          "    if (true) return true;\n    float4* mine = slot(blockIdx.x, "
+                          "g.first);\n")],
+    "probe_fixup_no_store": [FIXUP_STORE, (FIXUP_FENCE, FIXUP_FENCE.replace(
+        "    __threadfence();\n", "", 1))],
+    "probe_fixup_no_read": [("        const long first_of = s.sk_units * cta / s.sk_ctas;\n",
+                             "        continue;\n"
+                             "        const long first_of = s.sk_units * cta / s.sk_ctas;\n")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
 # Variants of the seed's kernel, checked like the seed and timed at its committed knobs: changes
@@ -235,6 +254,19 @@ VARIANTS = {
     # build and the rows' order move alone (one H100: level with the seed, 1.002x, 0.971-1.032,
     # and within 0.3% at long K, where a_ahead lost 5% in the same call).
     "control": [],
+    # fence_once: a cut tile's partial made visible as CUTLASS's stream-K does it: the
+    # warpgroup's barrier after its stores, then thread 0 alone fences before its count (a
+    # release: the barrier puts the other threads' stores before it) and after it (an acquire,
+    # before the barrier that lets the others read), instead of a fence in each of the 128
+    # threads on both sides. The K loop stays the seed's (SASS: 194 a step, at +0).
+    "fence_once": [
+        (FIXUP_FENCE, FIXUP_FENCE.replace("    __threadfence();\n", "", 1)),
+        ("        last[half] = atomicAdd(count, 1) == hi - lo;\n",
+         "        __threadfence();\n        last[half] = atomicAdd(count, 1) == hi - lo;\n"
+         "        __threadfence();\n"),
+        ("    if (!last[half]) return false;\n    __threadfence();\n",
+         "    if (!last[half]) return false;\n"),
+    ],
     "a_ahead": A_AHEAD,
     "stsm_epi": STSM_EPI,
     "pad48": pad(3),

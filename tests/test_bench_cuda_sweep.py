@@ -55,6 +55,51 @@ def test_the_pads_add_only_nanosleeps_where_the_ring_is_set_up(tmp_path) -> None
     assert padded.count(sleep) == 5
 
 
+def _fixup_of(source: str) -> str:
+    """The text of the seed's stream-K fixup function in ``source``."""
+    start = source.index("__device__ bool fixup(")
+    return source[start:source.index("\n}\n", start)]
+
+
+def test_fence_once_fences_in_thread_0_alone_around_its_count(tmp_path) -> None:
+    """fence_once: the seed's fixup fences in every thread after its stores and before its
+    reads; the variant leaves one fence before thread 0's count and one after it, both inside
+    thread 0's block, and keeps the barriers that order the other threads around them."""
+    sweep = _module()
+    seed = _fixup_of(sweep.CUDA_SEED.read_text())
+    once = _fixup_of(sweep.probe_file("fence_once", tmp_path).read_text())
+    assert seed.count("__threadfence();") == 2 and once.count("__threadfence();") == 2
+    thread_0 = once[once.index("    if (t == 0) {\n"):]
+    thread_0 = thread_0[:thread_0.index("\n    }\n")]
+    assert thread_0.count("__threadfence();") == 2
+    fence, count, fence_after = (thread_0.index("__threadfence();"),
+                                 thread_0.index("atomicAdd(count, 1)"),
+                                 thread_0.rindex("__threadfence();"))
+    assert fence < count < fence_after
+    assert once.count("named_sync(1 + half, 128);") == seed.count("named_sync(1 + half, 128);")
+    stores, count_at = once.index("__stcg(mine"), once.index("if (t == 0) {")
+    assert "named_sync(1 + half, 128);" in once[stores:count_at]
+
+
+def test_the_fixup_probes_take_away_only_their_part(tmp_path) -> None:
+    """probe_fixup_free returns before storing anything, probe_fixup_no_store keeps the count
+    and the reads but neither stores nor fences first, probe_fixup_no_read keeps the stores and
+    the count but the last CTA adds its own part only."""
+    sweep = _module()
+    seed = _fixup_of(sweep.CUDA_SEED.read_text())
+    free = _fixup_of(sweep.probe_file("probe_fixup_free", tmp_path).read_text())
+    assert free.index("if (true) return true;") < free.index("__stcg(")
+    no_store = _fixup_of(sweep.probe_file("probe_fixup_no_store", tmp_path).read_text())
+    assert "if (false) __stcg(" in no_store and "atomicAdd(count, 1)" in no_store
+    assert no_store.count("__threadfence();") == seed.count("__threadfence();") - 1
+    assert no_store.index("__threadfence();") > no_store.index("atomicAdd(count, 1)")
+    no_read = _fixup_of(sweep.probe_file("probe_fixup_no_read", tmp_path).read_text())
+    own = no_read.index("sum[i] += acc[i];")
+    assert own < no_read.index("continue;\n        const long first_of") < no_read.index("__ldcg(")
+    assert no_read.replace("        continue;\n        const long first_of",
+                           "        const long first_of") == seed
+
+
 def test_reading_the_variants_needs_no_plugin() -> None:
     """bench/variants_device.sh checks the names against VARIANTS before the device's wheels
     are installed: importing cuda_sweep must not import the plugin (pydantic; the first device
