@@ -41,15 +41,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 CUDA_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 TRITON_SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "triton_fused.py"
+# The fixup's texts that a probe and a variant patch: each thread's store of its partial made a
+# no-op, and the fence between the stores and the barrier before thread 0's count taken away.
+FIXUP_STORE = ("        __stcg(mine + j * 128,", "        if (false) __stcg(mine + j * 128,")
+_STORED = "                                           acc[4 * j + 3]));\n"
+FIXUP_UNFENCED = (_STORED + "    __threadfence();\n    named_sync(1 + half, 128);\n",
+                  _STORED + "    named_sync(1 + half, 128);\n")
 # Diagnostics of the seed as committed (its shape rules too), timed but not checked (their
 # results are wrong by design): the GEMM without its MMAs (the TMA ring, A's conversion and the
 # scaling), without writing C, without its loads (the rest on whatever the stages hold), and
 # with half of B's bytes.
-# The fixup's texts that a probe and a variant both patch: each thread's store of its partial,
-# and the fence and barrier between the stores and thread 0's count.
-FIXUP_STORE = ("        __stcg(mine + j * 128,", "        if (false) __stcg(mine + j * 128,")
-FIXUP_FENCE = ("                                           acc[4 * j + 3]));\n"
-               "    __threadfence();\n    named_sync(1 + half, 128);\n")
 PROBES = {
     "probe_no_mma": [("wgmma_step<BN>(part,", "if (false) wgmma_step<BN>(part,")],
     "probe_no_store": [("continue;  // another CTA of this tile writes it",
@@ -72,8 +73,7 @@ PROBES = {
     "probe_fixup_free": [("    float4* mine = slot(blockIdx.x, g.first);\n",
                           "    if (true) return true;\n    float4* mine = slot(blockIdx.x, "
                           "g.first);\n")],
-    "probe_fixup_no_store": [FIXUP_STORE, (FIXUP_FENCE, FIXUP_FENCE.replace(
-        "    __threadfence();\n", "", 1))],
+    "probe_fixup_no_store": [FIXUP_STORE, FIXUP_UNFENCED],
     "probe_fixup_no_read": [("        const long first_of = s.sk_units * cta / s.sk_ctas;\n",
                              "        continue;\n"
                              "        const long first_of = s.sk_units * cta / s.sk_ctas;\n")],
@@ -260,7 +260,7 @@ VARIANTS = {
     # before the barrier that lets the others read), instead of a fence in each of the 128
     # threads on both sides. The K loop stays the seed's (SASS: 194 a step, at +0).
     "fence_once": [
-        (FIXUP_FENCE, FIXUP_FENCE.replace("    __threadfence();\n", "", 1)),
+        FIXUP_UNFENCED,
         ("        last[half] = atomicAdd(count, 1) == hi - lo;\n",
          "        __threadfence();\n        last[half] = atomicAdd(count, 1) == hi - lo;\n"
          "        __threadfence();\n"),

@@ -251,7 +251,10 @@ def test_stream_k_cuts_each_tile_once_and_every_fixup_reads_the_slot_its_part_wa
                 (6144, 4608, 7168): 132, (6144, 7168, 2304): 96, (6144, 512, 7168): 120}
     for (m, n, k), ctas in measured.items():
         assert ns.plan(m, n, k // 128, 128, 8, 1, 1, 132)[0][7] == ctas, (m, n, k)
-    assert all(len(segs) == 1 for segs in _stream_k_walk(32 * 56, 56, 128, 128).values())
+    # m1024-n512-k7168: each of the seed's CTAs holds one part of one tile
+    sched, grid, _ = ns.plan(1024, 512, 56, 128, 8, 1, 1, 132)
+    assert all(len(segs) == 1 for segs in _stream_k_walk(sched[8], 56, sched[7],
+                                                         grid).values())
 
 
 def test_custom_kernel_names_a_wrong_input(monkeypatch) -> None:
