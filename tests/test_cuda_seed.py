@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.utils.cpp_extension
-from helpers import REPO, run_pytest
+from helpers import REPO, load_file, run_pytest
 
 from pytest_kscientist.evolve.offline.knobs import read_space, read_tunables, rewrite_tunables
 from pytest_kscientist.formats.requires import declared
@@ -295,11 +295,16 @@ def load_inline_files(build: dict, folder: Path) -> tuple[Path, Path]:
 def cuda_part(tmp_path_factory) -> types.SimpleNamespace:
     """The seed's cuda.cu compiled with load_inline's nvcc flags but no torch include path at
     all, ptxas reporting: its object, nvcc's output and exit status."""
+    return build_cuda_part(SEED.read_text(), tmp_path_factory.mktemp("cuda_part"))
+
+
+def build_cuda_part(source: str, folder: Path) -> types.SimpleNamespace:
+    """``source``'s cuda.cu (a seed or a patched seed) compiled into ``folder`` as cuda_part
+    says."""
     if NVCC is None:
         pytest.skip("nvcc not found: the CUDA seed's cuda.cu not built")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        ns = seed_namespace(monkeypatch, SEED.read_text())
-    folder = tmp_path_factory.mktemp("cuda_part")
+        ns = seed_namespace(monkeypatch, source)
     _, cu = load_inline_files(ns.build, folder)
     proc = subprocess.run(
         [NVCC, "-c", "-o", str(folder / "cuda.o"), str(cu),
@@ -321,6 +326,19 @@ def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(cuda_part) -
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
+
+
+@pytest.mark.parametrize("variant", ["in_place_fastdiv"])
+def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
+    """bench/cuda_sweep.py's variants built on the CPU for the next device call (issue 33):
+    every kernel for sm_90a, no spill, no serialised wgmma."""
+    sweep = load_file(REPO / "bench" / "cuda_sweep.py", "cuda_sweep")
+    part = build_cuda_part(sweep.probe_file(variant, tmp_path).read_text(), tmp_path)
+    assert part.returncode == 0, part.report[-4000:]
+    assert part.report.count("_Z11gemm_kernelILi") >= 4, part.report
+    assert "wgmma.mma_async instructions are serialized" not in part.report, part.report
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", part.report)]
+    assert spills and not any(spills), part.report
 
 
 def test_cuda_cu_needs_no_torch_header_or_library(cuda_part, tmp_path: Path) -> None:
