@@ -10,7 +10,10 @@ the HGMMA: from the target of the first backward branch past the last HGMMA to t
 less any block a forward branch skips that packs C to bf16 (a previous tile's epilogue run in
 a tile's first step only, as notes/patches/cuda_wgmma_epi_defer.diff places it), so its count
 is the instructions one K step issues; `loop at` gives its first address and that address's
-offset in a 128-byte line (where it sits in the code). --dump DIR keeps each file's SASS.
+offset in a 128-byte line (where it sits in the code); `after the loop` counts what every tile
+runs between the loop's last step and the first branch after it, with the register moves
+among them (a copied accumulator shows as 64 moves at BLOCK_N 128). --dump DIR keeps each
+file's SASS.
 Needs nvcc, cuobjdump and nvdisasm: CUDA's own, or PyPI's `nvidia-cuda-cuobjdump` and
 `nvidia-cuda-nvdisasm` wheels (`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`,
 found in the installed `nvidia/*/bin`). Used for issue 33's instruction counts
@@ -118,19 +121,45 @@ def kernels(sass: str) -> dict[str, list[str]]:
     return found
 
 
-def main_loop(lines: list[str]) -> list[str]:
-    """The instructions of the loop that holds the HGMMA (see the module's docstring); [] where
-    the function has none."""
+def loop_bounds(lines: list[str]) -> tuple[int, int] | None:
+    """The indices of the first and last instruction (its backward branch) of the loop that
+    holds the HGMMA; None where the function has none."""
     at = [int(ADDRESS.search(line).group(1), 16) for line in lines]
     mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
     if not mma:
-        return []
+        return None
     for i in range(mma[-1], len(lines)):
         branch = BRANCH.search(lines[i])
         if branch and int(branch.group(1), 16) <= at[mma[0]]:
-            top = at.index(int(branch.group(1), 16))
-            return once_a_tile_dropped(lines[top:i + 1])
-    return []
+            return at.index(int(branch.group(1), 16)), i
+    return None
+
+
+def main_loop(lines: list[str]) -> list[str]:
+    """The instructions of the loop that holds the HGMMA (see the module's docstring); [] where
+    the function has none."""
+    bounds = loop_bounds(lines)
+    return once_a_tile_dropped(lines[bounds[0]:bounds[1] + 1]) if bounds else []
+
+
+def after_loop(lines: list[str]) -> list[str]:
+    """What every tile runs once its last K step is done, up to the first branch (the seed's
+    test for a cut tile): the instructions after the main loop's backward branch, that branch
+    included. Register moves here are a whole accumulator copied (the seed's fixup copy made
+    64 of 69, issue 33)."""
+    bounds = loop_bounds(lines)
+    if not bounds:
+        return []
+    for j in range(bounds[1] + 1, len(lines)):
+        if opcode(lines[j]) == "BRA":  # with a predicate operand too (BRA P3, 0x...)
+            return lines[bounds[1] + 1:j + 1]
+    return lines[bounds[1] + 1:]
+
+
+def moves(lines: list[str]) -> int:
+    """Register-to-register moves among ``lines`` (MOV, IMAD.MOV.U32 ..., RZ, RZ, Rn)."""
+    copy = re.compile(r"\b(?:MOV R\d+, R\d+|IMAD\.MOV\.U32 R\d+, RZ, RZ, R\d+)\b")
+    return sum(1 for line in lines if copy.search(line))
 
 
 def once_a_tile_dropped(loop: list[str]) -> list[str]:
@@ -208,15 +237,17 @@ def ptxas_rows(report: str) -> dict[str, dict]:
 def table(name: str, report: str, sass: str) -> list[str]:
     rows = ptxas_rows(report)
     out = [f"{name}:", "| kernel | registers | spilled bytes | remarks | instructions a step | "
-           "loop at | " + " | ".join(KINDS) + " |", "|---" * (6 + len(KINDS)) + "|"]
+           "loop at | after the loop (moves) | " + " | ".join(KINDS) + " |",
+           "|---" * (7 + len(KINDS)) + "|"]
     for mangled, lines in sorted(kernels(sass).items(), key=lambda kv: label(kv[0])):
         if "gemm" not in mangled:
             continue
-        loop, row = main_loop(lines), rows.get(mangled, {})
+        loop, row, after = main_loop(lines), rows.get(mangled, {}), after_loop(lines)
         counts = census(loop)
         out.append(f"| {label(mangled)} | {row.get('registers')} | {row.get('spills', 0)} | "
                    f"{' '.join(sorted(row.get('remarks', ()))) or '-'} | {len(loop)} | "
-                   f"{loop_at(loop)} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
+                   f"{loop_at(loop)} | {len(after)} ({moves(after)}) | "
+                   + " | ".join(str(counts[k]) for k in KINDS) + " |")
     return out
 
 

@@ -1,5 +1,6 @@
 """bench/cuda_sass.py's reading of ptxas and cuobjdump (no GPU, no nvcc needed): the main loop
-is the one that holds the HGMMA, counted from its branch's target to the branch; kernels are
+is the one that holds the HGMMA, counted from its branch's target to the branch, and what a
+tile runs after it up to the first branch, its register moves counted; kernels are
 named by their template arguments; ptxas's registers, spills and C75xx remarks land on the
 kernel they belong to; missing tools are named with the wheels that bring them."""
 
@@ -80,6 +81,31 @@ def test_a_step_does_not_count_the_previous_tiles_epilogue_it_skips() -> None:
         "/*0100", "/*0110", "/*0150", "/*0160", "/*0170", "/*0180"]
 
 
+def test_after_the_loop_runs_to_the_first_branch_and_counts_the_register_moves() -> None:
+    """What a tile runs after its last K step, to the first branch (one with a predicate
+    operand too), the loop's own branch included; its register-to-register moves counted (a
+    move of a constant or of a uniform register is not a copy)."""
+    lines = [line for line in """
+        /*0000*/                   HGMMA.64x128x16.F32 R24, R88, gdesc[UR20], RZ, !UPT, gsb0 ;
+        /*0010*/                   FFMA R176, R24, R202, R176 ;
+        /*0020*/                   @P1 BRA 0x0000 ;
+        /*0030*/                   ISETP.GE.AND P3, PT, R11, UR18, PT ;
+        /*0040*/                   IMAD.MOV.U32 R14, RZ, RZ, R179 ;
+        /*0050*/                   MOV R15, R178 ;
+        /*0060*/                   IMAD.MOV.U32 R16, RZ, RZ, 0x1 ;
+        /*0070*/                   MOV R17, UR4 ;
+        /*0080*/                   @P1 BRA P3, 0x0200 ;
+        /*0090*/                   IMAD.MOV.U32 R18, RZ, RZ, R177 ;
+        /*00a0*/                   EXIT ;
+    """.splitlines() if "/*" in line]
+    sass = _module()
+    after = sass.after_loop(lines)
+    assert [line.split("*/")[0].strip() for line in (after[0], after[-1])] == ["/*0030",
+                                                                              "/*0080"]
+    assert len(after) == 6 and sass.moves(after) == 2
+    assert sass.after_loop(lines[3:]) == []  # no loop: nothing after it
+
+
 def test_kernels_are_named_by_their_template_arguments() -> None:
     sass = _module()
     assert sass.label("_Z11gemm_kernelILi128ELi1EEv14CUtensorMap_st") == "gemm_kernel<128, 1>"
@@ -96,8 +122,10 @@ def test_ptxas_figures_and_remarks_land_on_their_kernel() -> None:
     assert (upcast["registers"], upcast["spills"], upcast["remarks"]) == (59, 0, set())
     table = _module().table("seed.py", REPORT, SASS)
     assert table[0] == "seed.py:" and len(table) == 4  # the GEMM alone, under its header
-    # 11 instructions a step, the loop's top at 0x20 (32 bytes into its 128-byte line)
-    assert table[3].startswith("| gemm_kernel<128, 1> | 168 | 20 | C7514 | 11 | 0x20 (+32) | 2 |")
+    # 11 instructions a step, the loop's top at 0x20 (32 bytes into its 128-byte line), the
+    # EXIT alone after it
+    assert table[3].startswith(
+        "| gemm_kernel<128, 1> | 168 | 20 | C7514 | 11 | 0x20 (+32) | 1 (0) | 2 |")
     assert len(table[1].split("|")) == len(table[2].split("|")) == len(table[3].split("|"))
     assert _module().loop_at([]) == "-"
 
