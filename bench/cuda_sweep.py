@@ -294,7 +294,7 @@ FASTDIV = [
      "    m0 = (first_m + r - col * rows) * BM;\n    n0 = col * BN;\n"),
     ("    return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);",
      "    const auto div = [](int d) -> Div {  // d >= 1; mul = ceil(2^(31 + l) / d), 2^l >= d\n"
-     "        int l = 0;\n        while ((1 << l) < d) ++l;\n"
+     "        int l = 0;\n        while ((1ll << l) < d) ++l;\n"
      "        if (l == 0) return {0u, 0u};\n"
      "        return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};\n"
      "    };\n"

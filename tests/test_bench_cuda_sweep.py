@@ -386,7 +386,7 @@ def test_fastdiv_gives_every_tiles_origin_as_the_seeds_divisions_do(tmp_path) ->
     source = sweep.probe_file("fastdiv", tmp_path).read_text()
     for line in ["return d.mul ? (int)(__umulhi((unsigned)x, d.mul) >> d.shift) : x;",
                  "return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};",
-                 "while ((1 << l) < d) ++l;", "if (l == 0) return {0u, 0u};",
+                 "while ((1ll << l) < d) ++l;", "if (l == 0) return {0u, 0u};",
                  "f.rows_last = div(s.tiles_m % s.group_m ? s.tiles_m % s.group_m : s.group_m);"]:
         assert line in source, line
     rng = random.Random(11)

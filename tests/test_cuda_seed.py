@@ -331,7 +331,8 @@ def test_kernels_build_for_sm90a_without_spills_or_serialised_wgmma(cuda_part) -
 @pytest.mark.parametrize("variant", ["in_place_fastdiv"])
 def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
     """bench/cuda_sweep.py's variants built on the CPU for the next device call (issue 33):
-    every kernel for sm_90a, no spill, no serialised wgmma."""
+    every kernel for sm_90a, no spill, no serialised wgmma; its main.cpp links with it and
+    names a wrong call as the seed's does."""
     sweep = load_file(REPO / "bench" / "cuda_sweep.py", "cuda_sweep")
     part = build_cuda_part(sweep.probe_file(variant, tmp_path).read_text(), tmp_path)
     assert part.returncode == 0, part.report[-4000:]
@@ -339,6 +340,8 @@ def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Pa
     assert "wgmma.mma_async instructions are serialized" not in part.report, part.report
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", part.report)]
     assert spills and not any(spills), part.report
+    (tmp_path / "main").mkdir()
+    assert_main_cpp_links_and_names_a_wrong_call(part, tmp_path / "main")
 
 
 def test_cuda_cu_needs_no_torch_header_or_library(cuda_part, tmp_path: Path) -> None:
@@ -367,6 +370,12 @@ def test_main_cpp_builds_with_pythons_headers_into_a_module_with_cuda_cu(
     so a slip in the wrapper costs CI time, not device time. Its fp8_gemm names a wrong call,
     and returns a CUDA error (none is queued: no device here, or zero-sized work on one) as a
     RuntimeError naming it."""
+    assert_main_cpp_links_and_names_a_wrong_call(cuda_part, tmp_path)
+
+
+def assert_main_cpp_links_and_names_a_wrong_call(cuda_part: types.SimpleNamespace,
+                                                 tmp_path: Path) -> None:
+    """The test above for ``cuda_part`` (the seed's or a variant's)."""
     assert cuda_part.returncode == 0, cuda_part.report[-4000:]
     build = cuda_part.build
     cpp, _ = load_inline_files(build, tmp_path)
