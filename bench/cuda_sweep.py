@@ -354,9 +354,10 @@ VARIANTS = {
     # itself (the partials before its own into `part`, its own added to that, the later ones
     # added to it: the seed's additions in the seed's order, C bitwise the same) instead of
     # summed into `part` and copied back. With the copy nvcc moved all 64 of `acc`'s registers
-    # (IMAD.MOV) after every tile's last step, cut or not: 69 SASS against 5 there (cuda_sass.py
-    # --dump), while probe_fixup_free gained 5-8.5% on the k256 and k512 shapes, which cut no
-    # tile (one H200, 2026-12-07). The K loop reads 193 a step against the seed's 194.
+    # (IMAD.MOV) after every tile's last step, cut or not: 69 SASS against 5 there (cuda_sass.py's
+    # `after the loop` column), while probe_fixup_free gained 5-8.5% on the k256 and k512
+    # shapes, which cut no tile (one H200, 2026-12-07). The K loop reads 193 a step against the
+    # seed's 194.
     "fixup_in_place": [FIXUP_IN_PLACE],
     # fastdiv: a tile's origin by multiply-high and shift (magic numbers the launcher computes
     # once a call, Granlund-Montgomery for 0 <= tile < 2^31) instead of two 32-bit divisions
