@@ -41,6 +41,7 @@ SEED = ROOT / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
 KINDS = ["HGMMA", "WARPGROUP.DEPBAR", "R2UR", "PRMT", "F2FP", "FFMA", "LDSM", "LDS", "BAR"]
 ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
 BRANCH = re.compile(r"\bBRA (?:`\()?0x([0-9a-f]+)")
+COPY = re.compile(r"\b(?:MOV R\d+, R\d+|IMAD\.MOV\.U32 R\d+, RZ, RZ, R\d+)\b")  # reg to reg
 
 
 def tool_path() -> str:
@@ -158,8 +159,7 @@ def after_loop(lines: list[str]) -> list[str]:
 
 def moves(lines: list[str]) -> int:
     """Register-to-register moves among ``lines`` (MOV, IMAD.MOV.U32 ..., RZ, RZ, Rn)."""
-    copy = re.compile(r"\b(?:MOV R\d+, R\d+|IMAD\.MOV\.U32 R\d+, RZ, RZ, R\d+)\b")
-    return sum(1 for line in lines if copy.search(line))
+    return sum(1 for line in lines if COPY.search(line))
 
 
 def once_a_tile_dropped(loop: list[str]) -> list[str]:

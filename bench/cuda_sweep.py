@@ -355,7 +355,7 @@ VARIANTS = {
     # added to it: the seed's additions in the seed's order, C bitwise the same) instead of
     # summed into `part` and copied back. With the copy nvcc moved all 64 of `acc`'s registers
     # (IMAD.MOV) after every tile's last step, cut or not: 69 SASS against 5 there (cuda_sass.py's
-    # `after the loop` column), while probe_fixup_free gained 5-8.5% on the k256 and k512
+    # `after the loop` column), while probe_fixup_free took 3-8% off the k256 and k512
     # shapes, which cut no tile (one H200, 2026-12-07). The K loop reads 193 a step against the
     # seed's 194.
     "fixup_in_place": [FIXUP_IN_PLACE],

@@ -6,7 +6,6 @@ tile's partials in the seed's order, and fastdiv's magic numbers give the seed's
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 import subprocess
@@ -14,6 +13,8 @@ import sys
 
 import pytest
 from helpers import REPO, load_file
+
+from pytest_kscientist.evolve.offline.knobs import read_space
 
 
 def _module():
@@ -416,7 +417,7 @@ def test_fastdiv_gives_every_tiles_origin_as_the_seeds_divisions_do(tmp_path) ->
     spec = tomllib.loads((REPO / "tasks" / "fp8_gemm" / "task.toml").read_text())
     shapes = {(c["m"], c["n"]) for profile in spec["profiles"].values()
               for key in ("tests", "benchmarks") for c in profile.get(key, [])}
-    group_ms = ast.literal_eval(re.search(r'"GROUP_M": (\[[\d, ]+\])', source).group(1))
+    group_ms = read_space(source)["GROUP_M"]
     assert 1 in group_ms and len(shapes) > 10, (group_ms, shapes)
     for m, n in shapes:
         for block_n in (64, 128):
