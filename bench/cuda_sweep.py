@@ -75,7 +75,7 @@ PROBES = {
                           "g.first);\n")],
     "probe_fixup_no_store": [FIXUP_STORE, FIXUP_UNFENCED],
     "probe_fixup_no_read": [("        const long first_of = s.sk_units * cta / s.sk_ctas;\n",
-                             "        continue;\n"
+                             "        return;\n"
                              "        const long first_of = s.sk_units * cta / s.sk_ctas;\n")],
 }
 ODD = [(1, 1, 1), (37, 70, 300), (200, 136, 640), (130, 260, 2000)]  # (m, n, k)
@@ -249,61 +249,6 @@ def pad(n: int) -> list[tuple[str, str]]:
     return [(PAD_AFTER, PAD_AFTER + PAD_LINE * n)]
 
 
-FIXUP_IN_PLACE = (
-    "#pragma unroll\n    for (int i = 0; i < NR; ++i) sum[i] = 0.f;\n"
-    "    for (int cta = lo; cta <= hi; ++cta) {\n"
-    "        if (cta == (int)blockIdx.x) {\n#pragma unroll\n"
-    "            for (int i = 0; i < NR; ++i) sum[i] += acc[i];\n            continue;\n        }\n"
-    "        const long first_of = s.sk_units * cta / s.sk_ctas;\n"
-    "        const float4* p = slot(cta, first_of / s.steps == g.tile - s.dp_tiles);\n"
-    "#pragma unroll\n        for (int j = 0; j < NR / 4; ++j) {\n"
-    "            const float4 v = __ldcg(p + j * 128);\n"
-    "            sum[4 * j] += v.x;\n            sum[4 * j + 1] += v.y;\n"
-    "            sum[4 * j + 2] += v.z;\n            sum[4 * j + 3] += v.w;\n        }\n    }\n"
-    "#pragma unroll\n    for (int i = 0; i < NR; ++i) acc[i] = sum[i];\n    return true;\n",
-    "    const auto add = [&](int cta, float (&to)[NR]) {  // another CTA's partial into `to`\n"
-    "        const long first_of = s.sk_units * cta / s.sk_ctas;\n"
-    "        const float4* p = slot(cta, first_of / s.steps == g.tile - s.dp_tiles);\n"
-    "#pragma unroll\n        for (int j = 0; j < NR / 4; ++j) {\n"
-    "            const float4 v = __ldcg(p + j * 128);\n"
-    "            to[4 * j] += v.x;\n            to[4 * j + 1] += v.y;\n"
-    "            to[4 * j + 2] += v.z;\n            to[4 * j + 3] += v.w;\n        }\n    };\n"
-    "    const int me = blockIdx.x;\n"
-    "#pragma unroll\n    for (int i = 0; i < NR; ++i) sum[i] = 0.f;\n"
-    "    for (int cta = lo; cta < me; ++cta) add(cta, sum);\n"
-    "#pragma unroll\n    for (int i = 0; i < NR; ++i) acc[i] = sum[i] + acc[i];\n"
-    "    for (int cta = me + 1; cta <= hi; ++cta) add(cta, acc);\n    return true;\n")
-FASTDIV = [
-    ("struct Sched {\n    int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;\n"
-     "    long sk_units;\n};",
-     "// n / d for 0 <= n < 2^31: the high word of n * mul, shifted (mul 0: d is 1)\n"
-     "struct Div {\n    unsigned mul, shift;\n};\n"
-     "struct Sched {\n    int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;\n"
-     "    long sk_units;\n    Div band, rows, rows_last;  // the launcher's\n};"),
-    ("    const int in_group = s.group_m * s.tiles_n, first_m = (tile / in_group) * s.group_m;\n"
-     "    const int rows = min(s.tiles_m - first_m, s.group_m);\n"
-     "    m0 = (first_m + (tile % in_group) % rows) * BM;\n"
-     "    n0 = ((tile % in_group) / rows) * BN;\n",
-     "    const auto quot = [](Div d, int x) {\n"
-     "        return d.mul ? (int)(__umulhi((unsigned)x, d.mul) >> d.shift) : x;\n    };\n"
-     "    const int band = quot(s.band, tile), r = tile - band * s.group_m * s.tiles_n;\n"
-     "    const int first_m = band * s.group_m;\n"
-     "    const bool last = first_m + s.group_m > s.tiles_m;\n"
-     "    const int rows = last ? s.tiles_m - first_m : s.group_m;\n"
-     "    const int col = quot(last ? s.rows_last : s.rows, r);\n"
-     "    m0 = (first_m + r - col * rows) * BM;\n    n0 = col * BN;\n"),
-    ("    return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);",
-     "    const auto div = [](int d) -> Div {  // d >= 1; mul = ceil(2^(31 + l) / d), 2^l >= d\n"
-     "        int l = 0;\n        while ((1ll << l) < d) ++l;\n"
-     "        if (l == 0) return {0u, 0u};\n"
-     "        return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};\n"
-     "    };\n"
-     "    Sched f = s;\n    f.band = div(s.group_m * s.tiles_n);\n    f.rows = div(s.group_m);\n"
-     "    f.rows_last = div(s.tiles_m % s.group_m ? s.tiles_m % s.group_m : s.group_m);\n"
-     "    return run(map_a, map_b, map_c, x, f, grid, stages, pingpong, tma_c, overlap, stream);"),
-]
-
-
 VARIANTS = {
     # control: the seed's own source under another build name, timed as a variant is: what the
     # build and the rows' order move alone (one H100: level with the seed, 1.002x, 0.971-1.032,
@@ -350,21 +295,6 @@ VARIANTS = {
          "            if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n        }\n"
          "        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&"),
     ],
-    # fixup_in_place: the last CTA's sum of a cut tile left-folded in CTA order into `acc`
-    # itself (the partials before its own into `part`, its own added to that, the later ones
-    # added to it: the seed's additions in the seed's order, C bitwise the same) instead of
-    # summed into `part` and copied back. With the copy nvcc moved all 64 of `acc`'s registers
-    # (IMAD.MOV) after every tile's last step, cut or not: 69 SASS against 5 there (cuda_sass.py's
-    # `after the loop` column), while probe_fixup_free took 3-8% off the k256 and k512
-    # shapes, which cut no tile (one H200, 2026-12-07). The K loop reads 193 a step against the
-    # seed's 194.
-    "fixup_in_place": [FIXUP_IN_PLACE],
-    # fastdiv: a tile's origin by multiply-high and shift (magic numbers the launcher computes
-    # once a call, Granlund-Montgomery for 0 <= tile < 2^31) instead of two 32-bit divisions
-    # and remainders by run-time values: ~40 SASS fewer on every tile's setup, which short K
-    # pays once every two or four K steps.
-    "fastdiv": FASTDIV,
-    "in_place_fastdiv": [FIXUP_IN_PLACE, *FASTDIV],
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),

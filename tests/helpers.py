@@ -114,3 +114,10 @@ def spawns(func: Any, module: ModuleType, seen: set[str] | None = None) -> bool:
                 target, module, seen):
             return True
     return False
+
+
+def fixup_text(source: str) -> str:
+    """The text of the CUDA seed's stream-K fixup function in ``source`` (the seed's or a
+    patched seed's)."""
+    start = source.index("__device__ bool fixup(")
+    return source[start:source.index("\n}\n", start)]

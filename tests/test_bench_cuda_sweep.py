@@ -1,8 +1,7 @@
 """bench/cuda_sweep.py's patched builds of the CUDA seed (no GPU needed): every probe and
 variant applies to the seed as committed (or to the file --seed gives), and the seed's
 turn-taking and each turn variant's, run on a model of the named barriers and the ring of
-stages, neither deadlock nor let an arrival complete a barrier alone; fixup_in_place adds a cut
-tile's partials in the seed's order, and fastdiv's magic numbers give the seed's tile origins."""
+stages, neither deadlock nor let an arrival complete a barrier alone."""
 
 from __future__ import annotations
 
@@ -12,9 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, load_file
-
-from pytest_kscientist.evolve.offline.knobs import read_space
+from helpers import REPO, fixup_text, load_file
 
 
 def _module():
@@ -58,19 +55,13 @@ def test_the_pads_add_only_nanosleeps_where_the_ring_is_set_up(tmp_path) -> None
     assert padded.count(sleep) == 5
 
 
-def _fixup_of(source: str) -> str:
-    """The text of the seed's stream-K fixup function in ``source``."""
-    start = source.index("__device__ bool fixup(")
-    return source[start:source.index("\n}\n", start)]
-
-
 def test_fence_once_fences_in_thread_0_alone_around_its_count(tmp_path) -> None:
     """fence_once: the seed's fixup fences in every thread after its stores and before its
     reads; the variant leaves one fence before thread 0's count and one after it, both inside
     thread 0's block, and keeps the barriers that order the other threads around them."""
     sweep = _module()
-    seed = _fixup_of(sweep.CUDA_SEED.read_text())
-    once = _fixup_of(sweep.probe_file("fence_once", tmp_path).read_text())
+    seed = fixup_text(sweep.CUDA_SEED.read_text())
+    once = fixup_text(sweep.probe_file("fence_once", tmp_path).read_text())
     assert seed.count("__threadfence();") == 2 and once.count("__threadfence();") == 2
     thread_0 = once[once.index("    if (t == 0) {\n"):]
     thread_0 = thread_0[:thread_0.index("\n    }\n")]
@@ -87,19 +78,19 @@ def test_fence_once_fences_in_thread_0_alone_around_its_count(tmp_path) -> None:
 def test_the_fixup_probes_take_away_only_their_part(tmp_path) -> None:
     """probe_fixup_free returns before storing anything, probe_fixup_no_store keeps the count
     and the reads but neither stores nor fences first, probe_fixup_no_read keeps the stores and
-    the count but the last CTA adds its own part only."""
+    the count but the last CTA adds its own part only (`add` returns at once)."""
     sweep = _module()
-    seed = _fixup_of(sweep.CUDA_SEED.read_text())
-    free = _fixup_of(sweep.probe_file("probe_fixup_free", tmp_path).read_text())
+    seed = fixup_text(sweep.CUDA_SEED.read_text())
+    free = fixup_text(sweep.probe_file("probe_fixup_free", tmp_path).read_text())
     assert free.index("if (true) return true;") < free.index("__stcg(")
-    no_store = _fixup_of(sweep.probe_file("probe_fixup_no_store", tmp_path).read_text())
+    no_store = fixup_text(sweep.probe_file("probe_fixup_no_store", tmp_path).read_text())
     assert "if (false) __stcg(" in no_store and "atomicAdd(count, 1)" in no_store
     assert no_store.count("__threadfence();") == seed.count("__threadfence();") - 1
     assert no_store.index("__threadfence();") > no_store.index("atomicAdd(count, 1)")
-    no_read = _fixup_of(sweep.probe_file("probe_fixup_no_read", tmp_path).read_text())
-    own = no_read.index("sum[i] += acc[i];")
-    assert own < no_read.index("continue;\n        const long first_of") < no_read.index("__ldcg(")
-    assert no_read.replace("        continue;\n        const long first_of",
+    no_read = fixup_text(sweep.probe_file("probe_fixup_no_read", tmp_path).read_text())
+    skip = no_read.index("return;\n        const long first_of")
+    assert no_read.index("const auto add = [&](int cta,") < skip < no_read.index("__ldcg(")
+    assert no_read.replace("        return;\n        const long first_of",
                            "        const long first_of") == seed
 
 
@@ -314,115 +305,3 @@ def test_a_ahead_loads_nothing_the_upcast_writes_before_the_wait(tmp_path) -> No
     assert "&map_a" in before_wait and "as + kb * lds" in before_wait
     assert "&map_b" not in before_wait and "bsq" not in before_wait
     assert 'if (threadIdx.x != 0) asm volatile("griddepcontrol.wait;"' in source
-
-
-def _fold(parts: list, me: int, own, in_place: bool):
-    """The last CTA's sum of a cut tile as float32 additions: the seed's (0, then every part in
-    CTA order, its own `own` at ``me``) or fixup_in_place's (the parts before ``me`` from 0,
-    `own` added to that, the later parts added to it)."""
-    np = pytest.importorskip("numpy")
-    total = np.zeros_like(own)
-    if not in_place:
-        for i, part in enumerate(parts):
-            total = total + (own if i == me else part)
-        return total
-    for part in parts[:me]:
-        total = total + part
-    total = total + own
-    for part in parts[me + 1:]:
-        total = total + part
-    return total
-
-
-def test_fixup_in_place_adds_the_seeds_partials_in_the_seeds_order(tmp_path) -> None:
-    """fixup_in_place: no copy of the sum into `acc`; the partials before the CTA's own into
-    `sum`, its own added to that, the later ones into `acc`: the seed's additions in the
-    seed's order, so C is bitwise the seed's (signed zeros and rounding included)."""
-    np = pytest.importorskip("numpy")
-    sweep = _module()
-    seed = _fixup_of(sweep.CUDA_SEED.read_text())
-    folded = _fixup_of(sweep.probe_file("fixup_in_place", tmp_path).read_text())
-    assert "acc[i] = sum[i];" in seed and "acc[i] = sum[i];" not in folded
-    steps = ["sum[i] = 0.f;", "for (int cta = lo; cta < me; ++cta) add(cta, sum);",
-             "acc[i] = sum[i] + acc[i];", "for (int cta = me + 1; cta <= hi; ++cta) add(cta, acc);",
-             "return true;"]
-    at = [folded.index(step) for step in steps]
-    assert at == sorted(at), dict(zip(steps, at, strict=True))
-    # the model: float32 partials of mixed magnitudes and signs, -0.0 among them
-    rng = np.random.default_rng(7)
-    for count in (2, 3, 4, 5, 11):
-        parts = [(rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6, 64)).astype(np.float32)
-                 for _ in range(count)]
-        for part in parts:
-            part[rng.integers(0, 64, 4)] = np.float32(-0.0)
-        for me in range(count):
-            seed_sum = _fold(parts, me, parts[me], in_place=False)
-            in_place = _fold(parts, me, parts[me], in_place=True)
-            assert seed_sum.tobytes() == in_place.tobytes(), (count, me)
-
-
-def _quot(div: tuple[int, int], x: int) -> int:
-    """fastdiv's `quot` (the high word of x * mul, shifted; mul 0: x)."""
-    mul, shift = div
-    return ((x * mul) >> 32) >> shift if mul else x
-
-
-def _div(d: int) -> tuple[int, int]:
-    """fastdiv's launcher-side `div`: mul = ceil(2^(31 + l) / d), l the least with 2^l >= d."""
-    lg = 0
-    while (1 << lg) < d:
-        lg += 1
-    if lg == 0:
-        return 0, 0
-    mul = ((1 << (31 + lg)) + d - 1) // d
-    assert mul < 1 << 32, d  # an unsigned
-    return mul, lg - 1
-
-
-def test_fastdiv_gives_every_tiles_origin_as_the_seeds_divisions_do(tmp_path) -> None:
-    """The variant's magic numbers (mirrored here from its text, which the test pins) give the
-    seed's tile origins for every tile of every benchmark shape at every BLOCK_N and GROUP_M,
-    and the quotients of 0 <= x < 2^31 by every divisor up to 4096 and random larger ones."""
-    sweep = _module()
-    source = sweep.probe_file("fastdiv", tmp_path).read_text()
-    for line in ["return d.mul ? (int)(__umulhi((unsigned)x, d.mul) >> d.shift) : x;",
-                 "return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};",
-                 "while ((1ll << l) < d) ++l;", "if (l == 0) return {0u, 0u};",
-                 "f.rows_last = div(s.tiles_m % s.group_m ? s.tiles_m % s.group_m : s.group_m);"]:
-        assert line in source, line
-    rng = random.Random(11)
-    for d in [*range(1, 4097), *(rng.randrange(4097, 1 << 31) for _ in range(300))]:
-        div = _div(d)
-        for x in [*range(0, 600), *(rng.randrange(0, 1 << 31) for _ in range(40)), (1 << 31) - 1]:
-            assert _quot(div, x) == x // d, (d, x)
-
-    def seed_origin(tiles_m, tiles_n, group_m, tile):
-        in_group = group_m * tiles_n
-        first_m = (tile // in_group) * group_m
-        rows = min(tiles_m - first_m, group_m)
-        return first_m + (tile % in_group) % rows, (tile % in_group) // rows
-
-    def fast_origin(tiles_m, tiles_n, group_m, tile):
-        band_div, rows_div = _div(group_m * tiles_n), _div(group_m)
-        last_div = _div(tiles_m % group_m or group_m)
-        band = _quot(band_div, tile)
-        r, first_m = tile - band * group_m * tiles_n, band * group_m
-        last = first_m + group_m > tiles_m
-        rows = tiles_m - first_m if last else group_m
-        col = _quot(last_div if last else rows_div, r)
-        return first_m + r - col * rows, col
-
-    import tomllib  # Python 3.11+
-
-    spec = tomllib.loads((REPO / "tasks" / "fp8_gemm" / "task.toml").read_text())
-    shapes = {(c["m"], c["n"]) for profile in spec["profiles"].values()
-              for key in ("tests", "benchmarks") for c in profile.get(key, [])}
-    group_ms = read_space(source)["GROUP_M"]
-    assert 1 in group_ms and len(shapes) > 10, (group_ms, shapes)
-    for m, n in shapes:
-        for block_n in (64, 128):
-            tiles_m, tiles_n = -(-m // 128), -(-n // block_n)
-            for group_m in group_ms:
-                for tile in range(tiles_m * tiles_n):
-                    assert fast_origin(tiles_m, tiles_n, group_m, tile) == seed_origin(
-                        tiles_m, tiles_n, group_m, tile), (m, n, block_n, group_m, tile)

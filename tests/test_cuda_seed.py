@@ -26,9 +26,10 @@ import types
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 import torch.utils.cpp_extension
-from helpers import REPO, load_file, run_pytest
+from helpers import REPO, fixup_text, run_pytest
 
 from pytest_kscientist.evolve.offline.knobs import read_space, read_tunables, rewrite_tunables
 from pytest_kscientist.formats.requires import declared
@@ -333,18 +334,6 @@ def assert_kernels_built_clean(cuda_part: types.SimpleNamespace) -> None:
     assert spills and not any(spills), report
 
 
-@pytest.mark.parametrize("variant", ["in_place_fastdiv"])
-def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
-    """bench/cuda_sweep.py's variants built on the CPU for the next device call (issue 33):
-    every kernel for sm_90a, no spill, no serialised wgmma; its main.cpp links with it and
-    names a wrong call as the seed's does."""
-    sweep = load_file(REPO / "bench" / "cuda_sweep.py", "cuda_sweep")
-    part = build_cuda_part(sweep.probe_file(variant, tmp_path).read_text(), tmp_path)
-    assert_kernels_built_clean(part)
-    (tmp_path / "main").mkdir()
-    assert_main_cpp_links_and_names_a_wrong_call(part, tmp_path / "main")
-
-
 def test_cuda_cu_needs_no_torch_header_or_library(cuda_part, tmp_path: Path) -> None:
     """Built above with no torch include path, it also links alone against CUDA's runtime."""
     assert cuda_part.returncode == 0, cuda_part.report[-4000:]
@@ -450,3 +439,107 @@ def test_it_passes_the_tasks_checks_on_sm90(tmp_path: Path) -> None:
     assert len({b["key"] for b in builds}) == 1, builds
     assert sorted(b["outcome"] for b in builds) in (["built", "reused", "reused"],
                                                     ["reused"] * 3), builds
+
+
+def _fold(parts: list, me: int, in_place: bool):
+    """The last CTA's sum of a cut tile as float32 additions: summed apart (0, then every part
+    in CTA order, its own at ``me``) or folded as the seed's fixup does (the parts before ``me``
+    from 0, its own added to that, the later parts added to it)."""
+    np = pytest.importorskip("numpy")
+    total = np.zeros_like(parts[me])
+    order = [parts[:me], [parts[me]], parts[me + 1:]]
+    if not in_place:
+        order = [parts]
+    for run in order:
+        for part in run:
+            total = total + part
+    return total
+
+
+def test_the_fixup_folds_a_cut_tile_into_acc_in_cta_order() -> None:
+    """The last CTA of a cut tile sums it into `acc` itself, in CTA order: the parts before
+    its own into `sum` from 0, its own added, the later ones added to that. Those are the
+    additions, in the order, of summing apart and copying back (what the seed did until nvcc's
+    64 moves after every tile's last K step were found), so C is bitwise that sum: signed zeros
+    and rounding included, on a float32 model."""
+    np = pytest.importorskip("numpy")
+    fixup = fixup_text(SEED.read_text())
+    assert "acc[i] = sum[i];" not in fixup  # no copy back
+    steps = ["sum[i] = 0.f;", "for (int cta = lo; cta < me; ++cta) add(cta, sum);",
+             "acc[i] = sum[i] + acc[i];", "for (int cta = me + 1; cta <= hi; ++cta) add(cta, acc);",
+             "return true;"]
+    at = [fixup.index(step) for step in steps]
+    assert at == sorted(at), dict(zip(steps, at, strict=True))
+    rng = np.random.default_rng(7)
+    for count in (2, 3, 4, 5, 11):
+        parts = [(rng.standard_normal(64) * 10.0 ** rng.integers(-6, 6, 64)).astype(np.float32)
+                 for _ in range(count)]
+        for part in parts:
+            part[rng.integers(0, 64, 4)] = np.float32(-0.0)
+        for me in range(count):
+            apart, folded = _fold(parts, me, in_place=False), _fold(parts, me, in_place=True)
+            assert apart.tobytes() == folded.tobytes(), (count, me)
+
+def _quot(div: tuple[int, int], x: int) -> int:
+    """The seed's `quot` (the high word of x * mul, shifted; mul 0: x)."""
+    mul, shift = div
+    return ((x * mul) >> 32) >> shift if mul else x
+
+
+def _div(d: int) -> tuple[int, int]:
+    """The seed's launcher-side `div`: mul = ceil(2^(31 + l) / d), l the least with 2^l >= d."""
+    lg = 0
+    while (1 << lg) < d:
+        lg += 1
+    if lg == 0:
+        return 0, 0
+    mul = ((1 << (31 + lg)) + d - 1) // d
+    assert mul < 1 << 32, d  # an unsigned
+    return mul, lg - 1
+
+
+def test_tile_origins_by_magic_numbers_are_the_divisions_origins() -> None:
+    """The seed's magic numbers (mirrored here from its text, which the test pins) give the
+    tile origins of integer division (the seed's until 2026-12) for every tile of every test
+    and benchmark shape at every BLOCK_N and GROUP_M, and the quotients of 0 <= x < 2^31 by
+    every divisor up to 4096 and random larger ones."""
+    source = SEED.read_text()
+    for line in ["return d.mul ? (int)(__umulhi((unsigned)x, d.mul) >> d.shift) : x;",
+                 "return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};",
+                 "while ((1ll << l) < d) ++l;", "if (l == 0) return {0u, 0u};",
+                 "f.rows_last = div(s.tiles_m % s.group_m ? s.tiles_m % s.group_m : s.group_m);"]:
+        assert line in source, line
+    rng = random.Random(11)
+    for d in [*range(1, 4097), *(rng.randrange(4097, 1 << 31) for _ in range(300))]:
+        div = _div(d)
+        for x in [*range(0, 600), *(rng.randrange(0, 1 << 31) for _ in range(40)), (1 << 31) - 1]:
+            assert _quot(div, x) == x // d, (d, x)
+
+    def divided_origin(tiles_m, tiles_n, group_m, tile):
+        in_group = group_m * tiles_n
+        first_m = (tile // in_group) * group_m
+        rows = min(tiles_m - first_m, group_m)
+        return first_m + (tile % in_group) % rows, (tile % in_group) // rows
+
+    def fast_origin(tiles_m, tiles_n, group_m, tile):
+        band_div, rows_div = _div(group_m * tiles_n), _div(group_m)
+        last_div = _div(tiles_m % group_m or group_m)
+        band = _quot(band_div, tile)
+        r, first_m = tile - band * group_m * tiles_n, band * group_m
+        last = first_m + group_m > tiles_m
+        rows = tiles_m - first_m if last else group_m
+        col = _quot(last_div if last else rows_div, r)
+        return first_m + r - col * rows, col
+
+    spec = tomllib.loads((REPO / "tasks" / "fp8_gemm" / "task.toml").read_text())
+    shapes = {(c["m"], c["n"]) for profile in spec["profiles"].values()
+              for key in ("tests", "benchmarks") for c in profile.get(key, [])}
+    group_ms = read_space(source)["GROUP_M"]
+    assert 1 in group_ms and len(shapes) > 10, (group_ms, shapes)
+    for m, n in shapes:
+        for block_n in (64, 128):
+            tiles_m, tiles_n = -(-m // 128), -(-n // block_n)
+            for group_m in group_ms:
+                for tile in range(tiles_m * tiles_n):
+                    assert fast_origin(tiles_m, tiles_n, group_m, tile) == divided_origin(
+                        tiles_m, tiles_n, group_m, tile), (m, n, block_n, group_m, tile)

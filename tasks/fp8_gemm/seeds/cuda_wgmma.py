@@ -118,10 +118,16 @@ constexpr int BM = 128, BK = 128;  // C's tile rows; a K step (one scale block)
 
 // Which CTAs do what (producer and consumers alike): tiles along GROUP_M-tall bands; tiles
 // [0, dp_tiles) go whole to CTAs b, b + grid, ...; the rest's K steps are cut into sk_ctas
-// even ranges, one a CTA.
+// even ranges, one a CTA. A tile's origin takes no division: the launcher gives the divisors'
+// magic numbers (Div; two divisions and remainders cost every tile's setup ~40 SASS).
+// n / d for 0 <= n < 2^31: the high word of n * mul, shifted (mul 0: d is 1)
+struct Div {
+    unsigned mul, shift;
+};
 struct Sched {
     int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;
     long sk_units;
+    Div band, rows, rows_last;  // the launcher's
 };
 // A call's buffers, strides in elements (the wrapper allocates them all)
 struct Operands {
@@ -348,10 +354,16 @@ struct Walk {
 };
 template <int BN>
 __device__ __forceinline__ void tile_origin(const Sched& s, int tile, int& m0, int& n0) {
-    const int in_group = s.group_m * s.tiles_n, first_m = (tile / in_group) * s.group_m;
-    const int rows = min(s.tiles_m - first_m, s.group_m);
-    m0 = (first_m + (tile % in_group) % rows) * BM;
-    n0 = ((tile % in_group) / rows) * BN;
+    const auto quot = [](Div d, int x) {
+        return d.mul ? (int)(__umulhi((unsigned)x, d.mul) >> d.shift) : x;
+    };
+    const int band = quot(s.band, tile), r = tile - band * s.group_m * s.tiles_n;
+    const int first_m = band * s.group_m;
+    const bool last = first_m + s.group_m > s.tiles_m;
+    const int rows = last ? s.tiles_m - first_m : s.group_m;
+    const int col = quot(last ? s.rows_last : s.rows, r);
+    m0 = (first_m + r - col * rows) * BM;
+    n0 = col * BN;
 }
 
 // The warp's A bytes for one stage, 8 k16 slices: 32 k rows a transposed ldmatrix (row k's
@@ -378,7 +390,9 @@ __device__ __forceinline__ void convert_a(const uint32_t (&raw)[BK / 32][4],
 
 // A consumer warpgroup's part of a tile that several CTAs share: written to its slot of `ws`
 // (thread-major), then counted in. True when it was the last of the tile's CTAs to count:
-// `acc` then holds the tile's sum, in CTA order.
+// `acc` then holds the tile's sum, in CTA order, folded into `acc` itself (the parts before its
+// own into `sum`, its own added, the later ones added to that): summed apart and copied back,
+// nvcc moved all of `acc`'s registers after every tile's last K step, cut or not (issue 33).
 template <int NR>
 __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&sum)[NR],
                       float4* ws, int* counts, int half, int t, volatile int* last) {
@@ -401,27 +415,25 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
     named_sync(1 + half, 128);
     if (!last[half]) return false;
     __threadfence();
-#pragma unroll
-    for (int i = 0; i < NR; ++i) sum[i] = 0.f;
-    for (int cta = lo; cta <= hi; ++cta) {
-        if (cta == (int)blockIdx.x) {
-#pragma unroll
-            for (int i = 0; i < NR; ++i) sum[i] += acc[i];
-            continue;
-        }
+    const auto add = [&](int cta, float (&to)[NR]) {  // another CTA's partial into `to`
         const long first_of = s.sk_units * cta / s.sk_ctas;
         const float4* p = slot(cta, first_of / s.steps == g.tile - s.dp_tiles);
 #pragma unroll
         for (int j = 0; j < NR / 4; ++j) {
             const float4 v = __ldcg(p + j * 128);
-            sum[4 * j] += v.x;
-            sum[4 * j + 1] += v.y;
-            sum[4 * j + 2] += v.z;
-            sum[4 * j + 3] += v.w;
+            to[4 * j] += v.x;
+            to[4 * j + 1] += v.y;
+            to[4 * j + 2] += v.z;
+            to[4 * j + 3] += v.w;
         }
-    }
+    };
+    const int me = blockIdx.x;
 #pragma unroll
-    for (int i = 0; i < NR; ++i) acc[i] = sum[i];
+    for (int i = 0; i < NR; ++i) sum[i] = 0.f;
+    for (int cta = lo; cta < me; ++cta) add(cta, sum);
+#pragma unroll
+    for (int i = 0; i < NR; ++i) acc[i] = sum[i] + acc[i];
+    for (int cta = me + 1; cta <= hi; ++cta) add(cta, acc);
     return true;
 }
 
@@ -705,7 +717,17 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
                          64));
     const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
                                    : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
-    return run(map_a, map_b, map_c, x, s, grid, stages, pingpong, tma_c, overlap, stream);
+    const auto div = [](int d) -> Div {  // d >= 1; mul = ceil(2^(31 + l) / d), 2^l >= d
+        int l = 0;
+        while ((1ll << l) < d) ++l;
+        if (l == 0) return {0u, 0u};
+        return {(unsigned)(((1ull << (31 + l)) + d - 1) / d), (unsigned)(l - 1)};
+    };
+    Sched f = s;
+    f.band = div(s.group_m * s.tiles_n);
+    f.rows = div(s.group_m);
+    f.rows_last = div(s.tiles_m % s.group_m ? s.tiles_m % s.group_m : s.group_m);
+    return run(map_a, map_b, map_c, x, f, grid, stages, pingpong, tma_c, overlap, stream);
 }
 """
 
