@@ -54,7 +54,7 @@ TUNABLE_SPACE = {
 # The first rule whose bounds hold for the shape sets its knobs (evolve/compose.py).
 SHAPE_KEYS = ["m", "n", "k"]
 TUNABLES_BY_SHAPE = [  # the knobs that differ from TUNABLES
-    # k < 1792: whole tiles (the H200 sweep: stream-K's fixups cost more than a short K saves)
+    # k < 1792: whole tiles (the H200 sweep: the fixups cost more than a short K saves)
     {'when': {'k': [None, 1792]}, 'knobs': {'STREAM_K': 0}},
     # any other shape: TUNABLES
 ]
@@ -109,8 +109,7 @@ def kernel_source() -> str:
     return API_SRC + KERNEL_SRC.replace("@WGMMA@", _wgmma(64) + _wgmma(128))
 
 
-# What the two parts share (issue 32): the launchers in cuda.cu (nvcc, no torch header) and the
-# torch wrapper in main.cpp (the host compiler) both begin with it, so they agree on it.
+# What cuda.cu's launchers (nvcc) and main.cpp's wrapper (the host compiler) both begin with.
 API_SRC = r"""
 #include <cuda_runtime_api.h>
 
@@ -118,16 +117,14 @@ constexpr int BM = 128, BK = 128;  // C's tile rows; a K step (one scale block)
 
 // Which CTAs do what (producer and consumers alike): tiles along GROUP_M-tall bands; tiles
 // [0, dp_tiles) go whole to CTAs b, b + grid, ...; the rest's K steps are cut into sk_ctas
-// even ranges, one a CTA. A tile's origin takes no division: the launcher gives the divisors'
-// magic numbers (Div; two divisions and remainders cost every tile's setup ~40 SASS).
-// n / d for 0 <= n < 2^31: the high word of n * mul, shifted (mul 0: d is 1)
+// even ranges, one a CTA. x / d (0 <= x < 2^31) without a division: (x * mul) >> (32 + shift).
 struct Div {
     unsigned mul, shift;
 };
 struct Sched {
     int m, n, steps, tiles_m, tiles_n, group_m, dp_tiles, sk_ctas;
     long sk_units;
-    Div band, rows, rows_last;  // the launcher's
+    Div band, rows, rows_last;
 };
 // A call's buffers, strides in elements (the wrapper allocates them all)
 struct Operands {
@@ -145,7 +142,7 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
                               int c_buffers, cudaStream_t stream);
 """
 
-# The kernels (nvcc alone builds them: tests/test_cuda_seed.py), then their launchers.
+# The kernels, then their launchers.
 KERNEL_SRC = r"""
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -260,10 +257,9 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&r)[4], uint32_t (&
     out[2] = __byte_perm(t1, t3, 0x5410), out[3] = __byte_perm(t1, t3, 0x7632);
 }
 
-// fp8 [k, mn] -> fp16 [mn, kp], zero past k: a thread loads 8 k rows of 16 mn bytes (16-byte
-// loads if VEC), transposes them by byte permutes and stores 8 fp16 along k for each mn (a lane
-// pair fills 32-byte sectors). A block: 256 mn x 128 k; block (0, 0) also zeroes `zero` and
-// writes B's scales into `bsq[kb * nb + j].x`.
+// fp8 [k, mn] -> fp16 [mn, kp], zero past k: a thread transposes 8 k rows of 16 mn bytes
+// (16-byte loads if VEC) by byte permutes. A block: 256 mn x 128 k; block (0, 0) also zeroes
+// `zero` and writes B's scales into `bsq[kb * nb + j].x`.
 template <bool VEC>
 __global__ void __launch_bounds__(256) upcast_kernel(
         const uint8_t* __restrict__ src, __half* __restrict__ dst, int rows, int k, int kp,
@@ -390,9 +386,7 @@ __device__ __forceinline__ void convert_a(const uint32_t (&raw)[BK / 32][4],
 
 // A consumer warpgroup's part of a tile that several CTAs share: written to its slot of `ws`
 // (thread-major), then counted in. True when it was the last of the tile's CTAs to count:
-// `acc` then holds the tile's sum, in CTA order, folded into `acc` itself (the parts before its
-// own into `sum`, its own added, the later ones added to that): summed apart and copied back,
-// nvcc moved all of `acc`'s registers after every tile's last K step, cut or not (issue 33).
+// `acc` then holds the tile's sum, in CTA order (in place: a copy cost every tile 64 moves).
 template <int NR>
 __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&sum)[NR],
                       float4* ws, int* counts, int half, int t, volatile int* last) {
@@ -415,7 +409,7 @@ __device__ bool fixup(const Sched& s, const Seg& g, float (&acc)[NR], float (&su
     named_sync(1 + half, 128);
     if (!last[half]) return false;
     __threadfence();
-    const auto add = [&](int cta, float (&to)[NR]) {  // another CTA's partial into `to`
+    const auto add = [&](int cta, float (&to)[NR]) {
         const long first_of = s.sk_units * cta / s.sk_ctas;
         const float4* p = slot(cta, first_of / s.steps == g.tile - s.dp_tiles);
 #pragma unroll
@@ -449,8 +443,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     constexpr int B_HALF = BN * HK * 2;            // one 64-wide K half of B's fp16 tile
     constexpr int STAGE_BYTES = A_BYTES + 2 * B_HALF;
     constexpr int NR = BN / 2;                     // fp32 fragment registers per thread
-    // The ring (1024-byte aligned for the swizzle, as sm_90 places dynamic shared memory), CB C
-    // tiles a consumer (BN / 64 swizzled 64 x 64 boxes), the stages' scales, the barriers.
+    // The ring (1024-byte aligned for the swizzle), CB C tiles a consumer (BN / 64 swizzled
+    // 64 x 64 boxes), the stages' scales, the barriers.
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* c_tiles = smem + stages * STAGE_BYTES;
     uint8_t* scales = c_tiles + CB * 2 * 64 * BN * 2;
@@ -511,7 +505,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     for (int i = 0; i < NR; ++i) part[i] = 0.f;
     if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first half's
     // Warp votes make these branches uniform: the ring and B's descriptors stay in uniform
-    // registers (209 -> 194 SASS a step).
+    // registers.
     while (all_(walk.next(sched, g))) {
         int m0, n0;
         tile_origin<BN>(sched, g.tile, m0, n0);
@@ -539,7 +533,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
             const uint32_t db = smem_desc_lo(smem + here * STAGE_BYTES + A_BYTES);
             convert_a(raw, frag);
             // Pinned before the turn and the fence: else ptxas moves the conversions among the
-            // wgmma, injecting a warpgroup.arrive before each (C7519; 3.5% slower on the H200).
+            // wgmma, injecting a warpgroup.arrive before each (C7519; 3.5% slower).
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
                 asm volatile("" : "+r"(frag[kk][0]), "+r"(frag[kk][1]), "+r"(frag[kk][2]),
@@ -623,7 +617,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(
     if (pingpong && half == 0) named_sync(3, 256);  // the other's last turn
     if (tma_c && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-// Taking their addresses builds every GEMM and upcast (nvcc alone builds them all).
+// Taking their addresses builds every GEMM and upcast.
 void* const KERNELS[6] = {(void*)gemm_kernel<64, 1>, (void*)gemm_kernel<128, 1>,
                           (void*)gemm_kernel<64, 2>, (void*)gemm_kernel<128, 2>,
                           (void*)upcast_kernel<true>, (void*)upcast_kernel<false>};
@@ -717,7 +711,7 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
                          64));
     const auto run = block_n == 64 ? (c_buffers == 2 ? launch<64, 2> : launch<64, 1>)
                                    : (c_buffers == 2 ? launch<128, 2> : launch<128, 1>);
-    const auto div = [](int d) -> Div {  // d >= 1; mul = ceil(2^(31 + l) / d), 2^l >= d
+    const auto div = [](int d) -> Div {  // mul = ceil(2^(31 + l) / d), 2^l >= d
         int l = 0;
         while ((1ll << l) < d) ++l;
         if (l == 0) return {0u, 0u};
@@ -731,8 +725,8 @@ const char* ks_wgmma_fp8_gemm(const Operands& x, const Sched& s, int grid, int b
 }
 """
 
-# The Python wrapper on Python's C API alone (a 0.2 s build; on torch's header 14-42 s).
-# custom_kernel below checks the tensors, allocates, plans the schedule and passes integers.
+# The Python wrapper on Python's C API alone (a 0.2 s build). custom_kernel below checks the
+# tensors, allocates, plans the schedule and passes integers.
 WRAPPER_SRC = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -789,14 +783,13 @@ static PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, KS_NAME(TORCH_EXTENSION_NAME
 PyMODINIT_FUNC KS_INIT(TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&MODULE); }
 """
 
-# no_implicit_headers keeps torch's headers out of both files (issue 32: a 56.5 s build, 4 s
-# without; an older torch lacks it: slower, alike).
+# no_implicit_headers keeps torch's headers out of both files (issue 32: 56.5 s a build, 4 s).
 def _build(**fast):
     return load_inline(
         name="ks_cuda_wgmma_v8",
         cpp_sources=[WRAPPER_SRC],
         cuda_sources=[kernel_source() + LAUNCH_SRC],
-        # --split-compile=0: nvcc optimises the kernels on every core (the same machine code)
+        # --split-compile=0: nvcc optimises the kernels on every core
         extra_cuda_cflags=["-gencode=arch=compute_90a,code=sm_90a", "-O3", "--split-compile=0"],
         **fast,
     )
@@ -818,7 +811,7 @@ def shape_of(data):
 def sk_ctas_for(units: int, steps: int, sms: int, fixup: float = 8.0) -> int:
     """Stream-K's CTAs (<= sms): a whole tile each, parts of one tile each, or the even cut
     (parts of two), whichever's longest CTA is shortest, a part costing ``fixup`` steps more
-    (notes/fp8_gemm_h200.md, "The loop's offset measured, and stream-K's CTAs")."""
+    (notes/fp8_gemm_h200.md)."""
     tiles, most = units // steps, min(sms, units)
     if tiles >= most:
         return most
