@@ -249,6 +249,10 @@ def pad(n: int) -> list[tuple[str, str]]:
     return [(PAD_AFTER, PAD_AFTER + PAD_LINE * n)]
 
 
+# fixup_in_place (a cut tile's sum folded into `acc`, no copy back) and fastdiv (tile origins by
+# magic numbers) went into the seed as in_place_fastdiv (harness 1.032x, 1.003-1.068, one H100,
+# 2026-12-07; notes/fp8_gemm_h200.md, "The fixup folded in place and tile origins without
+# division").
 VARIANTS = {
     # control: the seed's own source under another build name, timed as a variant is: what the
     # build and the rows' order move alone (one H100: level with the seed, 1.002x, 0.971-1.032,
