@@ -249,6 +249,32 @@ def pad(n: int) -> list[tuple[str, str]]:
     return [(PAD_AFTER, PAD_AFTER + PAD_LINE * n)]
 
 
+DESC64 = [
+    # the descriptor a 64-bit operand ("l"), its high word joined once a step, instead of a 32-bit
+    # low word joined in the asm (mov.b64 desc, {lo, hi}) for each of the step's 8 wgmma
+    (r"""        f'    asm volatile("{{\\n.reg .pred p;\\n.reg .b32 hi;\\n.reg .b64 desc;\\n"\n'
+        f'        "setp.ne.b32 p, %{regs + 5}, 0;\\nmov.b32 hi, %{regs + 6};\\n"\n'
+        f'        "mov.b64 desc, {{%{regs + 4}, hi}};\\n"\n'
+        f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
+        f'{{{a}}}, desc, p, 1, 1, 0;\\n}}\\n"\n'
+        f'        : {binds}\n'
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate),\n'
+        '          "n"(DESC_HI)\n'""",
+     r"""        f'    asm volatile("{{\\n.reg .pred p;\\n"\n'
+        f'        "setp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+        f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
+        f'{{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+        f'        : {binds}\n'
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate)\n'"""),
+    ('"const uint32_t* a, uint32_t db, int accumulate)',
+     '"const uint32_t* a, uint64_t db, int accumulate)'),
+    ("void wgmma_step(float* d, const uint32_t* a, uint32_t db, int acc);",
+     "void wgmma_step(float* d, const uint32_t* a, uint64_t db, int acc);"),
+    ("            const uint32_t db = smem_desc_lo(smem + here * STAGE_BYTES + A_BYTES);",
+     "            const uint64_t db = smem_desc_lo(smem + here * STAGE_BYTES + A_BYTES) |\n"
+     "                                ((uint64_t)DESC_HI << 32);"),
+]
+
 # fixup_in_place (a cut tile's sum folded into `acc`, no copy back) and fastdiv (tile origins by
 # magic numbers) went into the seed as in_place_fastdiv (harness 1.032x, 1.003-1.068, one H100,
 # 2026-12-07; notes/fp8_gemm_h200.md, "The fixup folded in place and tile origins without
@@ -299,6 +325,10 @@ VARIANTS = {
          "            if (more) tile_origin<BN>(sched, ahead.tile, am0, an0);\n        }\n"
          "        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&"),
     ],
+    # desc64: B's wgmma descriptor passed as one 64-bit operand (SASS, gemm_kernel<128, 1>: the
+    # K loop 189 a step against the seed's 193, <64, 1> 161 against 168; 168 registers, no
+    # spill): ~1% of a k256 tile's ~670 instructions, so timed beside `control`.
+    "desc64": DESC64,
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),

@@ -29,7 +29,7 @@ import pytest
 import tomllib
 import torch
 import torch.utils.cpp_extension
-from helpers import REPO, fixup_text, run_pytest
+from helpers import REPO, fixup_text, load_file, run_pytest
 
 from pytest_kscientist.evolve.offline.knobs import read_space, read_tunables, rewrite_tunables
 from pytest_kscientist.formats.requires import declared
@@ -332,6 +332,18 @@ def assert_kernels_built_clean(cuda_part: types.SimpleNamespace) -> None:
     assert "wgmma.mma_async instructions are serialized" not in report, report  # C75xx
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and not any(spills), report
+
+
+@pytest.mark.parametrize("variant", ["desc64"])
+def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
+    """bench/cuda_sweep.py's variants built on the CPU for the next device call (issue 33):
+    every kernel for sm_90a, no spill, no serialised wgmma; its main.cpp links with it and
+    names a wrong call as the seed's does."""
+    sweep = load_file(REPO / "bench" / "cuda_sweep.py", "cuda_sweep")
+    part = build_cuda_part(sweep.probe_file(variant, tmp_path).read_text(), tmp_path)
+    assert_kernels_built_clean(part)
+    (tmp_path / "main").mkdir()
+    assert_main_cpp_links_and_names_a_wrong_call(part, tmp_path / "main")
 
 
 def test_cuda_cu_needs_no_torch_header_or_library(cuda_part, tmp_path: Path) -> None:
