@@ -252,20 +252,12 @@ def pad(n: int) -> list[tuple[str, str]]:
 DESC64 = [
     # the descriptor a 64-bit operand ("l"), its high word joined once a step, instead of a 32-bit
     # low word joined in the asm (mov.b64 desc, {lo, hi}) for each of the step's 8 wgmma
-    (r"""        f'    asm volatile("{{\\n.reg .pred p;\\n.reg .b32 hi;\\n.reg .b64 desc;\\n"\n'
-        f'        "setp.ne.b32 p, %{regs + 5}, 0;\\nmov.b32 hi, %{regs + 6};\\n"\n'
-        f'        "mov.b64 desc, {{%{regs + 4}, hi}};\\n"\n'
-        f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
-        f'{{{a}}}, desc, p, 1, 1, 0;\\n}}\\n"\n'
-        f'        : {binds}\n'
-        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db), "r"(accumulate),\n'
-        '          "n"(DESC_HI)\n'""",
-     r"""        f'    asm volatile("{{\\n.reg .pred p;\\n"\n'
-        f'        "setp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
-        f'        "wgmma.mma_async.sync.aligned.m64n{block_n}k16.f32.f16.f16 {{{outs}}}, '
-        f'{{{a}}}, %{regs + 4}, p, 1, 1, 0;\\n}}\\n"\n'
-        f'        : {binds}\n'
-        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate)\n'"""),
+    (r'.reg .pred p;\\n.reg .b32 hi;\\n.reg .b64 desc;\\n"', r'.reg .pred p;\\n"'),
+    (r'0;\\nmov.b32 hi, %{regs + 6};\\n"', r'0;\\n"'),
+    ("        f'        \"mov.b64 desc, {{%{regs + 4}, hi}};\\\\n\"\\n'\n", ""),
+    ("{{{a}}}, desc, p", "{{{a}}}, %{regs + 4}, p"),
+    ('"r"(db), "r"(accumulate),\\n\'\n        \'          "n"(DESC_HI)\\n\'',
+     '"l"(db), "r"(accumulate)\\n\''),
     ('"const uint32_t* a, uint32_t db, int accumulate)',
      '"const uint32_t* a, uint64_t db, int accumulate)'),
     ("void wgmma_step(float* d, const uint32_t* a, uint32_t db, int acc);",
