@@ -67,9 +67,10 @@ PROBES = {
     # Stream-K's fixup taken apart where tiles are cut (the seed's rules): none of it (each CTA
     # holding part of a tile writes C as if it held the tile whole), no partial stored or
     # fenced before the count, and no other CTA's partial read by the last to count. Their K
-    # loops are not the seed's (`bench/cuda_sass.py`, gemm_kernel<128, 1>: 204, 198 and 200
-    # instructions a step against 194), so read them where tiles are cut against their drift
-    # on the shapes where none is (the k < 1792 shapes and m1024-n1536-k7168).
+    # loops can differ from the seed's (`bench/cuda_sass.py`, gemm_kernel<128, 1>: 204, 198 and
+    # 200 instructions a step against 194 when timed; on 321d20a's seed 204, 193 and 199
+    # against 193), so read them where tiles are cut against their drift on the shapes where
+    # none is (the k < 1792 shapes and m1024-n1536-k7168).
     "probe_fixup_free": [("    float4* mine = slot(blockIdx.x, g.first);\n",
                           "    if (true) return true;\n    float4* mine = slot(blockIdx.x, "
                           "g.first);\n")],
@@ -280,7 +281,8 @@ VARIANTS = {
     # warpgroup's barrier after its stores, then thread 0 alone fences before its count (a
     # release: the barrier puts the other threads' stores before it) and after it (an acquire,
     # before the barrier that lets the others read), instead of a fence in each of the 128
-    # threads on both sides. The K loop stays the seed's (SASS: 194 a step, at +0).
+    # threads on both sides. The K loop stays the seed's (SASS: 194 a step, at +0; 193 on
+    # 321d20a's seed).
     "fence_once": [
         FIXUP_UNFENCED,
         ("        last[half] = atomicAdd(count, 1) == hi - lo;\n",

@@ -24,13 +24,12 @@ if [ "$1" = --write ]; then
       echo "seed_table: $rev is not a commit of this repository; name one from git log" >&2
       exit 2
     }
-    git show "$name:$SEED" >".gl/seed_$name.tmp" 2>/dev/null || {
+    text=$(git show "$name:$SEED" 2>/dev/null) || {
       echo "seed_table: $name has no $SEED; name a commit from after the CUDA seed's start" >&2
-      rm -f ".gl/seed_$name.tmp"
       exit 2
     }
-    sed "s/name=\"ks_cuda_wgmma/name=\"ks_cuda_wgmma_$name/" ".gl/seed_$name.tmp" \
-      >".gl/seed_$name.py" && rm ".gl/seed_$name.tmp"
+    printf '%s\n' "$text" | sed "s/name=\"ks_cuda_wgmma/name=\"ks_cuda_wgmma_$name/" \
+      >".gl/seed_$name.py"
     echo ".gl/seed_$name.py"
   done
   exit 0
