@@ -268,6 +268,35 @@ DESC64 = [
      "                                ((uint64_t)DESC_HI << 32);"),
 ]
 
+VOTE_ONCE = [
+    # the K loop's condition a vote made once a step (`more`, the vote before the next step's
+    # fetch) instead of twice (the loop's head asked the same question again)
+    ("        for (int kb = g.kb0; all_(kb < g.kb1); ++kb) {\n",
+     "        bool more = all_(g.kb0 < g.kb1);\n        for (int kb = g.kb0; more; ++kb) {\n"),
+    ("            if (all_(kb + 1 < g.kb1)) {\n",
+     "            more = all_(kb + 1 < g.kb1);\n            if (more) {\n"),
+]
+
+OFFSETS_KEPT = [
+    # A's ldmatrix offset and the scales' offset within a stage depend on the thread alone:
+    # made once and pinned in registers, where nvcc rebuilt them from the lane every step
+    ("    while (all_(walk.next(sched, g))) {\n        int m0, n0;\n",
+     "    uint32_t a_off = lane * 128 + ((chunk ^ (lane & 7)) << 4);  // + 4096 a 32-k quarter\n"
+     "    uint32_t s_off = (half * 64 + warp * 16 + 2 * (lane / 4)) * 4;  // row - m0, in bytes\n"
+     "    asm volatile(\"\" : \"+r\"(a_off), \"+r\"(s_off));\n"
+     "    while (all_(walk.next(sched, g))) {\n        int m0, n0;\n"),
+    ("            const float* sc = reinterpret_cast<const float*>(scales + st_i * BM * 4);\n",
+     "            const uint8_t* sc = scales + st_i * BM * 4 + s_off;\n"),
+    ("            sa0 = row < m ? sc[row - m0] : 0.f;\n",
+     "            sa0 = row < m ? *reinterpret_cast<const float*>(sc) : 0.f;\n"),
+    ("            sa1 = row + 1 < m ? sc[row + 1 - m0] : 0.f;\n",
+     "            sa1 = row + 1 < m ? *reinterpret_cast<const float*>(sc + 4) : 0.f;\n"),
+    ("            ldsm_a(smem + st_i * STAGE_BYTES, chunk, lane, raw);\n",
+     "            const uint32_t a = smem_u32(smem + st_i * STAGE_BYTES) + a_off;\n"
+     "#pragma unroll\n"
+     "            for (int q = 0; q < BK / 32; ++q) ldsm_t(a + q * 4096, raw[q]);\n"),
+]
+
 # fixup_in_place (a cut tile's sum folded into `acc`, no copy back) and fastdiv (tile origins by
 # magic numbers) went into the seed as in_place_fastdiv (harness 1.032x, 1.003-1.068, one H100,
 # 2026-12-07; notes/fp8_gemm_h200.md, "The fixup folded in place and tile origins without
@@ -323,6 +352,11 @@ VARIANTS = {
     # K loop 189 a step against the seed's 193, <64, 1> 161 against 168; 168 registers, no
     # spill): ~1% of a k256 tile's ~670 instructions, so timed beside `control`.
     "desc64": DESC64,
+    # vote_once, offsets_kept: the K loop's bookkeeping (SASS, gemm_kernel<128, 1>: 189 and, with
+    # desc64, 185 a step; offsets_kept on top of both, `lean`, 179, against the seed's 193; <64,
+    # 1> 152 against 168; 168 registers, no spill): ~4% of a k256 tile's ~667 instructions
+    "vote_once": VOTE_ONCE,
+    "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT,
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),

@@ -334,7 +334,7 @@ def assert_kernels_built_clean(cuda_part: types.SimpleNamespace) -> None:
     assert spills and not any(spills), report
 
 
-@pytest.mark.parametrize("variant", ["desc64"])
+@pytest.mark.parametrize("variant", ["desc64", "vote_once", "lean"])
 def test_a_variant_owed_to_the_gpu_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
     """bench/cuda_sweep.py's variants built on the CPU for the next device call (issue 33):
     every kernel for sm_90a, no spill, no serialised wgmma; its main.cpp links with it and
