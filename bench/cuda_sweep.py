@@ -307,6 +307,32 @@ DB_OPAQUE = [
      "            asm volatile(\"\" : \"+l\"(db));\n"),
 ]
 
+EPI_OFFSETS = [
+    # (after OFFSETS_KEPT) C's swizzled offsets in the TMA epilogue's box, per thread: 4 pinned
+    # registers instead of ~36 instructions of address arithmetic a tile (SASS: from the wait
+    # for the box's last store to the fence before the TMA store, 70 instructions against 106)
+    ('    asm volatile("" : "+r"(a_off), "+r"(s_off));\n',
+     '    asm volatile("" : "+r"(a_off), "+r"(s_off));\n'
+     "    // C's byte offset in a consumer's 64-row box of 8-column block j of its row r0 (even):\n"
+     "    // c_off[j / 2] + (j % 2) * 16; row r0 + 1's block j is row r0's block j ^ 1, 128 on\n"
+     "    uint32_t c_off[4];\n"
+     "    {\n"
+     "        const int r0 = warp * 16 + 2 * (lane / 4);\n"
+     "#pragma unroll\n"
+     "        for (int i = 0; i < 4; ++i)\n"
+     "            c_off[i] = r0 * 128 + ((2 * i ^ (r0 & 7)) << 4) + (lane % 4) * 4;\n"
+     "    }\n"
+     '    asm volatile("" : "+r"(c_off[0]), "+r"(c_off[1]), "+r"(c_off[2]), "+r"(c_off[3]));\n'),
+    ("                const int col = j * 8 + (lane % 4) * 2;\n#pragma unroll\n"
+     "                for (int h = 0; h < 2; ++h) {\n"
+     "                    const int r = row + h - m0 - half * 64;  // 0..63\n",
+     "#pragma unroll\n                for (int h = 0; h < 2; ++h) {\n"
+     "                    const int b = (j % 8) ^ h;  // the block's place in row r0's swizzle\n"),
+    ("                        mine + (col / 64) * 8192 + r * 128 +\n"
+     "                        ((((col % 64) / 8) ^ (r & 7)) << 4) + (col % 8) * 2) =\n",
+     "                        mine + (j / 8) * 8192 + h * 128 + c_off[b / 2] + (b % 2) * 16) =\n"),
+]
+
 # fixup_in_place (a cut tile's sum folded into `acc`, no copy back) and fastdiv (tile origins by
 # magic numbers) went into the seed as in_place_fastdiv (harness 1.032x, 1.003-1.068, one H100,
 # 2026-12-07; notes/fp8_gemm_h200.md, "The fixup folded in place and tile origins without
@@ -363,11 +389,12 @@ VARIANTS = {
     # spill): ~1% of a k256 tile's ~670 instructions, so timed beside `control`.
     "desc64": DESC64,
     # vote_once, offsets_kept, db_opaque: the K loop's bookkeeping (SASS, gemm_kernel<128, 1>:
-    # vote_once 189 a step, with desc64 185, with offsets_kept too 179, all four (`lean`) 176,
-    # against the seed's 193; <64, 1> 146 against 168; 168 registers, no spill): ~5% of a k256
-    # tile's ~667 instructions
+    # vote_once 189 a step, with desc64 185, with offsets_kept too 179, with db_opaque 176,
+    # against the seed's 193); `lean`, those four and epi_offsets: 177 a step (<64, 1> 146
+    # against 168), the epilogue's 106 down to 70, 168 registers, no spill: a k256 tile ~599
+    # instructions against ~667
     "vote_once": VOTE_ONCE,
-    "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT + DB_OPAQUE,
+    "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT + DB_OPAQUE + EPI_OFFSETS,
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),
