@@ -386,13 +386,16 @@ VARIANTS = {
     ],
     # desc64: B's wgmma descriptor passed as one 64-bit operand (SASS, gemm_kernel<128, 1>: the
     # K loop 189 a step against the seed's 193, <64, 1> 161 against 168; 168 registers, no
-    # spill): ~1% of a k256 tile's ~670 instructions, so timed beside `control`.
+    # spill). Timed inside `lean` (below), which was level: rejected.
     "desc64": DESC64,
     # vote_once, offsets_kept, db_opaque: the K loop's bookkeeping (SASS, gemm_kernel<128, 1>:
     # vote_once 189 a step, with desc64 185, with offsets_kept too 179, with db_opaque 176,
     # against the seed's 193); `lean`, those four and epi_offsets: 177 a step (<64, 1> 146
     # against 168), the epilogue's 106 down to 70, 168 registers, no spill: a k256 tile ~599
-    # instructions against ~667
+    # instructions against ~667. One H100 (2026-12-08, variants_device.sh control vote_once
+    # lean): both checked, both level in the harness (lean 1.013x the seed, 0.988-1.041; 1.008x
+    # control), and the k256 GEMM launches level (47.2 against control's 47.1 us at
+    # m6144-n7168-k256): 10% fewer instructions a short-K tile bought nothing. Rejected.
     "vote_once": VOTE_ONCE,
     "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT + DB_OPAQUE + EPI_OFFSETS,
     "turns_lapse": [
