@@ -333,6 +333,38 @@ EPI_OFFSETS = [
      "                        mine + (j / 8) * 8192 + h * 128 + c_off[b / 2] + (b % 2) * 16) =\n"),
 ]
 
+SKEW = [
+    # PINGPONG 2 (the k < 640 rule's): no turns; the second consumer starts its first tile once
+    # the first has finished that tile's K loop, so one's epilogue runs under the other's MMAs.
+    # The kernel gets it as `skew` beside pingpong 0, so the K loop's code is the seed's (turns
+    # tested as `pingpong == 1` there, or an arrival counted in the loop, cost 6-11 instructions a
+    # step). Only where a tile's steps fit the ring, else the first would wait for a stage the
+    # second holds: the launcher takes PINGPONG 1 there.
+    ('    "PINGPONG": [0, 1],\n', '    "PINGPONG": [0, 1, 2],\n'),
+    ("    {'when': {'k': [None, 1792]}, 'knobs': {'STREAM_K': 0}},\n",
+     "    {'when': {'k': [None, 640]}, 'knobs': {'STREAM_K': 0, 'PINGPONG': 2}},\n"
+     "    {'when': {'k': [None, 1792]}, 'knobs': {'STREAM_K': 0}},\n"),
+    ("        int pingpong, int tma_c, long ldc, int pairs_ok) {\n",
+     "        int pingpong, int tma_c, long ldc, int pairs_ok, int skew) {\n"),
+    ("first turn is the first half's\n",
+     "first turn is the first half's\n"
+     "    // skew: the first half arrives once it is a tile ahead, the second waits for that.\n"
+     "    // Every CTA has a tile or a segment (plan's grid), so the arrival comes.\n"
+     "    bool lead = skew && half == 0;\n"
+     "    if (skew && half == 1) named_sync(5, 256);\n"),
+    ("        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&\n",
+     "        if (all_(lead)) named_arrive(5, 256), lead = false;  // the second half may start\n"
+     "        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&\n"),
+    ("    const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;\n",
+     "    const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;\n"
+     "    const int skew = pingpong == 2 && s.steps <= stages;  // else a tile outruns the ring\n"
+     "    pingpong = pingpong == 1 || (pingpong == 2 && !skew);\n"),
+    ("        reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,\n"
+     "        pairs_ok));\n",
+     "        reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,\n"
+     "        pairs_ok, skew));\n"),
+]
+
 # fixup_in_place (a cut tile's sum folded into `acc`, no copy back) and fastdiv (tile origins by
 # magic numbers) went into the seed as in_place_fastdiv (harness 1.032x, 1.003-1.068, one H100,
 # 2026-12-07; notes/fp8_gemm_h200.md, "The fixup folded in place and tile origins without
@@ -397,6 +429,10 @@ VARIANTS = {
     # control), and the k256 GEMM launches level (47.2 against control's 47.1 us at
     # m6144-n7168-k256): 10% fewer instructions a short-K tile bought nothing. Rejected.
     "vote_once": VOTE_ONCE,
+    # skew: the two consumers a few K steps apart at short K, so their epilogues no longer
+    # coincide (with turns, both finish a tile together and the tensor pipe idles through both
+    # epilogues: at k256 it is busy ~45% of the GEMM)
+    "skew": SKEW,
     "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT + DB_OPAQUE + EPI_OFFSETS,
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "

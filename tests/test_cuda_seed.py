@@ -334,7 +334,7 @@ def assert_kernels_built_clean(cuda_part: types.SimpleNamespace) -> None:
     assert spills and not any(spills), report
 
 
-@pytest.mark.parametrize("variant", ["lean"])
+@pytest.mark.parametrize("variant", ["lean", "skew"])
 def test_a_variant_builds_as_the_seed_does(variant, tmp_path: Path) -> None:
     """bench/cuda_sweep.py's variants built on the CPU before any device call (issue 33; lean,
     the last timed, holds every K-loop patch: its registers are the nearest to a spill): every
