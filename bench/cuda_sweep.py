@@ -348,8 +348,8 @@ SKEW = [
      "        int pingpong, int tma_c, long ldc, int pairs_ok, int skew) {\n"),
     ("first turn is the first half's\n",
      "first turn is the first half's\n"
-     "    // skew: the first half arrives once it is a tile ahead, the second waits for that.\n"
-     "    // Every CTA has a tile or a segment (plan's grid), so the arrival comes.\n"
+     "    // skew: the first half arrives once it is a tile ahead, the second waits for that (the\n"
+     "    // launcher sets it only where every CTA has a tile or a segment)\n"
      "    bool lead = skew && half == 0;\n"
      "    if (skew && half == 1) named_sync(5, 256);\n"),
     ("        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&\n",
@@ -357,7 +357,10 @@ SKEW = [
      "        if ((g.kb0 > 0 || g.kb1 < sched.steps) &&\n"),
     ("    const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;\n",
      "    const int pairs_ok = x.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(x.c) % 4 == 0;\n"
-     "    const int skew = pingpong == 2 && s.steps <= stages;  // else a tile outruns the ring\n"
+     "    // skew where a tile fits the ring and every CTA has work (else a consumer would wait\n"
+     "    // forever: for a stage the other holds, or for an arrival that never comes)\n"
+     "    const int skew = pingpong == 2 && s.steps <= stages &&\n"
+     "                     grid <= max(s.dp_tiles, s.sk_ctas);\n"
      "    pingpong = pingpong == 1 || (pingpong == 2 && !skew);\n"),
     ("        reinterpret_cast<float4*>(x.ws), x.counts, s, stages, pingpong, tma_c, x.ldc,\n"
      "        pairs_ok));\n",
