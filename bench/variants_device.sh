@@ -12,7 +12,9 @@
 #       benchmarks, odd shapes, C filled with NaN first), then the plain loop and the launches'
 #       durations beside the seed                                        -> $OUT/sweep.log
 #   (c) the harness: the seed and every variant in the same rounds  -> $OUT/harness.log, .json
-#   (d) the harness's per-shape table (bench/summarize.py)                      -> printed last
+#   (d) the harness's per-shape table (bench/summarize.py)                           -> printed
+#   (e) each variant but `control` in the seed's place under the seed's build name: the seed's
+#       own GPU test, what adopting it needs (seed_test_as)        -> $OUT/seed_test_NAME.log
 set -u
 if [ $# -lt 1 ]; then
   echo "usage: bash bench/variants_device.sh NAME [NAME ...] (names: bench/cuda_sweep.py's" \
@@ -48,3 +50,6 @@ grep -v Warning "$OUT/sweep.log" | grep "^| \|^|---\|: [0-9.]* (+" | cut -c1-240
 KERNELS=()
 for file in $FILES; do KERNELS+=(--kernel "$file"); done
 seed_rounds 240 "${KERNELS[@]}"
+for name in "$@"; do
+  [ "$name" = control ] || seed_test_as "$OUT/kernels/cuda_wgmma_$name.py" "$name"
+done

@@ -2,7 +2,8 @@
 knob the seed lacks, a variant cuda_sweep.py lacks, a missing old seed, or an old seed that is
 not the seed before the change is named before any build or device setup, with the command
 that makes the right file; the probe's count of elements outside the task's tolerance counts
-C's NaN fill, and its launch table names each kernel by its function."""
+C's NaN fill, and its launch table names each kernel by its function; seed_rounds.sh's
+seed_test_as runs the seed's GPU test on a variant and puts the seed back."""
 
 from __future__ import annotations
 
@@ -94,3 +95,33 @@ def test_the_variants_script_refuses_a_name_cuda_sweep_lacks_before_the_device_s
     assert not (tmp_path / "out").exists()
     proc = _run(["bash", "bench/variants_device.sh"], tmp_path)
     assert proc.returncode == 2 and "usage: bash bench/variants_device.sh NAME" in proc.stderr
+
+
+def test_seed_test_as_runs_the_seeds_gpu_test_on_the_variant_and_puts_the_seed_back(
+        tmp_path) -> None:
+    """bench/seed_rounds.sh's seed_test_as (variants_device.sh's step e): while the seed's GPU
+    test runs, the seed's file is the variant under the seed's build name; afterwards the seed
+    is back, whether the test passed or failed, and the test's status is the function's."""
+    seed = tmp_path / "repo" / "tasks" / "fp8_gemm" / "seeds" / "cuda_wgmma.py"
+    seed.parent.mkdir(parents=True)
+    seed.write_text('X = "seed"\n        name="ks_cuda_wgmma_v8",\n')
+    variant = tmp_path / "cuda_wgmma_skew.py"
+    variant.write_text('X = "skew"\n        name="ks_skew_v8",\n')
+    fake = tmp_path / "bin" / "python3"  # stands for `python3 -m pytest ...` on a GPU
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ncp tasks/fp8_gemm/seeds/cuda_wgmma.py "$OUT/seen.py"\n'
+                    'echo "$*"\nexit "$FAKE_RC"\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    for rc in (0, 1):
+        env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "OUT": str(out),
+               "FAKE_RC": str(rc)}
+        proc = subprocess.run(
+            ["bash", "-c", f"source {REPO}/bench/seed_rounds.sh && seed_test_as {variant} skew"],
+            cwd=seed.parents[3], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == rc, proc.stdout + proc.stderr
+        assert (out / "seen.py").read_text() == 'X = "skew"\n        name="ks_cuda_wgmma_v8",\n'
+        assert seed.read_text() == 'X = "seed"\n        name="ks_cuda_wgmma_v8",\n'
+        assert f"seed test as skew rc {rc}" in proc.stdout, proc.stdout
+        assert "tests/test_cuda_seed.py -m gpu" in (out / "seed_test_skew.log").read_text()
