@@ -337,9 +337,9 @@ SKEW = [
     # PINGPONG 2 (the k < 640 rule's): no turns; the second consumer starts its first tile once
     # the first has finished that tile's K loop, so one's epilogue runs under the other's MMAs.
     # The kernel gets it as `skew` beside pingpong 0, so the K loop's code is the seed's (turns
-    # tested as `pingpong == 1` there, or an arrival counted in the loop, cost 6-11 instructions a
-    # step). Only where a tile's steps fit the ring, else the first would wait for a stage the
-    # second holds: the launcher takes PINGPONG 1 there.
+    # tested as `pingpong == 1` there cost 6 instructions a step, an arrival counted in the loop
+    # 11-23). Only where a tile's steps fit the ring and every CTA has work: else the launcher
+    # takes PINGPONG 1.
     ('    "PINGPONG": [0, 1],\n', '    "PINGPONG": [0, 1, 2],\n'),
     ("    {'when': {'k': [None, 1792]}, 'knobs': {'STREAM_K': 0}},\n",
      "    {'when': {'k': [None, 640]}, 'knobs': {'STREAM_K': 0, 'PINGPONG': 2}},\n"
@@ -432,11 +432,11 @@ VARIANTS = {
     # control), and the k256 GEMM launches level (47.2 against control's 47.1 us at
     # m6144-n7168-k256): 10% fewer instructions a short-K tile bought nothing. Rejected.
     "vote_once": VOTE_ONCE,
-    # skew: the two consumers a few K steps apart at short K, so their epilogues no longer
-    # coincide (with turns, both finish a tile together and the tensor pipe idles through both
-    # epilogues: at k256 it is busy ~45% of the GEMM)
-    "skew": SKEW,
     "lean": DESC64 + VOTE_ONCE + OFFSETS_KEPT + DB_OPAQUE + EPI_OFFSETS,
+    # skew: the two consumers a tile apart at short K, so their epilogues no longer coincide
+    # (with turns both finish a tile together, and the tensor pipe idles through both epilogues:
+    # busy 45.5% of the GEMM at m6144-n7168-k256, ncu on one H100). Owed to the device.
+    "skew": SKEW,
     "turns_lapse": [
         ("    if (pingpong && half == 1) named_arrive(3, 256);  // the first turn is the first "
          "half's\n", ""),
